@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Prepares this checkout on a fresh Debian machine: system packages, .venv, the pinned training stack
+# (tensorflow-cpu 2.15.1 + Horovod 0.28.1 built with MPI and Gloo) and batchai_sdk itself.
+# Idempotent: each step is skipped when already done. The Horovod wheel is cached outside the checkout
+# (BATCHAI_WHEEL_CACHE, default ~/.cache/batchai_sdk/wheels) so later runs skip the ~6 minute build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+VENV=${BATCHAI_VENV:-$ROOT/.venv}
+PY=${PYTHON:-python3}
+TF_VERSION=2.15.1
+HVD_VERSION=0.28.1
+CACHE=${BATCHAI_WHEEL_CACHE:-$HOME/.cache/batchai_sdk/wheels}
+log() { printf '[bootstrap] %s\n' "$*" >&2; }
+
+need_apt=()
+command -v mpirun >/dev/null 2>&1 || need_apt+=(openmpi-bin)
+[ -e /usr/include/x86_64-linux-gnu/openmpi/mpi.h ] || [ -e /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h ] || need_apt+=(libopenmpi-dev)
+command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
+command -v ssh >/dev/null 2>&1 || need_apt+=(openssh-client)
+command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+  log "installing system packages: ${need_apt[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+  log "creating $VENV"
+  "$PY" -m venv "$VENV"
+  "$VENV/bin/pip" install -q --upgrade pip wheel setuptools
+fi
+PIP="$VENV/bin/pip"
+export PATH="$VENV/bin:$PATH"
+
+if ! "$VENV/bin/python" -c "import tensorflow as tf, sys; sys.exit(tf.__version__ != '$TF_VERSION')" 2>/dev/null; then
+  log "installing tensorflow-cpu==$TF_VERSION"
+  "$PIP" install -q "tensorflow-cpu==$TF_VERSION" "cmake>=3.20"
+fi
+
+if ! "$VENV/bin/python" -c "import horovod.tensorflow as h; import horovod, sys; sys.exit(horovod.__version__ != '$HVD_VERSION' or not h.mpi_built())" 2>/dev/null; then
+  mpi_id=$(mpirun --version 2>/dev/null | head -1 | tr -c 'A-Za-z0-9.\n' '_')
+  key="$CACHE/tf${TF_VERSION}-$("$VENV/bin/python" -c 'import sys;print("py%d%d"%sys.version_info[:2])')-${mpi_id}"
+  mkdir -p "$key"
+  if ! ls "$key"/horovod-"$HVD_VERSION"-*.whl >/dev/null 2>&1; then
+    log "building horovod==$HVD_VERSION (MPI + Gloo, TensorFlow only; about 6 minutes on 2 cores) into $key"
+    HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
+    HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 CMAKE_POLICY_VERSION_MINIMUM=3.5 \
+    MAKEFLAGS="-j$(nproc)" \
+      "$PIP" wheel -q --no-build-isolation --no-deps "horovod==$HVD_VERSION" -w "$key"
+  else
+    log "using cached Horovod wheel from $key"
+  fi
+  "$PIP" install -q "$key"/horovod-"$HVD_VERSION"-*.whl
+fi
+
+if [ -f "$ROOT/pyproject.toml" ]; then
+  log "installing batchai_sdk (editable) with extras ${BATCHAI_EXTRAS:-train,azure,dev}"
+  "$PIP" install -q -e "$ROOT[${BATCHAI_EXTRAS:-train,azure,dev}]"
+fi
+log "ready: $VENV"

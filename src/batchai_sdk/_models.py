@@ -1,0 +1,357 @@
+"""Specs, states and small value types shared by the object model, the backends and the CLI.
+
+Raw states (a job's status record, a scale set's provisioning state, ...) are mapped to ours in the
+``from_raw`` functions here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from .exceptions import ValidationError
+
+NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+OUTPUT_ID_RE = re.compile(r"^[A-Za-z0-9_]{1,32}$")
+
+
+def validate_name(value: object, field_name: str = "name") -> str:
+    """Batch AI's resource-name rule: 1-64 letters, digits, ``-`` and ``_``."""
+    if not isinstance(value, str) or not NAME_RE.match(value):
+        raise ValidationError(
+            field_name, value, "1-64 characters, each a letter, a digit, '-' or '_'"
+        )
+    return value
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def parse_time(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
+
+
+class JobState(str, enum.Enum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TERMINATED = "terminated"
+
+    @property
+    def ended(self) -> bool:
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.TERMINATED)
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def from_raw(cls, raw: str | None) -> JobState:
+        """Map the wrapper's status record (or Batch AI's executionState spelling) to a JobState."""
+        if raw is None:
+            return cls.QUEUED
+        key = raw.strip().lower()
+        aliases = {"preparing": "running", "terminating": "running", "completed": "succeeded"}
+        return cls(aliases.get(key, key))
+
+
+class ClusterState(str, enum.Enum):
+    RESIZING = "resizing"
+    STEADY = "steady"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class VmPriority(str, enum.Enum):
+    DEDICATED = "dedicated"
+    LOWPRIORITY = "lowpriority"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class NodeCounts:
+    idle: int = 0
+    running: int = 0
+    preparing: int = 0
+    leaving: int = 0
+    unusable: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.idle + self.running + self.preparing + self.leaving + self.unusable
+
+    def to_batchai(self) -> dict[str, int]:
+        """The ``nodeStateCounts`` object of ``az batchai cluster show``."""
+        return {
+            "idleNodeCount": self.idle,
+            "leavingNodeCount": self.leaving,
+            "preparingNodeCount": self.preparing,
+            "runningNodeCount": self.running,
+            "unusableNodeCount": self.unusable,
+        }
+
+
+class NodeState(str, enum.Enum):
+    IDLE = "idle"
+    RUNNING = "running"
+    PREPARING = "preparing"
+    LEAVING = "leaving"
+    UNUSABLE = "unusable"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def count_nodes(states: Sequence[NodeState]) -> NodeCounts:
+    return NodeCounts(
+        idle=sum(s is NodeState.IDLE for s in states),
+        running=sum(s is NodeState.RUNNING for s in states),
+        preparing=sum(s is NodeState.PREPARING for s in states),
+        leaving=sum(s is NodeState.LEAVING for s in states),
+        unusable=sum(s is NodeState.UNUSABLE for s in states),
+    )
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """One entry of ``job.files()`` / ``share.list()``: the columns of ``az batchai job file list``."""
+
+    name: str
+    type: str  # "file" or "directory"
+    size: int | None
+    modified: datetime | None
+
+    @property
+    def is_dir(self) -> bool:
+        return self.type == "directory"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "type": self.type,
+            "size": self.size,
+            "modified": self.modified.isoformat() if self.modified else None,
+        }
+
+
+@dataclass(frozen=True)
+class Node:
+    """A machine of a cluster as the backend sees it."""
+
+    id: str  # stable per cluster, used in log names: execution-<id>.log
+    address: str  # what ssh/mpirun connect to ("localhost" for the local backend)
+    machine: str  # nodes with the same machine key are one computer (job preparation runs once each)
+    slots: int = 1
+    private_address: str | None = None
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    name: str
+    vm_size: str
+    nodes: int
+    vm_priority: VmPriority = VmPriority.DEDICATED
+    image: str | None = None
+    node_setup: str | None = None
+    created: datetime = field(default_factory=utcnow)
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        validate_name(self.name, "cluster name")
+        if not isinstance(self.vm_size, str) or not self.vm_size.strip():
+            raise ValidationError("vm_size", self.vm_size, "a VM size such as 'Standard_NC6'")
+        validate_node_target(self.nodes, "nodes")
+        object.__setattr__(self, "vm_priority", _priority(self.vm_priority))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "vm_size": self.vm_size,
+            "nodes": self.nodes,
+            "vm_priority": self.vm_priority.value,
+            "image": self.image,
+            "node_setup": self.node_setup,
+            "created": self.created.isoformat(),
+            "extra": dict(self.extra),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ClusterSpec:
+        return cls(
+            name=data["name"],
+            vm_size=data["vm_size"],
+            nodes=int(data["nodes"]),
+            vm_priority=VmPriority(data.get("vm_priority", "dedicated")),
+            image=data.get("image"),
+            node_setup=data.get("node_setup"),
+            created=parse_time(data.get("created")) or utcnow(),
+            extra=data.get("extra") or {},
+        )
+
+
+def validate_node_target(value: object, field_name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValidationError(field_name, value, "an integer >= 0")
+    return value
+
+
+def _priority(value: object) -> VmPriority:
+    try:
+        return VmPriority(str(value).lower())
+    except ValueError:
+        raise ValidationError("vm_priority", value, "'dedicated' or 'lowpriority'") from None
+
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    name: str
+    created: datetime = field(default_factory=utcnow)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "created": self.created.isoformat()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ExperimentSpec:
+        return cls(name=data["name"], created=parse_time(data.get("created")) or utcnow())
+
+
+class Toolkit(str, enum.Enum):
+    """How the job's processes are started: Batch AI's horovodSettings / customMpiSettings / customToolkit."""
+
+    HOROVOD = "horovod"
+    CUSTOM_MPI = "custommpi"
+    CUSTOM = "custom"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Everything a job needs, independent of the backend. The Batch AI job.json maps onto this."""
+
+    name: str
+    experiment: str
+    cluster: str
+    node_count: int = 1
+    toolkit: Toolkit = Toolkit.HOROVOD
+    python_script: str | None = None  # horovod: a local file, a share path ($AZ_BATCHAI_... allowed), or a module
+    args: tuple[str, ...] = ()
+    command_line: str | None = None  # custommpi / custom: run through the shell on the node
+    process_count: int | None = None
+    python_interpreter: str | None = None
+    job_preparation: str | None = None
+    environment: Mapping[str, str] = field(default_factory=dict)
+    secret_environment: tuple[str, ...] = ()  # names in `environment` never written to records or logs
+    std_out_err_path_prefix: str | None = None
+    mount_path: str | None = None  # relativeMountPath of the workspace share under AZ_BATCHAI_JOB_MOUNT_ROOT
+    input_directories: Mapping[str, str] = field(default_factory=dict)
+    output_directories: Mapping[str, str] = field(default_factory=dict)
+    container_image: str | None = None
+    max_wall_clock_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        validate_name(self.name, "job name")
+        validate_name(self.experiment, "experiment name")
+        validate_name(self.cluster, "cluster name")
+        if isinstance(self.node_count, bool) or not isinstance(self.node_count, int) or self.node_count < 1:
+            raise ValidationError("node_count", self.node_count, "an integer >= 1")
+        if self.process_count is not None and (
+            isinstance(self.process_count, bool)
+            or not isinstance(self.process_count, int)
+            or self.process_count < 1
+        ):
+            raise ValidationError("process_count", self.process_count, "an integer >= 1 or None")
+        object.__setattr__(self, "toolkit", Toolkit(self.toolkit))
+        if isinstance(self.args, str):
+            raise ValidationError("args", self.args, "a list of strings, one per argument")
+        object.__setattr__(self, "args", tuple(self.args))
+        for i, arg in enumerate(self.args):
+            if not isinstance(arg, str):
+                raise ValidationError(f"args[{i}]", arg, "a string")
+        if self.toolkit is Toolkit.HOROVOD and not self.python_script:
+            raise ValidationError("python_script", self.python_script, "a script path for a Horovod job")
+        if self.toolkit is not Toolkit.HOROVOD and not self.command_line:
+            raise ValidationError("command_line", self.command_line, f"a command line for a {self.toolkit} job")
+        for key, value in self.environment.items():
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", str(key)):
+                raise ValidationError("environment", key, "variable names of letters, digits and '_'")
+            if not isinstance(value, str):
+                raise ValidationError(f"environment.{key}", value, "a string")
+        for kind, dirs in (("input_directories", self.input_directories),
+                           ("output_directories", self.output_directories)):
+            for key in dirs:
+                if not OUTPUT_ID_RE.match(str(key)):
+                    raise ValidationError(kind, key, "ids of 1-32 letters, digits and '_'")
+        if self.max_wall_clock_seconds is not None and not self.max_wall_clock_seconds > 0:
+            raise ValidationError("max_wall_clock_seconds", self.max_wall_clock_seconds, "a number > 0")
+
+    @property
+    def total_processes(self) -> int:
+        return self.process_count if self.process_count is not None else self.node_count
+
+    def to_dict(self, *, redact: bool = True) -> dict[str, Any]:
+        """A JSON-ready dict; values of secret variables are replaced unless ``redact=False``."""
+        data = dataclasses.asdict(self)
+        data["toolkit"] = self.toolkit.value
+        data["args"] = list(self.args)
+        data["secret_environment"] = list(self.secret_environment)
+        data["environment"] = {
+            k: ("***" if redact and k in self.secret_environment else v) for k, v in self.environment.items()
+        }
+        data["input_directories"] = dict(self.input_directories)
+        data["output_directories"] = dict(self.output_directories)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JobSpec:
+        known = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in known}
+        kwargs["args"] = tuple(kwargs.get("args") or ())
+        kwargs["secret_environment"] = tuple(kwargs.get("secret_environment") or ())
+        return cls(**kwargs)
+
+    def replace(self, **changes: Any) -> JobSpec:
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """The status record the job wrapper keeps on the share (``status.json``)."""
+
+    state: JobState
+    exit_code: int | None = None
+    creation_time: datetime | None = None
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+    failure_reason: str | None = None
+    nodes: tuple[str, ...] = ()
+    preparing: bool = False
+    wrapper_pid: int | None = None
+    heartbeat: datetime | None = None
+
+    @classmethod
+    def from_record(cls, data: Mapping[str, Any] | None) -> JobStatus:
+        if not data:
+            return cls(state=JobState.QUEUED)
+        return cls(
+            state=JobState.from_raw(data.get("state")),
+            exit_code=data.get("exit_code"),
+            creation_time=parse_time(data.get("creation_time")),
+            start_time=parse_time(data.get("start_time")),
+            end_time=parse_time(data.get("end_time")),
+            failure_reason=data.get("failure_reason"),
+            nodes=tuple(data.get("nodes") or ()),
+            preparing=bool(data.get("preparing")),
+            wrapper_pid=data.get("wrapper_pid"),
+            heartbeat=parse_time(data.get("heartbeat")),
+        )

@@ -1,0 +1,116 @@
+"""The small interface every backend implements: where nodes and the share come from.
+
+The object model (workspace/cluster/job) keeps its records on the share and calls only this interface;
+the job wrapper that runs on the head node gets everything it needs in a :class:`LaunchTarget`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from .._models import ClusterSpec, Node, NodeState
+from ..remote.base import Runner
+from ..share import Share
+
+
+@dataclass(frozen=True)
+class LaunchTarget:
+    """What the job wrapper on the head node needs to know about its cluster's nodes."""
+
+    nodes: tuple[Node, ...]
+    node_share_root: str  # where every node sees the workspace share's root
+    mount_root: str  # AZ_BATCHAI_MOUNT_ROOT: the share is at <mount_root>/<share name>
+    temp_root: str  # node-local directory under which AZ_BATCHAI_JOB_TEMP is made
+    python: str = "python3"  # the interpreter on the nodes
+    mpirun: str = "mpirun"
+    # How the head node runs a command on another node (argv prefix; the command follows as one
+    # argument). None: every node is this machine, commands run directly.
+    ssh_command: tuple[str, ...] | None = None
+    mpi_args: tuple[str, ...] = ()  # backend-specific mpirun options (mca parameters, rsh agent)
+    env: Mapping[str, str] = field(default_factory=dict)  # exported to every rank and to job preparation
+    num_gpus: int = 0  # per node: AZ_BATCHAI_NUM_GPUS
+    oversubscribe: bool = False  # more ranks than cores is expected (the local backend's slots)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "nodes": [
+                {"id": n.id, "address": n.address, "machine": n.machine, "slots": n.slots} for n in self.nodes
+            ],
+            "node_share_root": self.node_share_root,
+            "mount_root": self.mount_root,
+            "temp_root": self.temp_root,
+            "python": self.python,
+            "mpirun": self.mpirun,
+            "ssh_command": list(self.ssh_command) if self.ssh_command is not None else None,
+            "mpi_args": list(self.mpi_args),
+            "env": dict(self.env),
+            "num_gpus": self.num_gpus,
+            "oversubscribe": self.oversubscribe,
+        }
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    """What the backend knows of a cluster's machines.
+
+    ``node_states`` holds infrastructure states only (preparing while node setup runs, leaving,
+    unusable); nodes missing from it are available, and the object model decides idle vs running from
+    the job records on the share.
+    """
+
+    resizing: bool
+    nodes: tuple[Node, ...]
+    node_states: Mapping[str, NodeState] = field(default_factory=dict)
+    reasons: Mapping[str, str] = field(default_factory=dict)  # node id → why it is unusable
+
+
+class Backend(ABC):
+    """Nodes and a share. Implementations: LocalBackend, SSHBackend, AzureBackend."""
+
+    kind: ClassVar[str]
+    workspace: str
+    share: Share
+
+    def describe(self) -> dict[str, Any]:
+        """Facts for reprs and ``workspace show`` (never secrets)."""
+        return {"kind": self.kind, "workspace": self.workspace, "share": self.share.name}
+
+    @abstractmethod
+    def create_cluster(self, spec: ClusterSpec, *, timeout: float | None = None) -> None:
+        """Provision ``spec.nodes`` machines (may return while they are still being made)."""
+
+    @abstractmethod
+    def resize_cluster(self, spec: ClusterSpec, nodes: int, *, timeout: float | None = None) -> None:
+        """Change the cluster's target size (0 allowed)."""
+
+    @abstractmethod
+    def delete_cluster(self, spec: ClusterSpec) -> None:
+        """Remove the cluster's machines and what only they used; no error when already gone."""
+
+    @abstractmethod
+    def cluster_status(self, spec: ClusterSpec) -> ClusterStatus:
+        """Current machines of the cluster and their infrastructure states."""
+
+    @abstractmethod
+    def prepare(self, spec: ClusterSpec, nodes: tuple[Node, ...]) -> None:
+        """Make ``nodes`` ready for a job: reachable (else NodeError naming each node), node setup done.
+
+        Idempotent; raises before anything of the job has started.
+        """
+
+    @abstractmethod
+    def launch_target(self, spec: ClusterSpec, nodes: tuple[Node, ...]) -> LaunchTarget:
+        """The facts the job wrapper needs to start ranks on ``nodes`` (the first is the head)."""
+
+    @abstractmethod
+    def head_runner(self, spec: ClusterSpec, nodes: tuple[Node, ...]) -> Runner:
+        """A runner on the job's head node, where the wrapper starts detached."""
+
+    def delete(self) -> None:  # noqa: B027 - backends with cloud resources override
+        """Remove what the workspace created outside its records (cloud resources)."""
+
+    def close(self) -> None:  # noqa: B027
+        """Release connections."""

@@ -1,0 +1,144 @@
+"""One root, :class:`BatchAIError`; typed children carry the data a caller needs to react.
+
+Lower-layer errors (paramiko, azure-core, OSError) are translated at the boundary with
+``raise ... from exc`` so that callers catch one family. No message ever contains a secret.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class BatchAIError(Exception):
+    """Root of every error batchai_sdk raises on purpose."""
+
+
+class ValidationError(BatchAIError, ValueError):
+    """A value given by the caller is not acceptable. ``field`` names it, ``expected`` says what would be."""
+
+    def __init__(self, field: str, value: Any, expected: str) -> None:
+        self.field = field
+        self.value = value
+        self.expected = expected
+        shown = repr(value)
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        super().__init__(f"invalid {field}: {shown}; expected {expected}")
+
+
+class NotFoundError(BatchAIError, LookupError):
+    """A named resource (experiment, cluster, job, file) does not exist."""
+
+    def __init__(self, kind: str, name: str, where: str | None = None) -> None:
+        self.kind = kind
+        self.name = name
+        self.where = where
+        suffix = f" in {where}" if where else ""
+        super().__init__(f"{kind} {name!r} not found{suffix}")
+
+
+class AlreadyExistsError(BatchAIError):
+    def __init__(self, kind: str, name: str, where: str | None = None) -> None:
+        self.kind = kind
+        self.name = name
+        self.where = where
+        suffix = f" in {where}" if where else ""
+        super().__init__(f"{kind} {name!r} already exists{suffix}")
+
+
+class ClusterBusyError(BatchAIError):
+    """The cluster runs jobs; the operation needs ``force=True`` (which terminates them)."""
+
+    def __init__(self, cluster: str, jobs: list[str]) -> None:
+        self.cluster = cluster
+        self.jobs = jobs
+        super().__init__(
+            f"cluster {cluster!r} is running job(s) {', '.join(jobs)}; terminate them first or pass force=True"
+        )
+
+
+class CapacityError(BatchAIError):
+    """More nodes asked of a cluster than it has."""
+
+    def __init__(self, cluster: str, requested: int, available: int) -> None:
+        self.cluster = cluster
+        self.requested = requested
+        self.available = available
+        super().__init__(
+            f"node_count {requested} exceeds cluster {cluster!r}'s {available} node(s); "
+            f"resize the cluster or ask for fewer nodes"
+        )
+
+
+class JobFailedError(BatchAIError):
+    """Raised by ``Job.wait(raise_on_failure=True)`` when the job did not succeed."""
+
+    def __init__(self, job: str, state: str, exit_code: int | None, reason: str | None) -> None:
+        self.job = job
+        self.state = state
+        self.exit_code = exit_code
+        self.reason = reason
+        super().__init__(f"job {job!r} {state} (exit code {exit_code}): {reason or 'no reason recorded'}")
+
+
+class TimeoutError(BatchAIError, TimeoutError):  # noqa: A001 - subclass of the builtin on purpose
+    """A blocking call passed its ``timeout``."""
+
+    def __init__(self, what: str, timeout: float) -> None:
+        self.what = what
+        self.timeout = timeout
+        super().__init__(f"timed out after {timeout:g}s waiting for {what}")
+
+
+class NodeError(BatchAIError):
+    """One or more nodes failed an operation. ``failures`` maps node → reason; ``succeeded`` lists the rest."""
+
+    def __init__(self, operation: str, failures: dict[str, str], succeeded: list[str] | None = None) -> None:
+        self.operation = operation
+        self.failures = failures
+        self.succeeded = succeeded or []
+        detail = "; ".join(f"{node}: {why}" for node, why in failures.items())
+        super().__init__(f"{operation} failed on {len(failures)} node(s): {detail}")
+
+
+class HostKeyError(BatchAIError):
+    """A node's SSH host key is unknown (and trust on first use is off) or has changed."""
+
+    def __init__(self, host: str, reason: str, fingerprint: str | None = None) -> None:
+        self.host = host
+        self.reason = reason
+        self.fingerprint = fingerprint
+        fp = f" (key {fingerprint})" if fingerprint else ""
+        super().__init__(f"host key for {host} refused: {reason}{fp}")
+
+
+class BackendError(BatchAIError):
+    """A backend (SSH, Azure) failed; ``code`` carries the backend's own error code when there is one."""
+
+    def __init__(self, message: str, *, code: str | None = None, status: int | None = None) -> None:
+        self.code = code
+        self.status = status
+        super().__init__(message)
+
+
+class AzureError(BackendError):
+    """An Azure operation failed; ``code`` is the ARM/Storage error code (e.g. QuotaExceeded)."""
+
+
+class ShareError(BatchAIError):
+    """A file share operation failed (missing file, permission, transport)."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        self.path = path
+        super().__init__(message)
+
+
+class BatchAIJsonError(ValidationError):
+    """A job.json is malformed: ``field`` is the JSON path (e.g. ``properties.nodeCount``)."""
+
+
+class MissingExtraError(BatchAIError, ImportError):
+    def __init__(self, package: str, extra: str) -> None:
+        self.package = package
+        self.extra = extra
+        super().__init__(f"{package} is not installed; install it with: pip install 'batchai_sdk[{extra}]'")

@@ -1,0 +1,265 @@
+"""The workspace's file share as the client sees it: a directory, an SFTP path, or an Azure file share.
+
+Paths are POSIX, relative to the share's root, and never escape it. Every implementation provides the
+small set of primitives at the bottom of :class:`Share`; directory uploads, JSON records and text helpers
+are built on them once, here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import shutil
+import tempfile
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ._models import FileInfo
+from .exceptions import NotFoundError, ShareError, ValidationError
+
+Progress = Callable[[int], None]  # called with the number of bytes just transferred
+
+
+def normalize(path: str | os.PathLike[str]) -> str:
+    """``"a//b/./c/"`` → ``"a/b/c"``; ``""`` is the root. Refuses absolute paths and ``..`` escapes."""
+    raw = os.fspath(path).replace("\\", "/")
+    if raw.startswith("/"):
+        raise ValidationError("path", raw, "a path relative to the share's root")
+    norm = posixpath.normpath(raw) if raw else ""
+    if norm in (".", ""):
+        return ""
+    if norm == ".." or norm.startswith("../"):
+        raise ValidationError("path", raw, "a path inside the share (no '..' above its root)")
+    return norm
+
+
+def join(*parts: str) -> str:
+    return normalize(posixpath.join(*[p for p in parts if p]))
+
+
+class Share(ABC):
+    """A file share. ``name`` is what jobs see under their mount root."""
+
+    name: str
+
+    # -- built on the primitives -------------------------------------------------------------------
+    def exists(self, path: str) -> bool:
+        return self.stat(path) is not None
+
+    def read_text(self, path: str) -> str:
+        return self.read_bytes(path).decode("utf-8", errors="replace")
+
+    def write_text(self, path: str, text: str) -> None:
+        self.write_bytes(path, text.encode("utf-8"))
+
+    def read_json(self, path: str) -> Any:
+        try:
+            return json.loads(self.read_bytes(path))
+        except json.JSONDecodeError as exc:
+            raise ShareError(f"{path} on share {self.name!r} is not valid JSON: {exc}", path) from exc
+
+    def read_json_or_none(self, path: str) -> Any:
+        try:
+            return self.read_json(path)
+        except NotFoundError:
+            return None
+
+    def write_json(self, path: str, data: Any) -> None:
+        self.write_bytes(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+
+    def size(self, path: str) -> int:
+        info = self.stat(path)
+        if info is None or info.is_dir:
+            raise NotFoundError("file", normalize(path), f"share {self.name!r}")
+        return info.size or 0
+
+    def upload(self, source: str | os.PathLike[str], path: str, *, progress: Progress | None = None) -> str:
+        """Upload a local file or directory (recursively) to ``path``; returns the share path."""
+        src = Path(source).expanduser()
+        dest = normalize(path)
+        if src.is_dir():
+            self.mkdir(dest)
+            for root, dirs, files in os.walk(src):
+                rel = Path(root).relative_to(src).as_posix()
+                base = join(dest, "" if rel == "." else rel)
+                for d in sorted(dirs):
+                    self.mkdir(join(base, d))
+                for f in sorted(files):
+                    self._upload_file(Path(root) / f, join(base, f), progress)
+        elif src.is_file():
+            parent = posixpath.dirname(dest)
+            if parent:
+                self.mkdir(parent)
+            self._upload_file(src, dest, progress)
+        else:
+            raise NotFoundError("local file", str(src))
+        return dest
+
+    def download(
+        self, path: str, dest: str | os.PathLike[str], *, progress: Progress | None = None
+    ) -> Path:
+        """Download a file (or a directory, recursively) to ``dest``; an existing directory receives it.
+
+        Written to a temporary name and renamed, so an interrupted download leaves no half file.
+        """
+        src = normalize(path)
+        info = self.stat(src)
+        if info is None:
+            raise NotFoundError("file", src, f"share {self.name!r}")
+        target = Path(dest).expanduser()
+        if target.is_dir():
+            target = target / posixpath.basename(src)
+        if info.is_dir:
+            target.mkdir(parents=True, exist_ok=True)
+            for entry in self.list(src):
+                self.download(join(src, entry.name), target / entry.name, progress=progress)
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                self._download_file(src, out, progress)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return target
+
+    def walk(self, path: str = "") -> list[tuple[str, FileInfo]]:
+        """Every file below ``path`` as (share path, info), depth first."""
+        out: list[tuple[str, FileInfo]] = []
+        for entry in self.list(path):
+            full = join(path, entry.name)
+            if entry.is_dir:
+                out.extend(self.walk(full))
+            else:
+                out.append((full, entry))
+        return out
+
+    # -- primitives ----------------------------------------------------------------------------------
+    @abstractmethod
+    def stat(self, path: str) -> FileInfo | None:
+        """Info of one file or directory, None when it does not exist."""
+
+    @abstractmethod
+    def list(self, path: str = "") -> list[FileInfo]:
+        """Entries of a directory, sorted by name. Raises NotFoundError when it does not exist."""
+
+    @abstractmethod
+    def mkdir(self, path: str) -> None:
+        """Create a directory and its parents; no error when it exists."""
+
+    @abstractmethod
+    def read_bytes(self, path: str, offset: int = 0, length: int | None = None) -> bytes:
+        """``length`` bytes from ``offset`` (all to the end when None); fewer at the end; b"" past it."""
+
+    @abstractmethod
+    def write_bytes(self, path: str, data: bytes) -> None:
+        """Create or replace a file, creating its parent directories."""
+
+    @abstractmethod
+    def delete(self, path: str, *, recursive: bool = False) -> None:
+        """Remove a file or (with recursive) a directory tree; no error when already gone."""
+
+    @abstractmethod
+    def _upload_file(self, source: Path, path: str, progress: Progress | None) -> None: ...
+
+    @abstractmethod
+    def _download_file(self, path: str, out: Any, progress: Progress | None) -> None: ...
+
+
+class LocalShare(Share):
+    """A directory on this machine (the local backend's share; also a mount the client sees)."""
+
+    def __init__(self, root: str | os.PathLike[str], name: str = "share") -> None:
+        self.root = Path(root).expanduser().resolve()
+        self.name = name
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def __repr__(self) -> str:
+        return f"LocalShare({str(self.root)!r})"
+
+    def local_path(self, path: str) -> Path:
+        return self.root / normalize(path) if normalize(path) else self.root
+
+    def stat(self, path: str) -> FileInfo | None:
+        p = self.local_path(path)
+        try:
+            st = p.stat()
+        except FileNotFoundError:
+            return None
+        is_dir = p.is_dir()
+        return FileInfo(
+            name=p.name if normalize(path) else "",
+            type="directory" if is_dir else "file",
+            size=None if is_dir else st.st_size,
+            modified=datetime.fromtimestamp(st.st_mtime, timezone.utc),
+        )
+
+    def list(self, path: str = "") -> list[FileInfo]:
+        p = self.local_path(path)
+        if not p.is_dir():
+            raise NotFoundError("directory", normalize(path) or "/", f"share {self.name!r}")
+        out = []
+        for child in sorted(p.iterdir(), key=lambda c: c.name):
+            info = self.stat(join(normalize(path), child.name))
+            if info is not None:
+                out.append(info)
+        return out
+
+    def mkdir(self, path: str) -> None:
+        self.local_path(path).mkdir(parents=True, exist_ok=True)
+
+    def read_bytes(self, path: str, offset: int = 0, length: int | None = None) -> bytes:
+        p = self.local_path(path)
+        try:
+            with p.open("rb") as f:
+                f.seek(offset)
+                return f.read() if length is None else f.read(length)
+        except (FileNotFoundError, IsADirectoryError):
+            raise NotFoundError("file", normalize(path), f"share {self.name!r}") from None
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        p = self.local_path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, p)
+
+    def delete(self, path: str, *, recursive: bool = False) -> None:
+        p = self.local_path(path)
+        if p.is_dir() and not p.is_symlink():
+            if recursive:
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.rmdir()
+        else:
+            p.unlink(missing_ok=True)
+
+    def _upload_file(self, source: Path, path: str, progress: Progress | None) -> None:
+        dest = self.local_path(path)
+        tmp = dest.with_name(f".{dest.name}.part")
+        with source.open("rb") as src, tmp.open("wb") as out:
+            _copy(src, out, progress)
+        shutil.copymode(source, tmp)
+        os.replace(tmp, dest)
+
+    def _download_file(self, path: str, out: Any, progress: Progress | None) -> None:
+        with self.local_path(path).open("rb") as src:
+            _copy(src, out, progress)
+
+
+def _copy(src: Any, out: Any, progress: Progress | None, chunk: int = 1 << 20) -> None:
+    while True:
+        buf = src.read(chunk)
+        if not buf:
+            return
+        out.write(buf)
+        if progress is not None:
+            progress(len(buf))
