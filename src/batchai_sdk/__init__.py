@@ -1,10 +1,82 @@
-"""batchai_sdk: Azure Batch AI's distributed-training workflow, client-side."""
+"""batchai_sdk: Azure Batch AI's distributed-training workflow, client-side.
+
+>>> from batchai_sdk import Workspace
+>>> ws = Workspace.local(root="./.batchai")
+"""
 
 from __future__ import annotations
 
-from ._models import ClusterState, FileInfo, JobSpec, JobState, NodeCounts, VmPriority
-from .exceptions import BatchAIError
+import logging
+
+from ._models import (
+    ClusterSpec,
+    ClusterState,
+    FileInfo,
+    JobSpec,
+    JobState,
+    JobStatus,
+    NodeCounts,
+    NodeState,
+    Toolkit,
+    VmPriority,
+)
+from .cluster import Cluster
+from .exceptions import (
+    AlreadyExistsError,
+    AzureError,
+    BackendError,
+    BatchAIError,
+    BatchAIJsonError,
+    CapacityError,
+    ClusterBusyError,
+    HostKeyError,
+    JobFailedError,
+    MissingExtraError,
+    NodeError,
+    NotFoundError,
+    ShareError,
+    TimeoutError,
+    ValidationError,
+)
+from .experiment import Experiment
+from .job import Job
+from .share import Share
+from .workspace import Workspace
+
+logging.getLogger("batchai_sdk").addHandler(logging.NullHandler())
 
 __version__ = "0.1.0"
 
-__all__ = ["BatchAIError", "ClusterState", "FileInfo", "JobSpec", "JobState", "NodeCounts", "VmPriority"]
+__all__ = [
+    "AlreadyExistsError",
+    "AzureError",
+    "BackendError",
+    "BatchAIError",
+    "BatchAIJsonError",
+    "CapacityError",
+    "Cluster",
+    "ClusterBusyError",
+    "ClusterSpec",
+    "ClusterState",
+    "Experiment",
+    "FileInfo",
+    "HostKeyError",
+    "Job",
+    "JobFailedError",
+    "JobSpec",
+    "JobState",
+    "JobStatus",
+    "MissingExtraError",
+    "NodeCounts",
+    "NodeError",
+    "NodeState",
+    "NotFoundError",
+    "Share",
+    "ShareError",
+    "TimeoutError",
+    "Toolkit",
+    "ValidationError",
+    "VmPriority",
+    "Workspace",
+    "__version__",
+]

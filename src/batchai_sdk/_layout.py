@@ -10,7 +10,7 @@
     .batchai/experiments/<exp>/jobs/<job>/status.json  state, exit code, times, failure reason (wrapper)
     .batchai/experiments/<exp>/jobs/<job>/wd/          the uploaded script: the ranks' working directory
     .batchai/experiments/<exp>/jobs/<job>/run/         wrapper, launch config, hostfile, wrapper log
-    <prefix>/experiments/<exp>/jobs/<job>/stdouterr/   stdout.txt, stderr.txt, execution-<node>.log, job prep logs
+    <prefix>/experiments/<exp>/jobs/<job>/stdouterr/   stdout.txt, stderr.txt, execution-<node>.log, prep logs
     <prefix>/experiments/<exp>/jobs/<job>/outputs/<ID> output directories (AZ_BATCHAI_OUTPUT_<ID>)
 
 ``<prefix>`` is the job's ``std_out_err_path_prefix`` made share-relative, ``.batchai`` by default —

@@ -23,9 +23,7 @@ OUTPUT_ID_RE = re.compile(r"^[A-Za-z0-9_]{1,32}$")
 def validate_name(value: object, field_name: str = "name") -> str:
     """Batch AI's resource-name rule: 1-64 letters, digits, ``-`` and ``_``."""
     if not isinstance(value, str) or not NAME_RE.match(value):
-        raise ValidationError(
-            field_name, value, "1-64 characters, each a letter, a digit, '-' or '_'"
-        )
+        raise ValidationError(field_name, value, "1-64 characters, each a letter, a digit, '-' or '_'")
     return value
 
 
@@ -244,7 +242,9 @@ class JobSpec:
     cluster: str
     node_count: int = 1
     toolkit: Toolkit = Toolkit.HOROVOD
-    python_script: str | None = None  # horovod: a local file, a share path ($AZ_BATCHAI_... allowed), or a module
+    python_script: str | None = (
+        None  # horovod: a local file, a share path ($AZ_BATCHAI_... allowed), or a module
+    )
     args: tuple[str, ...] = ()
     command_line: str | None = None  # custommpi / custom: run through the shell on the node
     process_count: int | None = None
@@ -281,14 +281,18 @@ class JobSpec:
         if self.toolkit is Toolkit.HOROVOD and not self.python_script:
             raise ValidationError("python_script", self.python_script, "a script path for a Horovod job")
         if self.toolkit is not Toolkit.HOROVOD and not self.command_line:
-            raise ValidationError("command_line", self.command_line, f"a command line for a {self.toolkit} job")
+            raise ValidationError(
+                "command_line", self.command_line, f"a command line for a {self.toolkit} job"
+            )
         for key, value in self.environment.items():
             if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", str(key)):
                 raise ValidationError("environment", key, "variable names of letters, digits and '_'")
             if not isinstance(value, str):
                 raise ValidationError(f"environment.{key}", value, "a string")
-        for kind, dirs in (("input_directories", self.input_directories),
-                           ("output_directories", self.output_directories)):
+        for kind, dirs in (
+            ("input_directories", self.input_directories),
+            ("output_directories", self.output_directories),
+        ):
             for key in dirs:
                 if not OUTPUT_ID_RE.match(str(key)):
                     raise ValidationError(kind, key, "ids of 1-32 letters, digits and '_'")

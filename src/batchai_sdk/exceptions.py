@@ -6,6 +6,7 @@ Lower-layer errors (paramiko, azure-core, OSError) are translated at the boundar
 
 from __future__ import annotations
 
+import builtins
 from typing import Any
 
 
@@ -53,7 +54,8 @@ class ClusterBusyError(BatchAIError):
         self.cluster = cluster
         self.jobs = jobs
         super().__init__(
-            f"cluster {cluster!r} is running job(s) {', '.join(jobs)}; terminate them first or pass force=True"
+            f"cluster {cluster!r} is running job(s) {', '.join(jobs)}; "
+            "terminate them first or pass force=True"
         )
 
 
@@ -81,7 +83,7 @@ class JobFailedError(BatchAIError):
         super().__init__(f"job {job!r} {state} (exit code {exit_code}): {reason or 'no reason recorded'}")
 
 
-class TimeoutError(BatchAIError, TimeoutError):  # noqa: A001 - subclass of the builtin on purpose
+class TimeoutError(BatchAIError, TimeoutError):
     """A blocking call passed its ``timeout``."""
 
     def __init__(self, what: str, timeout: float) -> None:
@@ -90,8 +92,11 @@ class TimeoutError(BatchAIError, TimeoutError):  # noqa: A001 - subclass of the 
         super().__init__(f"timed out after {timeout:g}s waiting for {what}")
 
 
+TimeoutError = BatchAITimeoutError  # noqa: A001 - batchai_sdk.TimeoutError; also a builtins.TimeoutError
+
+
 class NodeError(BatchAIError):
-    """One or more nodes failed an operation. ``failures`` maps node → reason; ``succeeded`` lists the rest."""
+    """Nodes failed an operation. ``failures`` maps node → reason; ``succeeded`` lists the rest."""
 
     def __init__(self, operation: str, failures: dict[str, str], succeeded: list[str] | None = None) -> None:
         self.operation = operation

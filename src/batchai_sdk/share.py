@@ -71,6 +71,9 @@ class Share(ABC):
     def write_json(self, path: str, data: Any) -> None:
         self.write_bytes(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8"))
 
+    def restrict(self, path: str) -> None:  # noqa: B027 - a no-op where the share has no POSIX modes
+        """Make a file readable by its owner only (0600) where the share supports it (secret files)."""
+
     def size(self, path: str) -> int:
         info = self.stat(path)
         if info is None or info.is_dir:
@@ -99,9 +102,7 @@ class Share(ABC):
             raise NotFoundError("local file", str(src))
         return dest
 
-    def download(
-        self, path: str, dest: str | os.PathLike[str], *, progress: Progress | None = None
-    ) -> Path:
+    def download(self, path: str, dest: str | os.PathLike[str], *, progress: Progress | None = None) -> Path:
         """Download a file (or a directory, recursively) to ``dest``; an existing directory receives it.
 
         Written to a temporary name and renamed, so an interrupted download leaves no half file.
@@ -231,6 +232,9 @@ class LocalShare(Share):
             f.write(data)
         os.chmod(tmp, 0o644)
         os.replace(tmp, p)
+
+    def restrict(self, path: str) -> None:
+        os.chmod(self.local_path(path), 0o600)
 
     def delete(self, path: str, *, recursive: bool = False) -> None:
         p = self.local_path(path)

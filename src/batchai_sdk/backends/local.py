@@ -31,7 +31,7 @@ class LocalBackend(Backend):
         self.workspace = name
         self.root.mkdir(parents=True, exist_ok=True)
         self.mount_root = self.root / "mounts"
-        self.share = LocalShare(self.mount_root / "share", name="share")
+        self.share: LocalShare = LocalShare(self.mount_root / "share", name="share")
         self.temp_root = self.root / "tmp"
         self.hostname = socket.gethostname().split(".")[0] or "localhost"
 
@@ -77,6 +77,15 @@ class LocalBackend(Backend):
             num_gpus=0,
             oversubscribe=True,
         )
+
+    def delete(self) -> None:
+        """Remove the share and temp folders this backend made under ``root`` (never other files)."""
+        for made in (self.mount_root, self.temp_root):
+            shutil.rmtree(made, ignore_errors=True)
+        try:
+            self.root.rmdir()
+        except OSError:
+            pass
 
     def head_runner(self, spec: ClusterSpec, nodes: tuple[Node, ...]) -> LocalRunner:
         return LocalRunner(nodes[0].id if nodes else "localhost")

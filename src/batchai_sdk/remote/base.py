@@ -85,7 +85,7 @@ def run_on_all(
             node = futures[fut]
             try:
                 res = fut.result()
-            except Exception as exc:  # noqa: BLE001 - reported per node
+            except Exception as exc:
                 failures[node] = str(exc) or type(exc).__name__
                 continue
             results[node] = res

@@ -33,7 +33,7 @@ class LocalRunner(Runner):
     def start_detached(self, command: str, *, log_path: str) -> None:
         os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
         with open(log_path, "ab") as log:
-            subprocess.Popen(  # noqa: S602 - command is built with shlex.quote by launch.py
+            subprocess.Popen(
                 ["/bin/sh", "-c", command],
                 stdin=subprocess.DEVNULL,
                 stdout=log,

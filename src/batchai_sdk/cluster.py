@@ -1,0 +1,182 @@
+"""A cluster: a named set of nodes of one VM size. Thin — the backend owns the machines."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from . import _layout as layout
+from ._models import (
+    ClusterSpec,
+    ClusterState,
+    JobState,
+    NodeCounts,
+    NodeState,
+    count_nodes,
+    validate_node_target,
+)
+from .backends.base import ClusterStatus
+from .exceptions import ClusterBusyError, NotFoundError
+from .exceptions import TimeoutError as BatchAITimeout
+
+if TYPE_CHECKING:
+    from .job import Job
+    from .workspace import Workspace
+
+
+class Cluster:
+    """Handle on a cluster; every property reads the current state (nothing is cached but the spec)."""
+
+    def __init__(self, workspace: Workspace, spec: ClusterSpec) -> None:
+        self.workspace = workspace
+        self._spec = spec
+
+    @property
+    def name(self) -> str:
+        return self._spec.name
+
+    @property
+    def spec(self) -> ClusterSpec:
+        return self._spec
+
+    @property
+    def vm_size(self) -> str:
+        return self._spec.vm_size
+
+    @property
+    def vm_priority(self) -> str:
+        return self._spec.vm_priority.value
+
+    @property
+    def target_nodes(self) -> int:
+        return self._spec.nodes
+
+    def refresh(self) -> Cluster:
+        data = self.workspace.share.read_json_or_none(layout.cluster_record(self.name))
+        if data is None:
+            raise NotFoundError("cluster", self.name, f"workspace {self.workspace.name!r}")
+        self._spec = ClusterSpec.from_dict(data)
+        return self
+
+    # -- state ------------------------------------------------------------------------------------------
+    def _status(self) -> ClusterStatus:
+        return self.workspace.backend.cluster_status(self._spec)
+
+    @property
+    def state(self) -> ClusterState:
+        st = self._status()
+        if st.resizing or len(st.nodes) != self._spec.nodes:
+            return ClusterState.RESIZING
+        return ClusterState.STEADY
+
+    def node_states(self) -> dict[str, NodeState]:
+        """Each node's state: the backend's (preparing, leaving, unusable) or, from the share's node
+        claims, running / preparing (job preparation) / idle."""
+        st = self._status()
+        claims = self._claims()
+        out: dict[str, NodeState] = {}
+        for node in st.nodes:
+            if node.id in st.node_states:
+                out[node.id] = st.node_states[node.id]
+            elif node.id in claims:
+                out[node.id] = NodeState.PREPARING if claims[node.id] == "preparing" else NodeState.RUNNING
+            else:
+                out[node.id] = NodeState.IDLE
+        return out
+
+    @property
+    def node_counts(self) -> NodeCounts:
+        return count_nodes(list(self.node_states().values()))
+
+    def _claims(self) -> dict[str, str]:
+        """node id → phase, for claims held by jobs that have not ended."""
+        share = self.workspace.share
+        try:
+            entries = share.list(layout.claims_dir(self.name))
+        except NotFoundError:
+            return {}
+        out: dict[str, str] = {}
+        for entry in entries:
+            if not entry.name.endswith(".json"):
+                continue
+            holder = share.read_json_or_none(f"{layout.claims_dir(self.name)}/{entry.name}")
+            if not holder:
+                continue
+            job = self._job_of_claim(holder)
+            if job is not None and not job.state.ended:
+                out[entry.name[: -len(".json")]] = holder.get("phase", "running")
+        return out
+
+    def _job_of_claim(self, holder: dict[str, Any]) -> Job | None:
+        exp_name, _, job_name = str(holder.get("job", "")).partition("/")
+        try:
+            return self.workspace.get_experiment(exp_name).get_job(job_name)
+        except NotFoundError:
+            return None
+
+    def active_jobs(self) -> list[Job]:
+        """Jobs on this cluster that are queued or running."""
+        out = []
+        for exp in self.workspace.list_experiments():
+            for job in exp.list_jobs():
+                if job.spec.cluster == self.name and not job.state.ended:
+                    out.append(job)
+        return out
+
+    # -- operations -------------------------------------------------------------------------------------
+    def resize(self, nodes: int, *, timeout: float | None = None, wait: bool = False) -> Cluster:
+        """Set the target node count (0 releases every node); with ``wait``, block until steady."""
+        validate_node_target(nodes, "nodes")
+        old = self._spec
+        new = ClusterSpec.from_dict({**old.to_dict(), "nodes": nodes})
+        self.workspace.backend.resize_cluster(old, nodes, timeout=timeout)
+        self.workspace.share.write_json(layout.cluster_record(self.name), new.to_dict())
+        self._spec = new
+        if wait:
+            self.wait_until_steady(timeout=timeout)
+        return self
+
+    def delete(self, *, force: bool = False, timeout: float | None = 60) -> None:
+        """Remove the cluster. Refused while it runs jobs unless ``force`` (which terminates them)."""
+        active = self.active_jobs()
+        if active and not force:
+            raise ClusterBusyError(self.name, [f"{j.experiment.name}/{j.name}" for j in active])
+        for job in active:
+            job.terminate(timeout=timeout)
+        self.workspace.backend.delete_cluster(self._spec)
+        self.workspace.share.delete(layout.cluster_dir(self.name), recursive=True)
+
+    def wait_until_steady(self, timeout: float | None = None, *, poll_interval: float = 2.0) -> Cluster:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.state is not ClusterState.STEADY:
+            if deadline is not None and time.monotonic() > deadline:
+                raise BatchAITimeout(f"cluster {self.name!r} to become steady", timeout or 0)
+            time.sleep(poll_interval)
+        return self
+
+    # -- views ------------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        counts = self.node_counts
+        return {
+            "name": self.name,
+            "workspace": self.workspace.name,
+            "vmSize": self.vm_size.upper(),
+            "vmPriority": self.vm_priority,
+            "targetNodeCount": self._spec.nodes,
+            "allocationState": self.state.value,
+            "currentNodeCount": counts.total,
+            "nodeStateCounts": counts.to_batchai(),
+            "creationTime": self._spec.created.isoformat(),
+        }
+
+    def __repr__(self) -> str:
+        return f"Cluster({self.name!r}, vm_size={self.vm_size!r}, nodes={self._spec.nodes})"
+
+    def _repr_html_(self) -> str:
+        from ._display import cluster_html
+
+        return cluster_html(self)
+
+
+def job_state_ended(state: JobState) -> bool:
+    return state.ended

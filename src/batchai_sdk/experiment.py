@@ -1,0 +1,132 @@
+"""An experiment: a named group of jobs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from . import _layout as layout
+from ._models import ExperimentSpec, JobSpec, Toolkit
+from .exceptions import AlreadyExistsError, NotFoundError
+
+if TYPE_CHECKING:
+    from .cluster import Cluster
+    from .job import Job
+    from .workspace import Workspace
+
+
+class Experiment:
+    def __init__(self, workspace: Workspace, spec: ExperimentSpec) -> None:
+        self.workspace = workspace
+        self.spec = spec
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def create_job(
+        self,
+        name: str,
+        *,
+        cluster: Cluster | str,
+        node_count: int = 1,
+        python_script: str | os.PathLike[str] | None = None,
+        args: Sequence[str] = (),
+        process_count: int | None = None,
+        job_preparation: str | None = None,
+        environment: Mapping[str, str] | None = None,
+        secrets: Mapping[str, str] | None = None,
+        std_out_err_path_prefix: str | None = None,
+        command_line: str | None = None,
+        toolkit: Toolkit | str | None = None,
+        python_interpreter: str | None = None,
+        mount_path: str | None = None,
+        input_directories: Mapping[str, str] | None = None,
+        output_directories: Mapping[str, str] | None = None,
+        container_image: str | None = None,
+        max_wall_clock_time: float | None = None,
+    ) -> Job:
+        """Describe a job (nothing runs until :meth:`Job.submit`).
+
+        ``python_script`` is a local file (uploaded at submit), a path on the share written with
+        ``$AZ_BATCHAI_JOB_MOUNT_ROOT/...``, or a module name such as ``"batchai_sdk.train.cifar10"``
+        (its file is uploaded). ``args`` may use ``$VARS``: they are expanded on the node.
+        ``secrets`` are environment variables never written to records or logs.
+        """
+
+        cluster_name = cluster if isinstance(cluster, str) else cluster.name
+        env = dict(environment or {})
+        env.update(secrets or {})
+        kind = (
+            Toolkit(toolkit) if toolkit else (Toolkit.HOROVOD if command_line is None else Toolkit.CUSTOM_MPI)
+        )
+        spec = JobSpec(
+            name=name,
+            experiment=self.name,
+            cluster=cluster_name,
+            node_count=node_count,
+            toolkit=kind,
+            python_script=os.fspath(python_script) if python_script is not None else None,
+            args=tuple(args) if not isinstance(args, str) else args,  # type: ignore[arg-type]
+            command_line=command_line,
+            process_count=process_count,
+            python_interpreter=python_interpreter,
+            job_preparation=job_preparation,
+            environment=env,
+            secret_environment=tuple(sorted(secrets or {})),
+            std_out_err_path_prefix=std_out_err_path_prefix,
+            mount_path=mount_path,
+            input_directories=dict(input_directories or {}),
+            output_directories=dict(output_directories or {}),
+            container_image=container_image,
+            max_wall_clock_seconds=max_wall_clock_time,
+        )
+        return self.job_from_spec(spec)
+
+    def job_from_spec(self, spec: JobSpec) -> Job:
+        """A Job for ``spec`` (checked against the workspace: cluster, capacity, name, script)."""
+        from .job import Job
+
+        if spec.experiment != self.name:
+            spec = spec.replace(experiment=self.name)
+        if self.workspace.share.exists(layout.job_record(self.name, spec.name)):
+            raise AlreadyExistsError("job", spec.name, f"experiment {self.name!r}")
+        job = Job(self, spec)
+        job.check()
+        return job
+
+    def get_job(self, name: str) -> Job:
+        from .job import Job
+
+        return Job.attach(self, name)
+
+    def list_jobs(self) -> list[Job]:
+        from .job import Job
+
+        try:
+            entries = self.workspace.share.list(layout.jobs_dir(self.name))
+        except NotFoundError:
+            return []
+        jobs = []
+        for entry in entries:
+            if entry.is_dir:
+                try:
+                    jobs.append(Job.attach(self, entry.name))
+                except NotFoundError:
+                    continue  # a job being created right now, or a stray folder
+        return jobs
+
+    def delete_job(self, name: str, *, force: bool = False) -> None:
+        """Delete a job's records and logs. A job that has not ended is refused unless ``force``."""
+        self.get_job(name).delete(force=force)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "workspace": self.workspace.name,
+            "creationTime": self.spec.created.isoformat(),
+        }
+
+    def __repr__(self) -> str:
+        return f"Experiment({self.name!r})"

@@ -1,0 +1,443 @@
+"""A job handle: submit, follow and fetch. Everything it reads comes from the share, so any process
+can re-attach with ``experiment.get_job(name)`` while the job runs on its own."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import posixpath
+import sys
+import time
+from collections import deque
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from . import _layout as layout
+from ._models import JobSpec, JobState, JobStatus, Toolkit, utcnow
+from .exceptions import (
+    AlreadyExistsError,
+    BackendError,
+    BatchAIError,
+    CapacityError,
+    JobFailedError,
+    NotFoundError,
+    ValidationError,
+)
+from .exceptions import TimeoutError as BatchAITimeout
+from .launch import JobPaths, launch_config, on_node, share_relative, wrapper_command
+from .share import join
+
+if TYPE_CHECKING:
+    from ._models import FileInfo
+    from .experiment import Experiment
+
+log = logging.getLogger("batchai_sdk")
+
+STDOUTERR = "stdouterr"
+WRAPPER_SOURCE = Path(__file__).parent / "remote" / "job_wrapper.py"
+
+
+def resolve_local_script(script: str) -> Path | None:
+    """A local file for ``script``: the file itself, or the file of an importable module name."""
+    path = Path(script).expanduser()
+    if path.is_file():
+        return path
+    looks_like_module = (
+        "/" not in script
+        and not script.endswith(".py")
+        and script.replace(".", "").replace("_", "").isalnum()
+    )
+    if looks_like_module:
+        try:
+            found = importlib.util.find_spec(script)
+        except (ImportError, ValueError):
+            found = None
+        if found is not None and found.origin and found.origin.endswith(".py"):
+            return Path(found.origin)
+    return None
+
+
+class Job:
+    def __init__(
+        self, experiment: Experiment, spec: JobSpec, record: Mapping[str, Any] | None = None
+    ) -> None:
+        self.experiment = experiment
+        self.workspace = experiment.workspace
+        self.spec = spec
+        self._record = dict(record) if record else None
+        share_name = self.workspace.share.name
+        self.paths = (
+            JobPaths(**{**record["paths"], "outputs": record["paths"].get("outputs", {})})
+            if record
+            else JobPaths.for_spec(spec, share_name)
+        )
+
+    # -- construction -------------------------------------------------------------------------------
+    @classmethod
+    def attach(cls, experiment: Experiment, name: str) -> Job:
+        record = experiment.workspace.share.read_json_or_none(layout.job_record(experiment.name, name))
+        if record is None:
+            raise NotFoundError("job", name, f"experiment {experiment.name!r}")
+        return cls(experiment, JobSpec.from_dict(record["spec"]), record)
+
+    @classmethod
+    def from_batchai_json(
+        cls,
+        source: str | os.PathLike[str] | Mapping[str, Any],
+        *,
+        experiment: Experiment,
+        cluster: Any,
+        name: str,
+        storage_account: str | None = None,
+        storage_key: str | None = None,
+    ) -> Job:
+        """A job from a Batch AI 2018-05-01 job.json (a path, JSON text or a dict); not yet submitted."""
+        from .batchai_json import parse_job_json
+
+        spec = parse_job_json(
+            source,
+            name=name,
+            experiment=experiment.name,
+            cluster=cluster if isinstance(cluster, str) else cluster.name,
+            storage_account=storage_account,
+            storage_key=storage_key,
+        )
+        return experiment.job_from_spec(spec)
+
+    def to_batchai_json(self) -> dict[str, Any]:
+        from .batchai_json import to_job_json
+
+        return to_job_json(self.spec)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def submitted(self) -> bool:
+        return self._record is not None
+
+    # -- checks ---------------------------------------------------------------------------------------
+    def check(self) -> None:
+        """Raise a typed error for what would make submit fail: unknown cluster, capacity, missing script."""
+        cluster = self.workspace.get_cluster(self.spec.cluster)
+        if self.spec.node_count > cluster.target_nodes:
+            raise CapacityError(cluster.name, self.spec.node_count, cluster.target_nodes)
+        if self.spec.toolkit is Toolkit.HOROVOD:
+            self._script_source()
+
+    def _script_source(self) -> tuple[Path | None, str | None]:
+        """(local file to upload, share path of a script already on the share); one of them is set."""
+        script = self.spec.python_script or ""
+        share = self.workspace.share
+        if "$" in script:
+            rel = share_relative(script, mount_path=self.spec.mount_path, share_name=share.name)
+            if rel is not None and not share.exists(rel):
+                raise NotFoundError("script", script, f"share {share.name!r} (looked for {rel!r})")
+            return None, rel
+        local = resolve_local_script(script)
+        if local is None:
+            raise NotFoundError("script", script, "this machine (a file path or an importable module name)")
+        return local, None
+
+    # -- submit -----------------------------------------------------------------------------------------
+    def submit(self) -> Job:
+        """Upload the script, record the job on the share and start it detached on the cluster's head node.
+
+        Returns at once; the job runs on its own. Nodes that cannot be reached fail the call before
+        anything is written.
+        """
+        if self.submitted:
+            raise AlreadyExistsError(
+                "job", self.name, f"experiment {self.experiment.name!r} (already submitted)"
+            )
+        share = self.workspace.share
+        if share.exists(self.paths.record):
+            raise AlreadyExistsError("job", self.name, f"experiment {self.experiment.name!r}")
+        self.check()
+        cluster = self.workspace.get_cluster(self.spec.cluster)
+        backend = self.workspace.backend
+        status = backend.cluster_status(cluster.spec)
+        nodes = tuple(n for n in status.nodes if n.id not in status.node_states)
+        if len(nodes) < self.spec.node_count:
+            raise CapacityError(cluster.name, self.spec.node_count, len(nodes))
+        backend.prepare(cluster.spec, nodes)
+        target = backend.launch_target(cluster.spec, nodes)
+
+        local_script, script_rel = (
+            self._script_source() if self.spec.toolkit is Toolkit.HOROVOD else (None, None)
+        )
+        if local_script is not None:
+            script_rel = share.upload(local_script, join(self.paths.wd, local_script.name))
+        else:
+            share.mkdir(self.paths.wd)
+        script_on_node = on_node(target, script_rel) if script_rel is not None else self.spec.python_script
+        secrets = {k: self.spec.environment[k] for k in self.spec.secret_environment}
+        secret_file = None
+        if secrets:
+            secret_rel = join(self.paths.run_dir, "secrets.json")
+            share.write_bytes(secret_rel, json.dumps(secrets).encode())
+            share.restrict(secret_rel)
+            secret_file = on_node(target, secret_rel)
+        config = launch_config(
+            self.spec,
+            target,
+            self.paths,
+            share_name=share.name,
+            script_on_node=script_on_node,
+            secret_env_file=secret_file,
+        )
+        for directory in (
+            self.paths.stdouterr,
+            *self.paths.outputs.values(),
+            join(self.paths.job_dir, "shared_tmp"),
+        ):
+            share.mkdir(directory)
+        share.write_bytes(join(self.paths.run_dir, "job_wrapper.py"), WRAPPER_SOURCE.read_bytes())
+        share.write_json(join(self.paths.run_dir, "launch.json"), config)
+        created = utcnow().isoformat()
+        share.write_json(self.paths.status, {"state": "queued", "creation_time": created})
+        record = {
+            "spec": self.spec.to_dict(redact=True),
+            "paths": self.paths.to_dict(),
+            "backend": backend.kind,
+            "script_on_node": script_on_node,
+            "creation_time": created,
+        }
+        share.write_json(self.paths.record, record)
+        self._record = record
+        run_dir = on_node(target, self.paths.run_dir)
+        command = wrapper_command(
+            target.python,
+            posixpath.join(run_dir, "job_wrapper.py"),
+            posixpath.join(run_dir, "launch.json"),
+            env=target.env,
+        )
+        try:
+            with backend.head_runner(cluster.spec, nodes) as runner:
+                runner.start_detached(command, log_path=posixpath.join(run_dir, "wrapper.log"))
+        except Exception as exc:
+            share.write_json(
+                self.paths.status,
+                {
+                    "state": "failed",
+                    "creation_time": created,
+                    "end_time": utcnow().isoformat(),
+                    "failure_reason": f"could not start the job on the head node: {exc}",
+                },
+            )
+            raise BackendError(f"could not start job {self.name!r} on the head node: {exc}") from exc
+        log.info("submitted job %s/%s to cluster %s", self.experiment.name, self.name, cluster.name)
+        return self
+
+    # -- state ------------------------------------------------------------------------------------------
+    def _require_submitted(self) -> None:
+        if not self.submitted:
+            raise BatchAIError(f"job {self.name!r} has not been submitted; call job.submit() first")
+
+    @property
+    def status(self) -> JobStatus:
+        self._require_submitted()
+        return JobStatus.from_record(self.workspace.share.read_json_or_none(self.paths.status))
+
+    @property
+    def state(self) -> JobState:
+        return self.status.state
+
+    @property
+    def exit_code(self) -> int | None:
+        return self.status.exit_code
+
+    def wait(
+        self,
+        timeout: float | None = None,
+        *,
+        poll_interval: float = 1.0,
+        show_output: bool | str = False,
+        raise_on_failure: bool = False,
+        out: IO[str] | None = None,
+    ) -> JobState:
+        """Block until the job ends; returns its final state.
+
+        ``show_output=True`` (or a file name such as ``"stderr.txt"``) prints that log while waiting.
+        """
+        self._require_submitted()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if show_output:
+            name = show_output if isinstance(show_output, str) else "stdout.txt"
+            stream = out or sys.stdout
+            for line in self.stream(name, follow=True, poll_interval=poll_interval, timeout=timeout):
+                print(line, file=stream)
+        while True:
+            status = self.status
+            if status.state.ended:
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                raise BatchAITimeout(f"job {self.name!r} to end (state {status.state})", timeout or 0)
+            time.sleep(poll_interval)
+        if raise_on_failure and status.state is not JobState.SUCCEEDED:
+            raise JobFailedError(self.name, status.state.value, status.exit_code, status.failure_reason)
+        return status.state
+
+    def terminate(self, *, timeout: float | None = 60, wait: bool = True) -> JobState:
+        """Stop the job: every rank is signalled, then killed after a grace period; state ``terminated``."""
+        self._require_submitted()
+        state = self.state
+        if state.ended:
+            return state
+        self.workspace.share.write_text(join(self.paths.run_dir, "terminate"), utcnow().isoformat())
+        if not wait:
+            return self.state
+        return self.wait(timeout=timeout, poll_interval=0.25)
+
+    def delete(self, *, force: bool = False) -> None:
+        if self.submitted and not self.state.ended:
+            if not force:
+                raise BatchAIError(
+                    f"job {self.name!r} is {self.state}; terminate it first or pass force=True"
+                )
+            self.terminate()
+        share = self.workspace.share
+        share.delete(self.paths.stdouterr, recursive=True)
+        for out in self.paths.outputs.values():
+            share.delete(out, recursive=True)
+        share.delete(self.paths.job_dir, recursive=True)
+
+    # -- files ------------------------------------------------------------------------------------------
+    def _dir(self, directory: str | None) -> str:
+        if directory in (None, STDOUTERR):
+            return self.paths.stdouterr
+        if directory in self.paths.outputs:
+            return self.paths.outputs[directory]
+        raise ValidationError(
+            "directory",
+            directory,
+            f"'stdouterr' or an output directory id of the job "
+            f"({', '.join(sorted(self.paths.outputs)) or 'none'})",
+        )
+
+    def files(self, path: str = "", *, directory: str | None = None) -> list[FileInfo]:
+        """The job's files (name, type, size, modified): its logs by default, or an output directory's."""
+        self._require_submitted()
+        return self.workspace.share.list(join(self._dir(directory), path))
+
+    def _locate(self, name: str, directory: str | None) -> str:
+        share = self.workspace.share
+        if directory is not None:
+            return join(self._dir(directory), name)
+        for candidate in (self.paths.stdouterr, *self.paths.outputs.values()):
+            if share.exists(join(candidate, name)):
+                return join(candidate, name)
+        return join(self.paths.stdouterr, name)
+
+    def stream(
+        self,
+        name: str = "stdout.txt",
+        *,
+        follow: bool = True,
+        directory: str | None = None,
+        poll_interval: float = 0.5,
+        timeout: float | None = None,
+    ) -> Iterator[str]:
+        """Yield the lines of a job file as they are written (without their newline).
+
+        With ``follow`` it waits for the file to appear and grow, and ends once the job has ended and
+        the file is drained; each poll reads only the bytes added since the last one.
+        """
+        self._require_submitted()
+        share = self.workspace.share
+        path = self._locate(name, directory)
+        offset = 0
+        pending = b""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            ended = self.state.ended if follow else True
+            info = share.stat(path)
+            if info is None:
+                if ended:
+                    if follow:
+                        return
+                    raise NotFoundError("file", name, f"job {self.name!r}")
+            elif (info.size or 0) > offset:
+                chunk = share.read_bytes(path, offset, (info.size or 0) - offset)
+                offset += len(chunk)
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    yield line.decode("utf-8", errors="replace").rstrip("\r")
+                continue  # the file may still be growing: read again before sleeping
+            if ended:
+                if pending:
+                    yield pending.decode("utf-8", errors="replace").rstrip("\r")
+                return
+            if deadline is not None and time.monotonic() > deadline:
+                raise BatchAITimeout(f"job {self.name!r} file {name!r}", timeout or 0)
+            time.sleep(poll_interval)
+
+    def tail(self, name: str = "stdout.txt", lines: int = 20, *, directory: str | None = None) -> list[str]:
+        """The last ``lines`` lines of a job file (reads only its end)."""
+        self._require_submitted()
+        share = self.workspace.share
+        path = self._locate(name, directory)
+        size = share.size(path)
+        window = 8192
+        while True:
+            start = max(0, size - window)
+            data = share.read_bytes(path, start, size - start)
+            text = data.decode("utf-8", errors="replace").splitlines()
+            if start == 0 or len(text) > lines:
+                return list(deque(text if start == 0 else text[1:], maxlen=lines))
+            window *= 4
+
+    def download(
+        self, name: str, dest: str | os.PathLike[str] = ".", *, directory: str | None = None
+    ) -> Path:
+        """Download a job file (or folder) to ``dest``. Names are looked up in the logs, then in each
+        output directory, unless ``directory`` says where."""
+        self._require_submitted()
+        return self.workspace.share.download(self._locate(name, directory), dest)
+
+    # -- training metrics -------------------------------------------------------------------------------
+    def metrics(self, path: str | None = None) -> Any:
+        """The training module's per-epoch records (metrics.jsonl): a DataFrame if pandas is installed,
+        else a list of dicts. ``path`` is the share path of metrics.jsonl; by default it is looked for
+        next to the model in the job's ``--dir`` argument, then in the logs and output directories."""
+        from ._metrics import load_metrics
+
+        return load_metrics(self, path)
+
+    def plot_metrics(self, path: str | None = None) -> Any:
+        from ._metrics import plot_metrics
+
+        return plot_metrics(self, path)
+
+    # -- views ------------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        st = self.status if self.submitted else JobStatus(state=JobState.QUEUED)
+        return {
+            "name": self.name,
+            "experiment": self.experiment.name,
+            "cluster": self.spec.cluster,
+            "nodeCount": self.spec.node_count,
+            "toolkit": self.spec.toolkit.value,
+            "executionState": st.state.value,
+            "exitCode": st.exit_code,
+            "creationTime": st.creation_time.isoformat() if st.creation_time else None,
+            "startTime": st.start_time.isoformat() if st.start_time else None,
+            "endTime": st.end_time.isoformat() if st.end_time else None,
+            "failureReason": st.failure_reason,
+            "nodes": list(st.nodes),
+            "stdOutErrPath": self.paths.stdouterr,
+        }
+
+    def __repr__(self) -> str:
+        state = self.state.value if self.submitted else "not submitted"
+        return f"Job({self.experiment.name}/{self.name}, {state})"
+
+    def _repr_html_(self) -> str:
+        from ._display import job_html
+
+        return job_html(self)

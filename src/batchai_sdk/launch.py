@@ -1,0 +1,289 @@
+"""Pure builders for starting a job: rank layout, Batch AI's environment variables, the mpirun line,
+the wrapper's launch configuration and its start command. No I/O here: every function is tested on its
+exact output.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from . import _layout as layout
+from ._models import JobSpec, Node, Toolkit
+from .backends.base import LaunchTarget
+from .exceptions import ValidationError
+from .remote.job_wrapper import hostfile_text, rank_node_ids
+from .share import normalize
+
+__all__ = [
+    "JobPaths",
+    "hostfile_text",
+    "job_environment",
+    "launch_config",
+    "mpirun_argv",
+    "rank_node_ids",
+    "ranks_per_node",
+    "share_relative",
+    "wrapper_command",
+]
+
+ALWAYS_EXPORTED = (
+    "BATCHAI_RANK_NODES",
+    "PYTHONUNBUFFERED",
+    "OMPI_ALLOW_RUN_AS_ROOT",
+    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM",
+)
+
+
+def ranks_per_node(node_count: int, process_count: int | None) -> list[int]:
+    """One rank per node by default; ``process_count`` ranks spread evenly, first nodes first."""
+    total = node_count if process_count is None else process_count
+    base, extra = divmod(total, node_count)
+    return [base + (1 if i < extra else 0) for i in range(node_count)]
+
+
+_VAR = r"\$(?:\{%s\}|%s\b)"
+
+
+def share_relative(path: str, *, mount_path: str | None, share_name: str) -> str | None:
+    """The share-relative form of a node path written with Batch AI's variables, or None if not on the share.
+
+    ``$AZ_BATCHAI_JOB_MOUNT_ROOT/<mount_path>/x`` (or ``$AZ_BATCHAI_JOB_MOUNT_ROOT/x`` when the job
+    mounts the share at its job mount root) and ``$AZ_BATCHAI_MOUNT_ROOT/<share>/x`` are on the share.
+    """
+    job_root = re.compile("^" + _VAR % ("AZ_BATCHAI_JOB_MOUNT_ROOT", "AZ_BATCHAI_JOB_MOUNT_ROOT") + "(/.*)?$")
+    mount_root = re.compile("^" + _VAR % ("AZ_BATCHAI_MOUNT_ROOT", "AZ_BATCHAI_MOUNT_ROOT") + "(/.*)?$")
+    m = job_root.match(path)
+    if m:
+        rest = (m.group(1) or "").lstrip("/")
+        if mount_path:
+            head, _, tail = rest.partition("/")
+            if head != mount_path.strip("/"):
+                return None
+            rest = tail
+        return normalize(rest)
+    m = mount_root.match(path)
+    if m:
+        head, _, tail = (m.group(1) or "").lstrip("/").partition("/")
+        return normalize(tail) if head == share_name else None
+    return None
+
+
+def require_share_relative(path: str, field: str, *, mount_path: str | None, share_name: str) -> str:
+    rel = share_relative(path, mount_path=mount_path, share_name=share_name)
+    if rel is None:
+        where = f"$AZ_BATCHAI_JOB_MOUNT_ROOT/{mount_path}" if mount_path else "$AZ_BATCHAI_JOB_MOUNT_ROOT"
+        raise ValidationError(field, path, f"a path on the workspace share, starting with {where}/")
+    return rel
+
+
+@dataclass(frozen=True)
+class JobPaths:
+    """Share-relative paths of one job (see _layout)."""
+
+    job_dir: str
+    record: str
+    status: str
+    wd: str
+    run_dir: str
+    stdouterr: str
+    prefix: str | None
+    outputs: Mapping[str, str]
+
+    @classmethod
+    def for_spec(cls, spec: JobSpec, share_name: str) -> JobPaths:
+        prefix = (
+            require_share_relative(
+                spec.std_out_err_path_prefix,
+                "std_out_err_path_prefix",
+                mount_path=spec.mount_path,
+                share_name=share_name,
+            )
+            if spec.std_out_err_path_prefix
+            else None
+        )
+        outputs = {}
+        for out_id, path_prefix in spec.output_directories.items():
+            base = require_share_relative(
+                path_prefix, f"output_directories.{out_id}", mount_path=spec.mount_path, share_name=share_name
+            )
+            outputs[out_id] = layout.output_dir(base or None, spec.experiment, spec.name, out_id)
+        return cls(
+            job_dir=layout.job_dir(spec.experiment, spec.name),
+            record=layout.job_record(spec.experiment, spec.name),
+            status=layout.status_record(spec.experiment, spec.name),
+            wd=layout.job_wd(spec.experiment, spec.name),
+            run_dir=layout.job_run_dir(spec.experiment, spec.name),
+            stdouterr=layout.stdouterr_dir(prefix, spec.experiment, spec.name),
+            prefix=prefix,
+            outputs=outputs,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job_dir": self.job_dir,
+            "record": self.record,
+            "status": self.status,
+            "wd": self.wd,
+            "run_dir": self.run_dir,
+            "stdouterr": self.stdouterr,
+            "prefix": self.prefix,
+            "outputs": dict(self.outputs),
+        }
+
+
+def on_node(target: LaunchTarget, share_path: str) -> str:
+    return posixpath.join(target.node_share_root, share_path) if share_path else target.node_share_root
+
+
+def node_temp_dir(target: LaunchTarget, spec: JobSpec) -> str:
+    return posixpath.join(target.temp_root, spec.experiment, spec.name)
+
+
+def job_environment(
+    spec: JobSpec, target: LaunchTarget, paths: JobPaths, *, share_name: str
+) -> tuple[dict[str, str], list[str]]:
+    """Batch AI's variables plus the job's own (secrets excluded), and the names whose values the node
+    expands (input directories may be written with ``$AZ_BATCHAI_...``)."""
+    temp = node_temp_dir(target, spec)
+    job_mount_root = posixpath.join(temp, "mounts") if spec.mount_path else target.node_share_root
+    env: dict[str, str] = {
+        "AZ_BATCHAI_MOUNT_ROOT": target.mount_root,
+        "AZ_BATCHAI_JOB_MOUNT_ROOT": job_mount_root,
+        "AZ_BATCHAI_JOB_TEMP": posixpath.join(temp, "tmp"),
+        "AZ_BATCHAI_SHARED_JOB_TEMP": on_node(target, posixpath.join(paths.job_dir, "shared_tmp")),
+        "AZ_BATCHAI_STDOUTERR_DIR": on_node(target, paths.stdouterr),
+        "AZ_BATCHAI_MPI_HOST_FILE": on_node(target, posixpath.join(paths.run_dir, "hostfile")),
+        "AZ_BATCHAI_NUM_GPUS": str(target.num_gpus),
+        "AZ_BATCHAI_JOB_NAME": spec.name,
+        "AZ_BATCHAI_EXPERIMENT_NAME": spec.experiment,
+        "PYTHONUNBUFFERED": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    }
+    env.update(target.env)
+    expand: list[str] = []
+    for in_id, path in spec.input_directories.items():
+        env[f"AZ_BATCHAI_INPUT_{in_id}"] = path
+        expand.append(f"AZ_BATCHAI_INPUT_{in_id}")
+    for out_id, share_path in paths.outputs.items():
+        env[f"AZ_BATCHAI_OUTPUT_{out_id}"] = on_node(target, share_path)
+    for key, value in spec.environment.items():
+        if key not in spec.secret_environment:
+            env[key] = value
+            if "$" in value:
+                expand.append(key)
+    return env, expand
+
+
+def mpirun_argv(
+    target: LaunchTarget,
+    *,
+    processes: int,
+    hostfile: str,
+    export: list[str],
+    rank_command: list[str],
+) -> list[str]:
+    """The mpirun line: ranks filled slot by slot over the hostfile, no core binding, the env exported."""
+    argv = [
+        target.mpirun,
+        "-np",
+        str(processes),
+        "--hostfile",
+        hostfile,
+        "-bind-to",
+        "none",
+        "-map-by",
+        "slot",
+    ]
+    if target.oversubscribe:
+        argv.append("--oversubscribe")
+    argv.extend(target.mpi_args)
+    for name in sorted(set(export)):
+        argv += ["-x", name]
+    return argv + rank_command
+
+
+def launch_config(
+    spec: JobSpec,
+    target: LaunchTarget,
+    paths: JobPaths,
+    *,
+    share_name: str,
+    script_on_node: str | None,
+    secret_env_file: str | None,
+) -> dict[str, Any]:
+    """The wrapper's launch.json (no secret values: those stay in ``secret_env_file``)."""
+    env, expand = job_environment(spec, target, paths, share_name=share_name)
+    run_dir = on_node(target, paths.run_dir)
+    config_path = posixpath.join(run_dir, "launch.json")
+    wrapper_path = posixpath.join(run_dir, "job_wrapper.py")
+    hostfile = posixpath.join(run_dir, "hostfile")
+    ranks = ranks_per_node(spec.node_count, spec.process_count)
+    python = spec.python_interpreter or target.python
+    temp = node_temp_dir(target, spec)
+    mount_link = (
+        {"path": posixpath.join(temp, "mounts", spec.mount_path.strip("/")), "target": target.node_share_root}
+        if spec.mount_path
+        else None
+    )
+    export = [*env, *spec.secret_environment, *ALWAYS_EXPORTED]
+    return {
+        "job": f"{spec.experiment}/{spec.name}",
+        "toolkit": spec.toolkit.value,
+        "python": python,
+        "script": script_on_node,
+        "args": list(spec.args),
+        "command_line": spec.command_line,
+        "job_preparation": spec.job_preparation,
+        "container_image": spec.container_image,
+        "max_wall_clock_seconds": spec.max_wall_clock_seconds,
+        "node_count": spec.node_count,
+        "ranks_per_node": ranks,
+        "nodes": [
+            {"id": n.id, "address": n.address, "machine": n.machine, "slots": n.slots} for n in target.nodes
+        ],
+        "head": target.nodes[0].id,
+        "env": env,
+        "expand_env": expand,
+        "secret_env_file": secret_env_file,
+        "mount_link": mount_link,
+        "ssh_command": list(target.ssh_command) if target.ssh_command is not None else None,
+        "share_root": target.node_share_root,
+        "status_path": on_node(target, paths.status),
+        "claims_dir": on_node(target, layout.claims_dir(spec.cluster)),
+        "run_dir": run_dir,
+        "stdouterr_dir": on_node(target, paths.stdouterr),
+        "wd": on_node(target, paths.wd),
+        "hostfile": hostfile,
+        "wrapper_path": wrapper_path,
+        "mpirun_argv": mpirun_argv(
+            target,
+            processes=sum(ranks),
+            hostfile=hostfile,
+            export=export,
+            rank_command=[python, wrapper_path, "rank", config_path],
+        ),
+    }
+
+
+def wrapper_command(
+    python: str, wrapper_path: str, config_path: str, env: Mapping[str, str] | None = None
+) -> str:
+    """The shell command that starts the wrapper (the runner detaches it)."""
+    prefix = ""
+    if env:
+        prefix = "env " + " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(env.items())) + " "
+    return prefix + " ".join(shlex.quote(a) for a in (python, wrapper_path, "wrapper", config_path))
+
+
+def nodes_of(target: LaunchTarget) -> tuple[Node, ...]:
+    return target.nodes
+
+
+def toolkit_uses_mpi(spec: JobSpec) -> bool:
+    return spec.toolkit is not Toolkit.CUSTOM

@@ -1,0 +1,237 @@
+"""The workspace: the top-level collection of experiments and clusters, and its file share."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from . import _layout as layout
+from ._models import ClusterSpec, ExperimentSpec, utcnow, validate_name
+from .backends.base import Backend
+from .cluster import Cluster
+from .exceptions import AlreadyExistsError, NotFoundError
+from .experiment import Experiment
+from .share import Share
+
+
+class Workspace:
+    """Experiments, clusters and a share on one backend. Records live on the share, so every process
+    that opens the same workspace sees the same objects."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        if not self.share.exists(layout.workspace_record()):
+            self.share.write_json(
+                layout.workspace_record(),
+                {
+                    "name": backend.workspace,
+                    "backend": backend.kind,
+                    "created": utcnow().isoformat(),
+                },
+            )
+
+    # -- constructors ---------------------------------------------------------------------------------
+    @classmethod
+    def local(cls, root: str | os.PathLike[str] | None = None, *, name: str = "local") -> Workspace:
+        """The embedded backend: this machine is the cluster; ``root`` (default ``$BATCHAI_HOME`` or
+        ``~/.batchai``) holds the share and the records. Created if missing."""
+        from .backends.local import LocalBackend
+
+        return cls(LocalBackend(root, name=validate_name(name, "workspace name")))
+
+    @classmethod
+    def ssh(
+        cls,
+        name: str,
+        *,
+        hosts: Sequence[str],
+        user: str,
+        key_file: str | os.PathLike[str],
+        share_path: str,
+        port: int = 22,
+        known_hosts: str | os.PathLike[str] | None = None,
+        trust_on_first_use: bool = False,
+        jump_host: str | None = None,
+        **options: Any,
+    ) -> Workspace:
+        """Machines reached by SSH that all see ``share_path``; the first host is the head node."""
+        from .backends.ssh import SSHBackend
+
+        return cls(
+            SSHBackend(
+                validate_name(name, "workspace name"),
+                hosts=list(hosts),
+                user=user,
+                key_file=key_file,
+                port=port,
+                share_path=share_path,
+                known_hosts=known_hosts,
+                trust_on_first_use=trust_on_first_use,
+                jump_host=jump_host,
+                **options,
+            )
+        )
+
+    @classmethod
+    def azure(
+        cls,
+        name: str,
+        *,
+        subscription_id: str | None = None,
+        resource_group: str,
+        location: str,
+        credential: Any = None,
+        **options: Any,
+    ) -> Workspace:
+        """A resource group with a storage account, a file share and a network; clusters are VM scale sets."""
+        from .backends.azure import AzureBackend
+
+        return cls(
+            AzureBackend(
+                validate_name(name, "workspace name"),
+                subscription_id=subscription_id,
+                resource_group=resource_group,
+                location=location,
+                credential=credential,
+                **options,
+            )
+        )
+
+    # -- properties -----------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.backend.workspace
+
+    @property
+    def share(self) -> Share:
+        return self.backend.share
+
+    # -- experiments ----------------------------------------------------------------------------------
+    def create_experiment(self, name: str, *, exist_ok: bool = False) -> Experiment:
+        spec = ExperimentSpec(validate_name(name, "experiment name"))
+        record = layout.experiment_record(name)
+        existing = self.share.read_json_or_none(record)
+        if existing is not None:
+            if exist_ok:
+                return Experiment(self, ExperimentSpec.from_dict(existing))
+            raise AlreadyExistsError("experiment", name, f"workspace {self.name!r}")
+        self.share.write_json(record, spec.to_dict())
+        return Experiment(self, spec)
+
+    def get_experiment(self, name: str) -> Experiment:
+        data = self.share.read_json_or_none(layout.experiment_record(validate_name(name, "experiment name")))
+        if data is None:
+            raise NotFoundError("experiment", name, f"workspace {self.name!r}")
+        return Experiment(self, ExperimentSpec.from_dict(data))
+
+    def list_experiments(self) -> list[Experiment]:
+        try:
+            entries = self.share.list(layout.experiments_dir())
+        except NotFoundError:
+            return []
+        out = []
+        for entry in entries:
+            data = (
+                self.share.read_json_or_none(layout.experiment_record(entry.name)) if entry.is_dir else None
+            )
+            if data is not None:
+                out.append(Experiment(self, ExperimentSpec.from_dict(data)))
+        return out
+
+    def delete_experiment(self, name: str, *, force: bool = False) -> None:
+        """Delete an experiment and its jobs; refused while one has not ended unless ``force``."""
+        exp = self.get_experiment(name)
+        jobs = exp.list_jobs()
+        for job in jobs:
+            if not job.state.ended and not force:
+                job.delete(force=False)  # raises, naming the job
+        for job in jobs:
+            job.delete(force=force)
+        self.share.delete(layout.experiment_record(name).rsplit("/", 1)[0], recursive=True)
+
+    # -- clusters -------------------------------------------------------------------------------------
+    def create_cluster(
+        self,
+        name: str,
+        *,
+        vm_size: str,
+        nodes: int,
+        vm_priority: str = "dedicated",
+        image: str | None = None,
+        node_setup: str | None = None,
+        exist_ok: bool = False,
+        timeout: float | None = None,
+        **extra: Any,
+    ) -> Cluster:
+        """Create a cluster of ``nodes`` machines of ``vm_size`` (state ``resizing`` until they are ready)."""
+        spec = ClusterSpec(
+            name=name,
+            vm_size=vm_size,
+            nodes=nodes,
+            vm_priority=vm_priority,  # type: ignore[arg-type]
+            image=image,
+            node_setup=node_setup,
+            extra=extra,
+        )
+        existing = self.share.read_json_or_none(layout.cluster_record(name))
+        if existing is not None:
+            if exist_ok:
+                return Cluster(self, ClusterSpec.from_dict(existing))
+            raise AlreadyExistsError("cluster", name, f"workspace {self.name!r}")
+        self.backend.create_cluster(spec, timeout=timeout)
+        self.share.write_json(layout.cluster_record(name), spec.to_dict())
+        return Cluster(self, spec)
+
+    def get_cluster(self, name: str) -> Cluster:
+        data = self.share.read_json_or_none(layout.cluster_record(validate_name(name, "cluster name")))
+        if data is None:
+            raise NotFoundError("cluster", name, f"workspace {self.name!r}")
+        return Cluster(self, ClusterSpec.from_dict(data))
+
+    def list_clusters(self) -> list[Cluster]:
+        try:
+            entries = self.share.list(layout.clusters_dir())
+        except NotFoundError:
+            return []
+        out = []
+        for entry in entries:
+            data = self.share.read_json_or_none(layout.cluster_record(entry.name)) if entry.is_dir else None
+            if data is not None:
+                out.append(Cluster(self, ClusterSpec.from_dict(data)))
+        return out
+
+    def delete_cluster(self, name: str, *, force: bool = False) -> None:
+        """Delete a cluster; refused while it runs jobs unless ``force``. No error if already gone."""
+        try:
+            cluster = self.get_cluster(name)
+        except NotFoundError:
+            return
+        cluster.delete(force=force)
+
+    # -- lifetime ---------------------------------------------------------------------------------------
+    def delete(self, *, force: bool = False) -> None:
+        """Remove the workspace: its clusters, then what the backend created (a resource group on Azure)."""
+        for cluster in self.list_clusters():
+            cluster.delete(force=force)
+        self.backend.delete()
+
+    def close(self) -> None:
+        self.backend.close()
+
+    def __enter__(self) -> Workspace:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.backend.describe(), "name": self.name}
+
+    def __repr__(self) -> str:
+        return f"Workspace({self.name!r}, backend={self.backend.kind!r})"
+
+    def _repr_html_(self) -> str:
+        from ._display import workspace_html
+
+        return workspace_html(self)
