@@ -83,7 +83,7 @@ class JobFailedError(BatchAIError):
         super().__init__(f"job {job!r} {state} (exit code {exit_code}): {reason or 'no reason recorded'}")
 
 
-class TimeoutError(BatchAIError, TimeoutError):
+class BatchAITimeoutError(BatchAIError, builtins.TimeoutError):
     """A blocking call passed its ``timeout``."""
 
     def __init__(self, what: str, timeout: float) -> None:
@@ -92,7 +92,7 @@ class TimeoutError(BatchAIError, TimeoutError):
         super().__init__(f"timed out after {timeout:g}s waiting for {what}")
 
 
-TimeoutError = BatchAITimeoutError  # noqa: A001 - batchai_sdk.TimeoutError; also a builtins.TimeoutError
+TimeoutError = BatchAITimeoutError  # batchai_sdk.TimeoutError is also a builtins.TimeoutError
 
 
 class NodeError(BatchAIError):
