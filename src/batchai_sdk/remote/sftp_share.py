@@ -1,0 +1,256 @@
+"""The SSH workspace's share as the client sees it: ``share_path`` on the head node, through SFTP."""
+
+from __future__ import annotations
+
+import errno
+import posixpath
+import shlex
+import stat as stat_mod
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TypeVar
+
+import paramiko
+
+from .._models import FileInfo
+from ..exceptions import BackendError, HostKeyError, NotFoundError, ShareError
+from ..share import Progress, Share, normalize
+from .ssh import SSHRunner
+
+_CHUNK = 1 << 20
+T = TypeVar("T")
+
+
+def _missing(exc: OSError) -> bool:
+    return isinstance(exc, FileNotFoundError) or exc.errno == errno.ENOENT
+
+
+class SFTPShare(Share):
+    """A directory on a remote machine (``root``), reached through ``runner``'s SFTP session.
+
+    Writes go to a temporary name first and are renamed over the target (``posix-rename``), so a reader
+    on any node sees the old file or the new one, never half of it.
+    """
+
+    def __init__(self, runner: SSHRunner, root: str, name: str | None = None) -> None:
+        self.runner = runner
+        self.root = posixpath.normpath(root)
+        self.name = name or posixpath.basename(self.root) or "share"
+        self._lock = threading.RLock()
+
+    def __repr__(self) -> str:
+        return f"SFTPShare({self.runner.host}:{self.root!r})"
+
+    def remote_path(self, path: str) -> str:
+        rel = normalize(path)
+        return posixpath.join(self.root, rel) if rel else self.root
+
+    @contextmanager
+    def _session(self, what: str, path: str) -> Iterator[paramiko.SFTPClient]:
+        """The SFTP session under one lock (paramiko's SFTP client is not meant for concurrent
+        requests), with connection failures turned into ShareError."""
+        with self._lock:
+            try:
+                sftp = self.runner.sftp()
+            except HostKeyError:
+                raise
+            except BackendError as exc:
+                raise ShareError(f"share {self.name!r} is unreachable: {exc}", path) from exc
+            yield sftp
+
+    def _call(self, what: str, path: str, fn: Callable[[paramiko.SFTPClient], T]) -> T:
+        for attempt in (1, 2):
+            with self._session(what, path) as sftp:
+                try:
+                    return fn(sftp)
+                except OSError as exc:
+                    if _missing(exc):
+                        raise NotFoundError("file", normalize(path) or "/", f"share {self.name!r}") from exc
+                    if exc.errno is None and attempt == 1 and not self.runner.connected:
+                        continue  # the connection broke ("Socket is closed"): reconnect once
+                    raise ShareError(f"{what} {path!r} on share {self.name!r} failed: {exc}", path) from exc
+                except (EOFError, paramiko.SSHException) as exc:
+                    if attempt == 1 and not self.runner.connected:
+                        continue
+                    raise ShareError(f"{what} {path!r} on share {self.name!r} failed: {exc}", path) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- primitives ----------------------------------------------------------------------------------
+    def stat(self, path: str) -> FileInfo | None:
+        try:
+            attrs = self._call("stat", path, lambda s: s.stat(self.remote_path(path)))
+        except NotFoundError:
+            return None
+        return _info(posixpath.basename(normalize(path)), attrs)
+
+    def list(self, path: str = "") -> list[FileInfo]:
+        target = self.remote_path(path)
+
+        def listing(sftp: paramiko.SFTPClient) -> list[paramiko.SFTPAttributes]:
+            if not stat_mod.S_ISDIR(sftp.stat(target).st_mode or 0):
+                raise FileNotFoundError(errno.ENOENT, "not a directory", target)
+            return sftp.listdir_attr(target)
+
+        try:
+            entries = self._call("list", path, listing)
+        except NotFoundError:
+            raise NotFoundError("directory", normalize(path) or "/", f"share {self.name!r}") from None
+        return sorted((_info(a.filename, a) for a in entries), key=lambda i: i.name)
+
+    def mkdir(self, path: str) -> None:
+        rel = normalize(path)
+        if not rel:
+            return
+
+        def make(sftp: paramiko.SFTPClient) -> None:
+            missing: list[str] = []
+            current = self.remote_path(rel)
+            while current != self.root:
+                try:
+                    if not stat_mod.S_ISDIR(sftp.stat(current).st_mode or 0):
+                        raise ShareError(f"{current!r} exists and is not a directory", rel)
+                    break
+                except FileNotFoundError:
+                    missing.append(current)
+                    current = posixpath.dirname(current)
+            for directory in reversed(missing):
+                try:
+                    sftp.mkdir(directory)
+                except OSError:
+                    # made meanwhile by someone else is fine
+                    if not stat_mod.S_ISDIR(sftp.stat(directory).st_mode or 0):
+                        raise
+
+        self._call("mkdir", rel, make)
+
+    def read_bytes(self, path: str, offset: int = 0, length: int | None = None) -> bytes:
+        target = self.remote_path(path)
+
+        def read(sftp: paramiko.SFTPClient) -> bytes:
+            if stat_mod.S_ISDIR(sftp.stat(target).st_mode or 0):
+                raise FileNotFoundError(errno.ENOENT, "is a directory", target)
+            with sftp.open(target, "rb") as f:
+                if length is None:
+                    f.prefetch()
+                f.seek(offset)
+                return bytes(f.read() if length is None else f.read(length))
+
+        if length is not None and length <= 0:
+            if self.stat(path) is None:
+                raise NotFoundError("file", normalize(path), f"share {self.name!r}")
+            return b""
+        return self._call("read", path, read)
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        rel = normalize(path)
+        parent = posixpath.dirname(rel)
+        if parent:
+            self.mkdir(parent)
+        target = self.remote_path(rel)
+        tmp = _temp_name(target, "tmp")
+
+        def write(sftp: paramiko.SFTPClient) -> None:
+            try:
+                with sftp.open(tmp, "wb") as f:
+                    f.set_pipelined(True)
+                    f.write(data)
+                sftp.chmod(tmp, 0o644)
+                sftp.posix_rename(tmp, target)
+            except BaseException:
+                _remove_quietly(sftp, tmp)
+                raise
+
+        self._call("write", rel, write)
+
+    def delete(self, path: str, *, recursive: bool = False) -> None:
+        rel = normalize(path)
+        info = self.stat(rel)
+        if info is None:
+            return
+        target = self.remote_path(rel)
+        if info.is_dir and recursive:
+            # one command on the head node instead of a round trip per file
+            result = self.runner.run(f"rm -rf -- {shlex.quote(target)}", timeout=600)
+            if not result.ok:
+                raise ShareError(f"delete {rel!r} on share {self.name!r} failed: {result.describe()}", rel)
+            return
+
+        def remove(sftp: paramiko.SFTPClient) -> None:
+            try:
+                if info.is_dir:
+                    sftp.rmdir(target)
+                else:
+                    sftp.remove(target)
+            except FileNotFoundError:
+                pass
+
+        self._call("delete", rel, remove)
+
+    def _upload_file(self, source: Path, path: str, progress: Progress | None) -> None:
+        rel = normalize(path)
+        target = self.remote_path(rel)
+        tmp = _temp_name(target, "part")
+        mode = stat_mod.S_IMODE(source.stat().st_mode)
+
+        def upload(sftp: paramiko.SFTPClient) -> None:
+            try:
+                with source.open("rb") as src, sftp.open(tmp, "wb") as out:
+                    out.set_pipelined(True)
+                    while True:
+                        buf = src.read(_CHUNK)
+                        if not buf:
+                            break
+                        out.write(buf)
+                        if progress is not None:
+                            progress(len(buf))
+                sftp.chmod(tmp, mode)
+                sftp.posix_rename(tmp, target)
+            except BaseException:
+                _remove_quietly(sftp, tmp)
+                raise
+
+        self._call("upload", rel, upload)
+
+    def _download_file(self, path: str, out: Any, progress: Progress | None) -> None:
+        target = self.remote_path(path)
+
+        def download(sftp: paramiko.SFTPClient) -> None:
+            with sftp.open(target, "rb") as src:
+                src.prefetch()
+                while True:
+                    buf = src.read(_CHUNK)
+                    if not buf:
+                        return
+                    out.write(buf)
+                    if progress is not None:
+                        progress(len(buf))
+
+        self._call("download", path, download)
+
+
+def _info(name: str, attrs: paramiko.SFTPAttributes) -> FileInfo:
+    is_dir = stat_mod.S_ISDIR(attrs.st_mode or 0)
+    modified = datetime.fromtimestamp(attrs.st_mtime, timezone.utc) if attrs.st_mtime is not None else None
+    return FileInfo(
+        name=name,
+        type="directory" if is_dir else "file",
+        size=None if is_dir else attrs.st_size,
+        modified=modified,
+    )
+
+
+def _temp_name(target: str, suffix: str) -> str:
+    """A hidden sibling of ``target``: the same directory, so the rename stays on one filesystem."""
+    directory, name = posixpath.split(target)
+    return posixpath.join(directory, f".{name}.{uuid.uuid4().hex[:8]}.{suffix}")
+
+
+def _remove_quietly(sftp: paramiko.SFTPClient, path: str) -> None:
+    try:
+        sftp.remove(path)
+    except (OSError, EOFError, paramiko.SSHException):
+        pass

@@ -1,0 +1,361 @@
+"""Runs commands on a node over SSH (paramiko): the SSH and Azure backends' nodes.
+
+The connection opens lazily on first use and is retried a few times (tenacity); host keys are checked
+against a :class:`~batchai_sdk.remote.host_keys.HostKeyStore`; a runner can reach a private address
+through another runner (a ``direct-tcpip`` channel of the jump host used as the socket). paramiko and
+socket errors are translated here, at the boundary, into :class:`SSHError` / :class:`HostKeyError` /
+:class:`~batchai_sdk.exceptions.TimeoutError`.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import select
+import shlex
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import paramiko
+import tenacity
+
+from ..exceptions import BackendError, HostKeyError
+from ..exceptions import TimeoutError as BatchAITimeout
+from .base import CommandResult, Runner
+from .host_keys import HostKeyStore, changed_key_error, fingerprint, known_hosts_name
+
+_PID_MARK = "__batchai_pid__"
+
+
+class SSHError(BackendError):
+    """An SSH connection or command channel failed.
+
+    ``host`` names the machine; ``code`` says how: ``unreachable`` (no TCP connection / no SSH server),
+    ``auth`` (the key was not accepted), ``protocol`` (the SSH session broke), ``start`` (a detached start
+    did not start).
+    """
+
+    def __init__(self, host: str, message: str, *, code: str) -> None:
+        self.host = host
+        super().__init__(f"ssh {host}: {message}", code=code)
+
+
+def _retriable(exc: BaseException) -> bool:
+    if isinstance(exc, (HostKeyError, paramiko.AuthenticationException, paramiko.BadHostKeyException)):
+        return False
+    return isinstance(exc, (OSError, EOFError, paramiko.SSHException))
+
+
+class SSHRunner(Runner):
+    """One node over SSH. Lazily connected, thread-safe for parallel commands, a context manager.
+
+    ``connect_kwargs`` go to :meth:`paramiko.SSHClient.connect` untouched and win over the defaults built
+    from the other arguments (e.g. ``{"passphrase": ...}``, ``{"allow_agent": True}``).
+    """
+
+    def __init__(
+        self,
+        host: str,
+        *,
+        host_keys: HostKeyStore,
+        user: str | None = None,
+        port: int = 22,
+        key_file: str | os.PathLike[str] | None = None,
+        node: str | None = None,
+        jump: SSHRunner | None = None,
+        connect_timeout: float = 10.0,
+        retries: int = 3,
+        retry_wait: float = 0.3,
+        keepalive: float = 15.0,
+        connect_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.host = host
+        self.port = int(port)
+        self.user = user
+        self.key_file = os.path.expanduser(os.fspath(key_file)) if key_file is not None else None
+        self.node = node or host
+        self.host_keys = host_keys
+        self.jump = jump
+        self.connect_timeout = connect_timeout
+        self.retries = max(1, int(retries))
+        self.retry_wait = retry_wait
+        self.keepalive = keepalive
+        self.connect_kwargs = dict(connect_kwargs or {})
+        self._client: paramiko.SSHClient | None = None
+        self._sftp: paramiko.SFTPClient | None = None
+        self._lock = threading.RLock()
+
+    def __repr__(self) -> str:
+        via = f" via {self.jump.host}" if self.jump is not None else ""
+        user = f"{self.user}@" if self.user else ""
+        return f"SSHRunner({user}{self.host}:{self.port}{via})"
+
+    @property
+    def known_hosts_name(self) -> str:
+        return known_hosts_name(self.host, self.port)
+
+    # -- connection --------------------------------------------------------------------------------
+    def connect(self) -> paramiko.SSHClient:
+        """The connected client; connects (with retries) when there is none or it broke."""
+        with self._lock:
+            if self._client is not None:
+                transport = self._client.get_transport()
+                if transport is not None and transport.is_active():
+                    return self._client
+                self._drop()
+            retrying = tenacity.Retrying(
+                stop=tenacity.stop_after_attempt(self.retries),
+                wait=tenacity.wait_exponential(multiplier=self.retry_wait, max=5.0),
+                retry=tenacity.retry_if_exception(_retriable),
+                reraise=True,
+            )
+            try:
+                client = retrying(self._connect_once)
+            except HostKeyError:
+                raise
+            except paramiko.BadHostKeyException as exc:
+                raise changed_key_error(
+                    self.known_hosts_name, exc.key, exc.expected_key, self.host_keys.path
+                ) from exc
+            except paramiko.AuthenticationException as exc:
+                raise SSHError(
+                    self._where(), f"authentication as {self.user!r} failed: {exc}", code="auth"
+                ) from exc
+            except SSHError:
+                raise
+            except (OSError, EOFError, paramiko.SSHException) as exc:
+                raise SSHError(
+                    self._where(), f"cannot connect: {_describe(exc)}", code="unreachable"
+                ) from exc
+            self._client = client
+            return client
+
+    def _where(self) -> str:
+        return f"{self.host}:{self.port}" + (f" (via {self.jump.host})" if self.jump is not None else "")
+
+    def _connect_once(self) -> paramiko.SSHClient:
+        client = paramiko.SSHClient()
+        self.host_keys.prime(client, self.known_hosts_name)
+        kwargs: dict[str, Any] = {
+            "hostname": self.host,
+            "port": self.port,
+            "username": self.user,
+            "timeout": self.connect_timeout,
+            "banner_timeout": self.connect_timeout,
+            "auth_timeout": self.connect_timeout,
+        }
+        if self.key_file is not None:
+            kwargs.update(key_filename=self.key_file, allow_agent=False, look_for_keys=False)
+        if self.jump is not None:
+            kwargs["sock"] = self.jump.open_tcp(self.host, self.port)
+        kwargs.update(self.connect_kwargs)
+        try:
+            client.connect(**kwargs)
+        except BaseException:
+            client.close()
+            raise
+        transport = client.get_transport()
+        if transport is not None and self.keepalive:
+            transport.set_keepalive(max(1, int(self.keepalive)))
+        return client
+
+    def transport(self) -> paramiko.Transport:
+        transport = self.connect().get_transport()
+        if transport is None:  # pragma: no cover - connect() returns an active transport
+            raise SSHError(self._where(), "no transport", code="protocol")
+        return transport
+
+    def open_tcp(self, host: str, port: int, *, timeout: float | None = None) -> paramiko.Channel:
+        """A TCP connection to ``host:port`` made from this node (``direct-tcpip``): jumps and probes."""
+        try:
+            return self.transport().open_channel(
+                "direct-tcpip", (host, port), ("127.0.0.1", 0), timeout=timeout or self.connect_timeout
+            )
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            raise SSHError(
+                f"{host}:{port} (via {self.host})", f"cannot connect: {_describe(exc)}", code="unreachable"
+            ) from exc
+
+    def sftp(self) -> paramiko.SFTPClient:
+        """An SFTP session on this node (opened once, reopened when the connection broke)."""
+        with self._lock:
+            client = self.connect()
+            if self._sftp is not None:
+                channel = self._sftp.get_channel()
+                same_connection = channel is not None and channel.get_transport() is client.get_transport()
+                if same_connection and channel is not None and not channel.closed:
+                    return self._sftp
+            try:
+                self._sftp = client.open_sftp()
+            except (OSError, EOFError, paramiko.SSHException) as exc:
+                raise SSHError(self._where(), f"cannot open SFTP: {_describe(exc)}", code="protocol") from exc
+            return self._sftp
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+    def _drop(self) -> None:
+        if self._sftp is not None:
+            try:
+                self._sftp.close()
+            except Exception:  # noqa: S110 - closing a broken session
+                pass
+            self._sftp = None
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    @property
+    def connected(self) -> bool:
+        client = self._client
+        transport = client.get_transport() if client is not None else None
+        return transport is not None and transport.is_active()
+
+    # -- commands ----------------------------------------------------------------------------------
+    def run(self, command: str, *, timeout: float | None = None, stdin: str | None = None) -> CommandResult:
+        """Run ``command`` with ``/bin/sh -c`` on the node. On ``timeout`` its process group is killed
+        and :class:`~batchai_sdk.exceptions.TimeoutError` raised."""
+        # The shell first reports its pid (it leads the session sshd made for the command) so a
+        # timed-out command's whole process group can be killed.
+        wrapped = "exec /bin/sh -c " + shlex.quote(f'echo "{_PID_MARK} $$" >&2\n{command}')
+        try:
+            channel = self.transport().open_session(timeout=self.connect_timeout)
+            channel.exec_command(wrapped)
+            if stdin:
+                channel.sendall(stdin.encode("utf-8"))
+            channel.shutdown_write()
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            raise SSHError(
+                self._where(), f"cannot start a command: {_describe(exc)}", code="protocol"
+            ) from exc
+        try:
+            out, err, pid, code = self._collect(channel, timeout)
+        finally:
+            channel.close()
+        if code is None:
+            self._kill_group(pid)
+            raise BatchAITimeout(f"command on {self.node}", timeout or 0)
+        return CommandResult(self.node, code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+
+    def _collect(
+        self, channel: paramiko.Channel, timeout: float | None
+    ) -> tuple[bytes, bytes, int | None, int | None]:
+        """Read a channel to its end; code is None when ``timeout`` passed first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        out = bytearray()
+        err = bytearray()
+        pid: int | None = None
+        header_done = False
+        while True:
+            while channel.recv_ready():
+                out += channel.recv(65536)
+            while channel.recv_stderr_ready():
+                err += channel.recv_stderr(65536)
+            if not header_done and b"\n" in err:
+                first, _, rest = bytes(err).partition(b"\n")
+                if first.startswith(_PID_MARK.encode()):
+                    try:
+                        pid = int(first.split()[1])
+                    except (IndexError, ValueError):
+                        pid = None
+                    err = bytearray(rest)
+                header_done = True
+            if (channel.eof_received or channel.closed) and channel.exit_status_ready():
+                if not channel.recv_ready() and not channel.recv_stderr_ready():
+                    break
+                continue
+            if channel.closed and not channel.recv_ready() and not channel.recv_stderr_ready():
+                # closed without an exit status: the connection broke
+                raise SSHError(self._where(), "the connection closed while a command ran", code="protocol")
+            wait = 1.0
+            if deadline is not None:
+                wait = deadline - time.monotonic()
+                if wait <= 0:
+                    return bytes(out), bytes(err), pid, None
+                wait = min(wait, 1.0)
+            select.select([channel], [], [], wait)
+        if not header_done and err.startswith(_PID_MARK.encode()):
+            err = bytearray()
+        return bytes(out), bytes(err), pid, channel.recv_exit_status()
+
+    def _kill_group(self, pid: int | None) -> None:
+        if pid is None or pid <= 1:
+            return
+        kill = f"kill -TERM -- -{pid} 2>/dev/null; sleep 0.5; kill -KILL -- -{pid} 2>/dev/null; true"
+        try:
+            channel = self.transport().open_session(timeout=self.connect_timeout)
+            channel.exec_command(kill)
+            channel.shutdown_write()
+            channel.recv_exit_status()
+            channel.close()
+        except (BackendError, OSError, EOFError, paramiko.SSHException):
+            pass  # the node is gone; nothing left to kill from here
+
+    def start_detached(self, command: str, *, log_path: str) -> None:
+        """Start ``command`` in a new session (``setsid nohup``), detached from this connection, its
+        output appended to ``log_path``; returns as soon as it has started."""
+        parent = posixpath.dirname(log_path) or "."
+        inner = f"/bin/sh -c {shlex.quote(command)} >> {shlex.quote(log_path)} 2>&1 < /dev/null &"
+        line = (
+            f"mkdir -p {shlex.quote(parent)} && "
+            f"if command -v setsid >/dev/null 2>&1; then setsid nohup {inner} else nohup {inner} fi"
+        )
+        result = self.run(line, timeout=self.connect_timeout + 20)
+        if not result.ok:
+            raise SSHError(self._where(), f"detached start failed: {result.describe()}", code="start")
+
+    # -- probes ------------------------------------------------------------------------------------
+    def host_key_fingerprint(self) -> str | None:
+        """The SHA256 fingerprint of the connected server's host key."""
+        transport = self.transport()
+        return fingerprint(transport.get_remote_server_key())
+
+
+def probe_ssh(host: str, port: int, *, timeout: float = 3.0, via: SSHRunner | None = None) -> str | None:
+    """Quick reachability check: None when an SSH server answers at ``host:port``, else the reason.
+
+    Reads the server's banner only (no authentication), directly or through ``via``'s connection.
+    """
+    try:
+        if via is not None:
+            channel = via.open_tcp(host, port, timeout=timeout)
+            try:
+                channel.settimeout(timeout)
+                banner = _read_banner(channel.recv, timeout)
+            finally:
+                channel.close()
+        else:
+            with socket.create_connection((host, port), timeout=timeout) as sock:
+                sock.settimeout(timeout)
+                banner = _read_banner(sock.recv, timeout)
+    except SSHError as exc:
+        return str(exc)
+    except (OSError, EOFError, paramiko.SSHException) as exc:
+        return f"ssh {host}:{port} unreachable: {_describe(exc)}"
+    if not banner.startswith(b"SSH-"):
+        return f"ssh {host}:{port}: no SSH server answers (got {banner[:20]!r})"
+    return None
+
+
+def _read_banner(recv: Any, timeout: float) -> bytes:
+    deadline = time.monotonic() + timeout
+    data = b""
+    while b"\n" not in data and len(data) < 256 and time.monotonic() < deadline:
+        chunk = recv(256)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
+        return "connection refused"
+    if isinstance(exc, socket.timeout):
+        return "timed out"
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
