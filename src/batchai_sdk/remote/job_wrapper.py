@@ -168,6 +168,16 @@ def run_rank(config_path: str) -> int:
     return 128 - code if code < 0 else code
 
 
+def read_tail(path: str, size: int = 65536) -> list[str]:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - size))
+            return f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return []
+
+
 # --------------------------------------------------------------------------------------------- head side
 class Wrapper:
     def __init__(self, config_path: str) -> None:
@@ -399,22 +409,32 @@ class Wrapper:
                 pass
 
     def explain(self, code: int) -> str | None:
+        """Why the ranks failed: the first rank that exited badly (from the execution logs), else mpirun's
+        own message, else the exit code."""
         if code == 0:
             return None
-        try:
-            with open(os.path.join(self.cfg["stdouterr_dir"], "stderr.txt"), "rb") as f:
-                f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - 65536))
-                tail = f.read().decode(errors="replace").splitlines()
-        except OSError:
-            tail = []
-        for line in tail:
-            if "mpirun noticed that process rank" in line or "mpirun detected that one or more" in line:
-                return line.strip()
-        errors = [ln.strip() for ln in tail if ln.strip() and ("Error" in ln or "error" in ln)]
         what = "mpirun" if self.cfg["toolkit"] != "custom" else "the job's command"
+        first = self.first_failed_rank()
+        if first:
+            return f"{first} ({what} exited with code {code})"
+        tail = read_tail(os.path.join(self.cfg["stdouterr_dir"], "stderr.txt"))
+        for line in tail:
+            if "mpirun noticed that process rank" in line:
+                return line.strip()
+        errors = [ln.strip() for ln in tail if "Error" in ln or "error:" in ln]
         reason = f"{what} exited with code {code}"
         return f"{reason}: {errors[-1][:400]}" if errors else reason
+
+    def first_failed_rank(self) -> str | None:
+        failures: list[tuple[str, str]] = []
+        for node in self.claimed:
+            path = os.path.join(self.cfg["stdouterr_dir"], f"execution-{node['id']}.log")
+            for line in read_tail(path):
+                stamp, _, rest = line.partition(" ")
+                if rest.startswith("rank ") and " exited with " in rest and not rest.endswith("code 0"):
+                    rank, _, how = rest[len("rank ") :].partition(" exited with ")
+                    failures.append((stamp, f"rank {rank} on node {node['id']} exited with {how}"))
+        return min(failures)[1] if failures else None
 
     def main(self) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

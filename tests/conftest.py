@@ -1,0 +1,37 @@
+"""Shared fixtures: a local workspace in a temp dir and small job scripts written by the tests."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from batchai_sdk import Workspace
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Never touch the real ~/.batchai from a test."""
+    monkeypatch.setenv("BATCHAI_HOME", str(tmp_path_factory.mktemp("batchai_home")))
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Iterator[Workspace]:
+    workspace = Workspace.local(root=tmp_path / "ws")
+    yield workspace
+    workspace.close()
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Callable[[str, str], Path]:
+    """Write a Python script for a job: ``script("name.py", source)`` → its path."""
+
+    def write(name: str, source: str) -> Path:
+        path = tmp_path / "scripts" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(source))
+        return path
+
+    return write

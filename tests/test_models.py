@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+import pytest
+
+from batchai_sdk import BatchAIError, JobSpec, JobState, NodeCounts, ValidationError
+from batchai_sdk._models import ClusterSpec, validate_name
+
+
+@pytest.mark.parametrize("bad", ["", "a" * 65, "has space", "dot.name", "slash/name", "ünï", None, 3])
+def test_invalid_names_are_refused_naming_the_field(bad: object) -> None:
+    with pytest.raises(ValidationError) as err:
+        validate_name(bad, "job name")
+    assert err.value.field == "job name"
+    assert "job name" in str(err.value)
+    assert isinstance(err.value, BatchAIError)
+
+
+@pytest.mark.parametrize("good", ["a", "cifar_distributed", "nc6-cluster", "A" * 64])
+def test_valid_names(good: str) -> None:
+    assert validate_name(good) == good
+
+
+def test_job_spec_validation_names_each_field() -> None:
+    base = dict(name="j", experiment="e", cluster="c", python_script="train.py")
+    cases = [
+        ({"node_count": 0}, "node_count"),
+        ({"node_count": True}, "node_count"),
+        ({"process_count": 0}, "process_count"),
+        ({"args": "--dir x"}, "args"),
+        ({"args": ("--n", 3)}, "args[1]"),
+        ({"python_script": None}, "python_script"),
+        ({"environment": {"BAD-NAME": "x"}}, "environment"),
+        ({"environment": {"N": 1}}, "environment.N"),
+        ({"output_directories": {"bad id": "$AZ_BATCHAI_JOB_MOUNT_ROOT"}}, "output_directories"),
+        ({"max_wall_clock_seconds": 0}, "max_wall_clock_seconds"),
+        ({"cluster": "no such/cluster"}, "cluster name"),
+    ]
+    for change, field in cases:
+        with pytest.raises(ValidationError) as err:
+            JobSpec(**{**base, **change})  # type: ignore[arg-type]
+        assert err.value.field == field, change
+
+
+def test_job_spec_round_trips_and_redacts_secrets() -> None:
+    spec = JobSpec(
+        name="j",
+        experiment="e",
+        cluster="c",
+        python_script="t.py",
+        args=("--dir", "$AZ_BATCHAI_JOB_MOUNT_ROOT"),
+        environment={"A": "1", "TOKEN": "s3cret"},
+        secret_environment=("TOKEN",),
+    )
+    assert JobSpec.from_dict(spec.to_dict(redact=False)) == spec
+    redacted = spec.to_dict()
+    assert redacted["environment"] == {"A": "1", "TOKEN": "***"}
+    assert "s3cret" not in repr(redacted)
+
+
+def test_cluster_spec_checks_size_and_priority() -> None:
+    with pytest.raises(ValidationError, match="nodes"):
+        ClusterSpec(name="c", vm_size="Standard_NC6", nodes=-1)
+    with pytest.raises(ValidationError, match="vm_priority"):
+        ClusterSpec(name="c", vm_size="Standard_NC6", nodes=1, vm_priority="cheap")  # type: ignore[arg-type]
+    spec = ClusterSpec(name="c", vm_size="Standard_NC6", nodes=2, vm_priority="LowPriority")  # type: ignore[arg-type]
+    assert spec.vm_priority.value == "lowpriority"
+    assert ClusterSpec.from_dict(spec.to_dict()) == spec
+
+
+def test_job_state_mapping_is_in_one_place() -> None:
+    assert JobState.from_raw(None) is JobState.QUEUED
+    assert JobState.from_raw("Running") is JobState.RUNNING
+    assert JobState.from_raw("completed") is JobState.SUCCEEDED
+    assert JobState.from_raw("preparing") is JobState.RUNNING
+    assert [s.value for s in JobState if s.ended] == ["succeeded", "failed", "terminated"]
+    assert str(JobState.FAILED) == "failed"
+
+
+def test_node_counts_as_batchai_prints_them() -> None:
+    counts = NodeCounts(idle=1, running=2, preparing=0, leaving=0, unusable=1)
+    assert counts.total == 4
+    assert counts.to_batchai() == {
+        "idleNodeCount": 1,
+        "leavingNodeCount": 0,
+        "preparingNodeCount": 0,
+        "runningNodeCount": 2,
+        "unusableNodeCount": 1,
+    }
