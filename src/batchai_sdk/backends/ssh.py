@@ -1,0 +1,509 @@
+"""Machines you bring, reached by SSH: a lab cluster, existing VMs.
+
+Every host sees the workspace share at ``share_path`` (an NFS/SMB mount, or it is one machine); the
+client sees it through SFTP on the first host. A cluster is the first ``nodes`` hosts; its head node is
+the first. Before a job, every node of it must answer over SSH (host keys pinned), and node setup runs
+once per node: the cluster's key pair so that mpirun on the head node reaches the others with strict
+host key checking, then the cluster's own ``node_setup`` command.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+import posixpath
+import re
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from .. import _layout as layout
+from .._models import ClusterSpec, Node, NodeState, utcnow
+from ..exceptions import BatchAIError, HostKeyError, NodeError, ValidationError
+from ..remote.base import CommandResult, Runner
+from ..remote.host_keys import HostKeyStore, known_hosts_name
+from ..remote.sftp_share import SFTPShare
+from ..remote.ssh import SSHRunner, probe_ssh
+from ..share import join
+from . import ssh_keys
+from . import ssh_node_setup as setup
+from .base import Backend, ClusterStatus, LaunchTarget
+from .local import default_root
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_HOST_RE = re.compile(r"^[A-Za-z0-9_.:%\[\]-]+$")
+
+
+def node_id(host: str) -> str:
+    """A node id for log names (``execution-<id>.log``): the host with anything odd made ``_``."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", host)
+
+
+def parse_jump(spec: str, default_user: str) -> tuple[str, str, int]:
+    """``[user@]host[:port]`` → (user, host, port)."""
+    user, _, rest = spec.rpartition("@")
+    host, port = rest, 22
+    if rest.count(":") == 1:
+        host, _, port_text = rest.partition(":")
+        if not port_text.isdigit():
+            raise ValidationError("jump_host", spec, "'[user@]host[:port]'")
+        port = int(port_text)
+    if not host or not _HOST_RE.match(host):
+        raise ValidationError("jump_host", spec, "'[user@]host[:port]'")
+    return user or default_user, host, port
+
+
+class _Borrowed(Runner):
+    """The backend's runner lent to a caller: ``close()`` leaves the connection to the backend."""
+
+    def __init__(self, runner: SSHRunner) -> None:
+        self.runner = runner
+        self.node = runner.node
+
+    def run(self, command: str, *, timeout: float | None = None, stdin: str | None = None) -> CommandResult:
+        return self.runner.run(command, timeout=timeout, stdin=stdin)
+
+    def start_detached(self, command: str, *, log_path: str) -> None:
+        self.runner.start_detached(command, log_path=log_path)
+
+    def close(self) -> None:
+        return None
+
+    def __repr__(self) -> str:
+        return repr(self.runner)
+
+
+class SSHBackend(Backend):
+    kind = "ssh"
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        hosts: Sequence[str],
+        user: str,
+        key_file: str | os.PathLike[str] | None,
+        share_path: str,
+        port: int = 22,
+        known_hosts: str | os.PathLike[str] | None = None,
+        trust_on_first_use: bool = False,
+        jump_host: str | None = None,
+        python: str = "python3",
+        mpirun: str = "mpirun",
+        state_dir: str | os.PathLike[str] | None = None,
+        node_state_dir: str = "~/.batchai",
+        authorized_keys_path: str = "~/.ssh/authorized_keys",
+        tcp_interface: str | None = None,
+        mpi_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        connect_kwargs: Mapping[str, Any] | None = None,
+        connect_timeout: float = 10.0,
+        retries: int = 3,
+        probe_timeout: float = 3.0,
+        setup_timeout: float = 3600.0,
+        keepalive: float = 15.0,
+    ) -> None:
+        if isinstance(hosts, str) or not hosts:
+            raise ValidationError("hosts", hosts, "a non-empty list of host names or addresses")
+        for i, host in enumerate(hosts):
+            if not isinstance(host, str) or not _HOST_RE.match(host):
+                raise ValidationError(f"hosts[{i}]", host, "a host name or an IP address")
+        if not isinstance(user, str) or not user or not re.match(r"^[A-Za-z0-9_.][A-Za-z0-9_.-]*$", user):
+            raise ValidationError("user", user, "a user name on the hosts")
+        if not isinstance(share_path, str) or not share_path.startswith("/") or share_path.rstrip("/") == "":
+            raise ValidationError("share_path", share_path, "an absolute path below / on every host")
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            raise ValidationError("port", port, "a TCP port 1-65535")
+        for field_name, path in (("node_state_dir", node_state_dir), ("share_path", share_path)):
+            if re.search(r"\s", path):
+                # mpirun splits its rsh agent option on whitespace
+                raise ValidationError(field_name, path, "a path without whitespace")
+        if not (node_state_dir.startswith("/") or node_state_dir == "~" or node_state_dir.startswith("~/")):
+            raise ValidationError("node_state_dir", node_state_dir, "an absolute path or one under ~/")
+        self.workspace = name
+        self.hosts = list(hosts)
+        self.user = user
+        self.port = port
+        self.key_file = os.path.expanduser(os.fspath(key_file)) if key_file is not None else None
+        self.share_path = posixpath.normpath(share_path)
+        self.python = python
+        self.mpirun = mpirun
+        self.node_state_dir = node_state_dir
+        self.authorized_keys_path = authorized_keys_path
+        self.tcp_interface = tcp_interface
+        self.extra_mpi_args = tuple(mpi_args)
+        self.env = dict(env or {})
+        self.connect_timeout = connect_timeout
+        self.retries = retries
+        self.probe_timeout = probe_timeout
+        self.setup_timeout = setup_timeout
+        self.keepalive = keepalive
+        self.connect_kwargs = dict(connect_kwargs or {})
+        self.state_dir = (
+            Path(state_dir).expanduser() if state_dir is not None else default_root() / "ssh" / name
+        )
+        self.host_keys = HostKeyStore(
+            Path(known_hosts).expanduser() if known_hosts is not None else self.state_dir / "known_hosts",
+            trust_on_first_use=trust_on_first_use,
+        )
+        self._lock = threading.RLock()
+        self._runners: dict[str, SSHRunner] = {}
+        self._jump: SSHRunner | None = None
+        if jump_host is not None:
+            jump_user, jump_addr, jump_port = parse_jump(jump_host, user)
+            self._jump = self._make_runner(jump_addr, user=jump_user, port=jump_port, jump=None)
+        self._node_dir: str | None = None
+        self._gpus: dict[str, int] = {}
+        self.share = SFTPShare(self._runner(self.hosts[0]), self.share_path)
+
+    def __repr__(self) -> str:
+        return f"SSHBackend({self.workspace!r}, hosts={self.hosts!r}, share_path={self.share_path!r})"
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **super().describe(),
+            "hosts": list(self.hosts),
+            "user": self.user,
+            "port": self.port,
+            "share_path": self.share_path,
+            "known_hosts": str(self.host_keys.path),
+            "trust_on_first_use": self.host_keys.trust_on_first_use,
+            "jump_host": self._jump.host if self._jump is not None else None,
+        }
+
+    # -- runners --------------------------------------------------------------------------------------
+    def _make_runner(self, host: str, *, user: str, port: int, jump: SSHRunner | None) -> SSHRunner:
+        return SSHRunner(
+            host,
+            host_keys=self.host_keys,
+            user=user,
+            port=port,
+            key_file=self.key_file,
+            node=node_id(host),
+            jump=jump,
+            connect_timeout=self.connect_timeout,
+            retries=self.retries,
+            keepalive=self.keepalive,
+            connect_kwargs=self.connect_kwargs,
+        )
+
+    def _runner(self, host: str) -> SSHRunner:
+        with self._lock:
+            runner = self._runners.get(host)
+            if runner is None:
+                runner = self._make_runner(host, user=self.user, port=self.port, jump=self._jump)
+                self._runners[host] = runner
+            return runner
+
+    def runner(self, node: Node) -> SSHRunner:
+        """The backend's (shared) runner on ``node``."""
+        return self._runner(node.address)
+
+    def close(self) -> None:
+        with self._lock:
+            for runner in self._runners.values():
+                runner.close()
+            if self._jump is not None:
+                self._jump.close()
+
+    # -- nodes ----------------------------------------------------------------------------------------
+    def _nodes(self, count: int) -> tuple[Node, ...]:
+        seen: dict[str, int] = {}
+        out = []
+        for host in self.hosts[:count]:
+            base = node_id(host)
+            seen[base] = seen.get(base, 0) + 1
+            nid = base if seen[base] == 1 else f"{base}_{seen[base] - 1}"
+            out.append(Node(id=nid, address=host, machine=host))
+        return tuple(out)
+
+    def _check_size(self, nodes: int) -> None:
+        if nodes > len(self.hosts):
+            raise ValidationError(
+                "nodes",
+                nodes,
+                f"at most {len(self.hosts)}, the number of hosts of workspace {self.workspace!r}",
+            )
+
+    def create_cluster(self, spec: ClusterSpec, *, timeout: float | None = None) -> None:
+        self._check_size(spec.nodes)
+
+    def resize_cluster(self, spec: ClusterSpec, nodes: int, *, timeout: float | None = None) -> None:
+        self._check_size(nodes)
+
+    def cluster_status(self, spec: ClusterSpec) -> ClusterStatus:
+        """The cluster's hosts; those where no SSH server answers quickly are unusable."""
+        nodes = self._nodes(spec.nodes)
+        reasons = {
+            nid: why
+            for nid, why in _parallel(
+                {n.id: n for n in nodes},
+                lambda n: probe_ssh(n.address, self.port, timeout=self.probe_timeout, via=self._jump),
+            )[0].items()
+            if why is not None
+        }
+        return ClusterStatus(
+            resizing=False,
+            nodes=nodes,
+            node_states={nid: NodeState.UNUSABLE for nid in reasons},
+            reasons=reasons,
+        )
+
+    # -- node-local paths -----------------------------------------------------------------------------
+    def node_dir(self) -> str:
+        """``node_state_dir`` made absolute with the head node's $HOME (mpirun needs one path that is
+        valid on every node)."""
+        with self._lock:
+            if self._node_dir is None:
+                raw = self.node_state_dir
+                if raw.startswith("~"):
+                    result = self._runner(self.hosts[0]).run(
+                        'printf %s "$HOME"', timeout=self.connect_timeout
+                    )
+                    home = result.stdout.strip()
+                    if not result.ok or not home.startswith("/") or re.search(r"\s", home):
+                        raise NodeError(
+                            "resolving the home directory",
+                            {node_id(self.hosts[0]): result.describe() if not result.ok else repr(home)},
+                        )
+                    raw = home + raw[1:]
+                self._node_dir = posixpath.normpath(raw)
+            return self._node_dir
+
+    def node_paths(self, cluster: str) -> setup.NodePaths:
+        return setup.NodePaths(posixpath.join(self.node_dir(), "clusters", cluster))
+
+    def setup_dir(self, cluster: str) -> str:
+        """Share-relative directory of node setup markers and logs."""
+        return join(layout.cluster_dir(cluster), "setup")
+
+    def _key_comment(self, cluster: str) -> str:
+        return f"batchai-cluster:{self.workspace}/{cluster}"
+
+    def _client_key_path(self, cluster: str) -> Path:
+        return self.state_dir / "clusters" / cluster / "id_ed25519"
+
+    def cluster_key(self, cluster: str) -> ssh_keys.ClusterKey:
+        """The cluster's key pair: kept on this client; else taken back from the head node, where an
+        earlier setup (maybe from another client) installed it; else generated."""
+        with self._lock:
+            path = self._client_key_path(cluster)
+            comment = self._key_comment(cluster)
+            key = ssh_keys.load(path, comment)
+            if key is not None:
+                return key
+            try:
+                with self._runner(self.hosts[0]).sftp().open(self.node_paths(cluster).key, "r") as f:
+                    key = ssh_keys.parse(f.read().decode("ascii"), comment)
+            except (OSError, UnicodeDecodeError, BatchAIError):
+                key = ssh_keys.generate(comment)
+            ssh_keys.save(path, key)
+            return key
+
+    # -- preparing nodes for a job --------------------------------------------------------------------
+    def prepare(self, spec: ClusterSpec, nodes: tuple[Node, ...]) -> None:
+        """Every node answers over SSH (else NodeError naming it), sees the share, and has run node
+        setup; setup runs only where the node's marker does not hold the current setup's hash."""
+        by_id = {n.id: n for n in nodes}
+        _, failures = _parallel(by_id, lambda n: self.runner(n).connect())
+        if failures:
+            host_key = next((e for _, e in sorted(failures.items()) if isinstance(e, HostKeyError)), None)
+            if host_key is not None:
+                raise host_key
+            raise NodeError(
+                "connecting to the cluster's nodes",
+                {nid: str(exc) for nid, exc in sorted(failures.items())},
+                sorted(set(by_id) - set(failures)),
+            )
+        paths = self.node_paths(spec.name)
+        key = self.cluster_key(spec.name)
+        # every node of the cluster the client has pinned, so later jobs on other nodes need no refresh
+        addresses = [n.address for n in self._nodes(spec.nodes)] + [n.address for n in nodes]
+        cluster_names = [known_hosts_name(a, self.port) for a in dict.fromkeys(addresses)]
+        config = setup.ssh_config_text(
+            paths, user=self.user, port=self.port, connect_timeout=self.connect_timeout
+        )
+        known = self.host_keys.known_hosts_text(cluster_names)
+        want = setup.setup_hash(
+            public_key=key.public_line,
+            node_setup=spec.node_setup,
+            authorized_keys=self.authorized_keys_path,
+            cluster_dir=paths.cluster_dir,
+        )
+        share_marker = posixpath.join(self.share_path, layout.META)
+        share_checked = self.share.exists(layout.META)
+        refresh = {
+            n.id: setup.refresh_script(
+                paths, n.id, ssh_config=config, known_hosts=known, share_marker=share_marker
+            )
+            for n in nodes
+        }
+        facts = self._run_all(
+            by_id, refresh, "checking the cluster's nodes", timeout=self.connect_timeout + 60
+        )
+        parsed = {nid: setup.parse_refresh(r.stdout) for nid, r in facts.items()}
+        if share_checked:
+            blind = {
+                nid: f"the share is not visible at {self.share_path} (is it mounted on this node?)"
+                for nid, p in parsed.items()
+                if p.get("share") != "1"
+            }
+            if blind:
+                raise NodeError(
+                    "checking the share on the cluster's nodes", blind, sorted(set(by_id) - set(blind))
+                )
+        for nid, p in parsed.items():
+            gpus = p.get("gpus", "0")
+            self._gpus[by_id[nid].address] = int(gpus) if gpus.isdigit() else 0
+        todo = {nid: n for nid, n in by_id.items() if parsed[nid].get("hash") != want}
+        if todo:
+            self._setup(spec, todo, key, paths, want)
+
+    def _setup(
+        self,
+        spec: ClusterSpec,
+        nodes: dict[str, Node],
+        key: ssh_keys.ClusterKey,
+        paths: setup.NodePaths,
+        want: str,
+    ) -> None:
+        setup_dir = self.setup_dir(spec.name)
+        log_dir = posixpath.join(self.share_path, setup_dir)
+        self.share.mkdir(setup_dir)
+        env = {"AZ_BATCHAI_MOUNT_ROOT": posixpath.dirname(self.share_path)}
+        started = utcnow().isoformat()
+        for nid in nodes:
+            self.share.write_json(
+                join(setup_dir, f"{nid}.json"), {"node": nid, "state": "running", "started": started}
+            )
+        log.info("node setup of cluster %s on %s", spec.name, ", ".join(sorted(nodes)))
+
+        def one(node: Node) -> CommandResult:
+            script = setup.setup_script(
+                paths,
+                node.id,
+                public_key=key.public_line,
+                authorized_keys=self.authorized_keys_path,
+                node_setup=spec.node_setup,
+                log_dir=log_dir,
+                setup_hash=want,
+                env=env,
+            )
+            return self.runner(node).run(script, stdin=key.private_openssh, timeout=self.setup_timeout)
+
+        results, errors = _parallel(nodes, one)
+        failures = {nid: str(exc) for nid, exc in errors.items()}
+        failures.update({nid: r.describe() for nid, r in results.items() if not r.ok})
+        ended = utcnow().isoformat()
+        for nid in nodes:
+            res = results.get(nid)
+            self.share.write_json(
+                join(setup_dir, f"{nid}.json"),
+                {
+                    "node": nid,
+                    "state": "failed" if nid in failures else "succeeded",
+                    "hash": want,
+                    "started": started,
+                    "ended": ended,
+                    "exit_code": res.exit_code if res is not None else None,
+                    "failure_reason": failures.get(nid),
+                },
+            )
+        if failures:
+            raise NodeError(
+                f"node setup of cluster {spec.name!r} (logs in {setup_dir}/)",
+                dict(sorted(failures.items())),
+                sorted(set(nodes) - set(failures)),
+            )
+
+    def _run_all(
+        self, nodes: Mapping[str, Node], commands: Mapping[str, str], operation: str, *, timeout: float
+    ) -> dict[str, CommandResult]:
+        results, errors = _parallel(nodes, lambda n: self.runner(n).run(commands[n.id], timeout=timeout))
+        failures = {nid: str(exc) for nid, exc in errors.items()}
+        failures.update({nid: r.describe() for nid, r in results.items() if not r.ok})
+        if failures:
+            raise NodeError(operation, dict(sorted(failures.items())), sorted(set(nodes) - set(failures)))
+        return results
+
+    # -- launching ------------------------------------------------------------------------------------
+    def launch_target(self, spec: ClusterSpec, nodes: tuple[Node, ...]) -> LaunchTarget:
+        paths = self.node_paths(spec.name)
+        rsh = f"ssh -F {paths.ssh_config}"
+        mpi_args: list[str] = ["--mca", "plm_rsh_agent", rsh, "--mca", "btl", "self,tcp"]
+        if self.tcp_interface:
+            mpi_args += [
+                "--mca",
+                "btl_tcp_if_include",
+                self.tcp_interface,
+                "--mca",
+                "oob_tcp_if_include",
+                self.tcp_interface,
+            ]
+        mpi_args += self.extra_mpi_args
+        return LaunchTarget(
+            nodes=nodes,
+            node_share_root=self.share_path,
+            mount_root=posixpath.dirname(self.share_path),
+            temp_root=posixpath.join(self.node_dir(), "tmp"),
+            python=self.python,
+            mpirun=self.mpirun,
+            ssh_command=("ssh", "-F", paths.ssh_config),
+            mpi_args=tuple(mpi_args),
+            env=dict(self.env),
+            num_gpus=self._gpus.get(nodes[0].address, 0) if nodes else 0,
+            oversubscribe=False,
+        )
+
+    def head_runner(self, spec: ClusterSpec, nodes: tuple[Node, ...]) -> Runner:
+        return _Borrowed(self.runner(nodes[0]))
+
+    # -- removal --------------------------------------------------------------------------------------
+    def delete_cluster(self, spec: ClusterSpec) -> None:
+        """Remove the cluster's key from the hosts that answer (node-local files and authorized_keys),
+        its setup records and this client's copy of its key. Hosts that do not answer keep theirs."""
+        try:
+            paths = self.node_paths(spec.name)
+        except BatchAIError as exc:
+            log.warning("cluster %s: the hosts are not reachable, their files stay: %s", spec.name, exc)
+        else:
+            script = setup.cleanup_script(
+                paths, authorized_keys=self.authorized_keys_path, key_comment=self._key_comment(spec.name)
+            )
+            hosts = {node_id(h): Node(id=node_id(h), address=h, machine=h) for h in dict.fromkeys(self.hosts)}
+            _, errors = _parallel(
+                hosts, lambda n: self.runner(n).run(script, timeout=self.connect_timeout + 30)
+            )
+            for nid, error in errors.items():
+                log.warning("cluster %s: could not clean up node %s: %s", spec.name, nid, error)
+        self.share.delete(self.setup_dir(spec.name), recursive=True)
+        client_dir = self._client_key_path(spec.name).parent
+        for f in (client_dir / "id_ed25519", client_dir / "id_ed25519.pub"):
+            f.unlink(missing_ok=True)
+        try:
+            client_dir.rmdir()
+        except OSError:
+            pass
+
+
+def _parallel(
+    items: Mapping[str, T], fn: Callable[[T], Any]
+) -> tuple[dict[str, Any], dict[str, BaseException]]:
+    """``fn`` on every item in threads: (results, exceptions) by key."""
+    results: dict[str, Any] = {}
+    errors: dict[str, BaseException] = {}
+    if not items:
+        return results, errors
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(32, len(items))) as pool:
+        futures = {pool.submit(fn, item): key for key, item in items.items()}
+        for fut in concurrent.futures.as_completed(futures):
+            key = futures[fut]
+            try:
+                results[key] = fut.result()
+            except Exception as exc:
+                errors[key] = exc
+    return results, errors
