@@ -6,10 +6,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from . import _layout as layout
+from . import _progress
 from ._models import (
     ClusterSpec,
     ClusterState,
-    JobState,
     NodeCounts,
     NodeState,
     count_nodes,
@@ -146,12 +146,17 @@ class Cluster:
         self.workspace.backend.delete_cluster(self._spec)
         self.workspace.share.delete(layout.cluster_dir(self.name), recursive=True)
 
-    def wait_until_steady(self, timeout: float | None = None, *, poll_interval: float = 2.0) -> Cluster:
+    def wait_until_steady(
+        self, timeout: float | None = None, *, poll_interval: float = 2.0, show_progress: bool | None = None
+    ) -> Cluster:
+        """Block until the cluster is ``steady`` (every target node exists); a spinner shows node counts."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self.state is not ClusterState.STEADY:
-            if deadline is not None and time.monotonic() > deadline:
-                raise BatchAITimeout(f"cluster {self.name!r} to become steady", timeout or 0)
-            time.sleep(poll_interval)
+        with _progress.status(f"cluster {self.name}", show_progress) as update:
+            while self.state is not ClusterState.STEADY:
+                if deadline is not None and time.monotonic() > deadline:
+                    raise BatchAITimeout(f"cluster {self.name!r} to become steady", timeout or 0)
+                update(f"resizing to {self._spec.nodes} node(s): {self.node_counts}")
+                time.sleep(poll_interval)
         return self
 
     # -- views ------------------------------------------------------------------------------------------
@@ -176,7 +181,3 @@ class Cluster:
         from ._display import cluster_html
 
         return cluster_html(self)
-
-
-def job_state_ended(state: JobState) -> bool:
-    return state.ended

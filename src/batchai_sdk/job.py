@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from . import _layout as layout
+from . import _progress
 from ._models import JobSpec, JobState, JobStatus, Toolkit, utcnow
 from .exceptions import (
     AlreadyExistsError,
@@ -259,10 +260,13 @@ class Job:
         show_output: bool | str = False,
         raise_on_failure: bool = False,
         out: IO[str] | None = None,
+        show_progress: bool | None = None,
     ) -> JobState:
         """Block until the job ends; returns its final state.
 
-        ``show_output=True`` (or a file name such as ``"stderr.txt"``) prints that log while waiting.
+        ``show_output=True`` (or a file name such as ``"stderr.txt"``) prints that log while waiting;
+        otherwise a spinner shows the state and elapsed time on a terminal or in a notebook.
+        ``raise_on_failure`` raises :class:`JobFailedError` unless the job succeeded.
         """
         self._require_submitted()
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -271,13 +275,16 @@ class Job:
             stream = out or sys.stdout
             for line in self.stream(name, follow=True, poll_interval=poll_interval, timeout=timeout):
                 print(line, file=stream)
-        while True:
-            status = self.status
-            if status.state.ended:
-                break
-            if deadline is not None and time.monotonic() > deadline:
-                raise BatchAITimeout(f"job {self.name!r} to end (state {status.state})", timeout or 0)
-            time.sleep(poll_interval)
+        started = time.monotonic()
+        with _progress.status(f"job {self.name}", False if show_output else show_progress) as update:
+            while True:
+                status = self.status
+                if status.state.ended:
+                    break
+                if deadline is not None and time.monotonic() > deadline:
+                    raise BatchAITimeout(f"job {self.name!r} to end (state {status.state})", timeout or 0)
+                update(f"{status.state} for {time.monotonic() - started:.0f}s")
+                time.sleep(poll_interval)
         if raise_on_failure and status.state is not JobState.SUCCEEDED:
             raise JobFailedError(self.name, status.state.value, status.exit_code, status.failure_reason)
         return status.state

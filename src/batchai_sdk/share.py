@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from . import _progress
 from ._models import FileInfo
 from .exceptions import NotFoundError, ShareError, ValidationError
 
@@ -80,29 +81,50 @@ class Share(ABC):
             raise NotFoundError("file", normalize(path), f"share {self.name!r}")
         return info.size or 0
 
-    def upload(self, source: str | os.PathLike[str], path: str, *, progress: Progress | None = None) -> str:
-        """Upload a local file or directory (recursively) to ``path``; returns the share path."""
+    def upload(
+        self,
+        source: str | os.PathLike[str],
+        path: str,
+        *,
+        progress: Progress | None = None,
+        show_progress: bool | None = None,
+    ) -> str:
+        """Upload a local file or directory (recursively) to ``path``; returns the share path.
+
+        A progress bar shows on a terminal or in a notebook (``show_progress`` forces it on or off).
+        """
         src = Path(source).expanduser()
         dest = normalize(path)
-        if src.is_dir():
-            self.mkdir(dest)
-            for root, dirs, files in os.walk(src):
-                rel = Path(root).relative_to(src).as_posix()
-                base = join(dest, "" if rel == "." else rel)
-                for d in sorted(dirs):
-                    self.mkdir(join(base, d))
-                for f in sorted(files):
-                    self._upload_file(Path(root) / f, join(base, f), progress)
-        elif src.is_file():
-            parent = posixpath.dirname(dest)
-            if parent:
-                self.mkdir(parent)
-            self._upload_file(src, dest, progress)
-        else:
+        if not src.exists():
             raise NotFoundError("local file", str(src))
+        files = [src] if src.is_file() else [Path(r) / f for r, _, fs in os.walk(src) for f in fs]
+        total = sum(f.stat().st_size for f in files)
+        with _progress.transfer(total, f"upload {src.name}", show_progress) as bar:
+            callback = _progress.chain(progress, bar)
+            if src.is_dir():
+                self.mkdir(dest)
+                for root, dirs, names in os.walk(src):
+                    rel = Path(root).relative_to(src).as_posix()
+                    base = join(dest, "" if rel == "." else rel)
+                    for d in sorted(dirs):
+                        self.mkdir(join(base, d))
+                    for f in sorted(names):
+                        self._upload_file(Path(root) / f, join(base, f), callback)
+            else:
+                parent = posixpath.dirname(dest)
+                if parent:
+                    self.mkdir(parent)
+                self._upload_file(src, dest, callback)
         return dest
 
-    def download(self, path: str, dest: str | os.PathLike[str], *, progress: Progress | None = None) -> Path:
+    def download(
+        self,
+        path: str,
+        dest: str | os.PathLike[str],
+        *,
+        progress: Progress | None = None,
+        show_progress: bool | None = None,
+    ) -> Path:
         """Download a file (or a directory, recursively) to ``dest``; an existing directory receives it.
 
         Written to a temporary name and renamed, so an interrupted download leaves no half file.
@@ -111,13 +133,16 @@ class Share(ABC):
         info = self.stat(src)
         if info is None:
             raise NotFoundError("file", src, f"share {self.name!r}")
-        target = Path(dest).expanduser()
-        if target.is_dir():
-            target = target / posixpath.basename(src)
+        total = sum(i.size or 0 for _, i in self.walk(src)) if info.is_dir else (info.size or 0)
+        with _progress.transfer(total, f"download {posixpath.basename(src)}", show_progress) as bar:
+            return self._download_tree(src, info, Path(dest).expanduser(), _progress.chain(progress, bar))
+
+    def _download_tree(self, src: str, info: FileInfo, dest: Path, progress: Progress | None) -> Path:
+        target = dest / posixpath.basename(src) if dest.is_dir() else dest
         if info.is_dir:
             target.mkdir(parents=True, exist_ok=True)
             for entry in self.list(src):
-                self.download(join(src, entry.name), target / entry.name, progress=progress)
+                self._download_tree(join(src, entry.name), entry, target / entry.name, progress)
             return target
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")

@@ -1,0 +1,45 @@
+"""Sessions for developers and CI. They run in the environment that ``./dev`` prepares (.venv), not in
+venvs of their own: the training stack (TensorFlow 2.15.1 + a Horovod build) is too heavy to rebuild per
+session. ``./dev <session>`` = bootstrap + ``nox -s <session>``."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "none"
+nox.options.sessions = ["lint", "tests"]
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff and mypy over the package, tests, examples and benchmarks."""
+    session.run("ruff", "check", "src", "tests", "examples", "benchmarks", "noxfile.py")
+    session.run("ruff", "format", "--check", "src/batchai_sdk")
+    session.run("mypy")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The whole test suite (real mpirun, sshd nodes, Horovod training, HTTP-level Azure, docs, notebook)."""
+    session.run("pytest", *(session.posargs or ["-q", "--durations=15"]))
+
+
+@nox.session
+def quickstart(session: nox.Session) -> None:
+    """The tutorial end to end on the local backend (digits data, 2 Horovod ranks)."""
+    session.run("python", "examples/quickstart.py", *session.posargs)
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation site strictly into site/."""
+    session.run("mkdocs", "build", "--strict")
+
+
+@nox.session
+def benchmarks(session: nox.Session) -> None:
+    """Every benchmark; each prints its figures."""
+    import pathlib
+
+    for bench in sorted(pathlib.Path("benchmarks").glob("bench_*.py")):
+        session.run("python", str(bench))

@@ -1,0 +1,93 @@
+"""Training curves from the training module's ``metrics.jsonl`` (one JSON object per epoch, rank 0)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import TYPE_CHECKING, Any
+
+from .exceptions import MissingExtraError, NotFoundError
+from .launch import share_relative
+from .share import join
+
+if TYPE_CHECKING:
+    from .job import Job
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def _dir_argument(args: tuple[str, ...]) -> str | None:
+    """The value of ``--dir``/``-d`` in the job's args, either as two words or ``--dir=X``."""
+    words = list(args)
+    if len(words) == 1 and " " in words[0]:
+        words = shlex.split(words[0])
+    for i, word in enumerate(words):
+        if word in ("--dir", "-d") and i + 1 < len(words):
+            return words[i + 1]
+        if word.startswith("--dir="):
+            return word.split("=", 1)[1]
+    return None
+
+
+def find_metrics(job: Job) -> str:
+    """Share path of the job's metrics.jsonl: next to ``--dir``, else in its logs or output directories."""
+    share = job.workspace.share
+    candidates = []
+    out_dir = _dir_argument(job.spec.args)
+    if out_dir:
+        rel = share_relative(out_dir, mount_path=job.spec.mount_path, share_name=share.name)
+        if rel is None and out_dir.startswith(("$AZ_BATCHAI_STDOUTERR_DIR", "${AZ_BATCHAI_STDOUTERR_DIR}")):
+            rel = join(job.paths.stdouterr, out_dir.split("/", 1)[1] if "/" in out_dir else "")
+        if rel is not None:
+            candidates.append(join(rel, METRICS_FILE))
+    for base in (job.paths.stdouterr, *job.paths.outputs.values()):
+        candidates.append(join(base, METRICS_FILE))
+    for path in candidates:
+        if share.exists(path):
+            return path
+    raise NotFoundError("file", METRICS_FILE, f"job {job.name!r} (looked in {', '.join(candidates)})")
+
+
+def read_records(job: Job, path: str | None = None) -> list[dict[str, Any]]:
+    text = job.workspace.share.read_text(path or find_metrics(job))
+    records = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line being written right now
+    return records
+
+
+def load_metrics(job: Job, path: str | None = None) -> Any:
+    records = read_records(job, path)
+    try:
+        import pandas as pd
+    except ImportError:
+        return records
+    return pd.DataFrame.from_records(records)
+
+
+def plot_metrics(job: Job, path: str | None = None) -> Any:
+    """A matplotlib Figure: loss and accuracy per epoch, training and validation (shows inline in Jupyter)."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as exc:
+        raise MissingExtraError("matplotlib", "notebook") from exc
+    records = read_records(job, path)
+    fig = Figure(figsize=(10, 4), layout="constrained")
+    loss_ax, acc_ax = fig.subplots(1, 2)
+    epochs = [r.get("epoch") for r in records]
+    for ax, key, title in ((loss_ax, "loss", "Loss"), (acc_ax, "accuracy", "Accuracy")):
+        for prefix, label in (("", "training"), ("val_", "validation")):
+            values = [r.get(prefix + key) for r in records]
+            if any(v is not None for v in values):
+                ax.plot(epochs, values, marker="o", label=label)
+        ax.set_title(f"{title} — {job.name}")
+        ax.set_xlabel("epoch")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    return fig
