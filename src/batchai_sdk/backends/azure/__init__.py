@@ -1,0 +1,18 @@
+"""The Azure backend: a resource group, a storage account with a file share, a network, and clusters as
+VM scale sets. Importing this package needs no Azure SDK; using it raises MissingExtraError naming the
+extra (``pip install 'batchai_sdk[azure]'``) when one is missing.
+"""
+
+from .backend import AzureBackend, AzureInstance, detect_public_address
+from .errors import AzureQuotaError
+from .node_setup import NodeEnvironment
+from .share import AzureFileShare
+
+__all__ = [
+    "AzureBackend",
+    "AzureFileShare",
+    "AzureInstance",
+    "AzureQuotaError",
+    "NodeEnvironment",
+    "detect_public_address",
+]

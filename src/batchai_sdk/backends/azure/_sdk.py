@@ -1,0 +1,63 @@
+"""Lazy imports of the Azure SDKs: the core imports without them; using Azure says which extra to install."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from ...exceptions import MissingExtraError
+
+# module → the PyPI distribution that provides it
+_PACKAGES = {
+    "azure.core": "azure-core",
+    "azure.core.exceptions": "azure-core",
+    "azure.core.pipeline.policies": "azure-core",
+    "azure.core.credentials": "azure-core",
+    "azure.identity": "azure-identity",
+    "azure.mgmt.resource.resources": "azure-mgmt-resource",
+    "azure.mgmt.compute": "azure-mgmt-compute",
+    "azure.mgmt.network": "azure-mgmt-network",
+    "azure.mgmt.storage": "azure-mgmt-storage",
+    "azure.storage.fileshare": "azure-storage-file-share",
+}
+
+
+def load(module: str) -> ModuleType:
+    """Import ``module``; a missing Azure SDK becomes MissingExtraError naming the package and extra."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        package = _PACKAGES.get(module, module.replace(".", "-"))
+        raise MissingExtraError(package, "azure") from exc
+
+
+def core_exceptions() -> ModuleType:
+    return load("azure.core.exceptions")
+
+
+def policies() -> ModuleType:
+    return load("azure.core.pipeline.policies")
+
+
+def identity() -> ModuleType:
+    return load("azure.identity")
+
+
+def resource() -> ModuleType:
+    return load("azure.mgmt.resource.resources")
+
+
+def compute() -> ModuleType:
+    return load("azure.mgmt.compute")
+
+
+def network() -> ModuleType:
+    return load("azure.mgmt.network")
+
+
+def storage() -> ModuleType:
+    return load("azure.mgmt.storage")
+
+
+def fileshare() -> ModuleType:
+    return load("azure.storage.fileshare")
