@@ -281,8 +281,9 @@ class SSHBackend(Backend):
         """Share-relative directory of node setup markers and logs."""
         return join(layout.cluster_dir(cluster), "setup")
 
-    def _key_comment(self, cluster: str) -> str:
-        return f"batchai-cluster:{self.workspace}/{cluster}"
+    def cluster_key_comment(self, cluster: str) -> str:
+        """Names the cluster's line in authorized_keys; an older key with it is replaced."""
+        return f"batchai-cluster:{self.workspace}/{cluster}:{self.share_path}"
 
     def _client_key_path(self, cluster: str) -> Path:
         return self.state_dir / "clusters" / cluster / "id_ed25519"
@@ -292,7 +293,7 @@ class SSHBackend(Backend):
         earlier setup (maybe from another client) installed it; else generated."""
         with self._lock:
             path = self._client_key_path(cluster)
-            comment = self._key_comment(cluster)
+            comment = self.cluster_key_comment(cluster)
             key = ssh_keys.load(path, comment)
             if key is not None:
                 return key
@@ -472,7 +473,9 @@ class SSHBackend(Backend):
             log.warning("cluster %s: the hosts are not reachable, their files stay: %s", spec.name, exc)
         else:
             script = setup.cleanup_script(
-                paths, authorized_keys=self.authorized_keys_path, key_comment=self._key_comment(spec.name)
+                paths,
+                authorized_keys=self.authorized_keys_path,
+                key_comment=self.cluster_key_comment(spec.name),
             )
             hosts = {node_id(h): Node(id=node_id(h), address=h, machine=h) for h in dict.fromkeys(self.hosts)}
             _, errors = _parallel(

@@ -125,6 +125,26 @@ def parse_refresh(stdout: str) -> dict[str, str]:
     return out
 
 
+# sh -c <this> sh AUTHORIZED_KEYS PUBLIC_LINE COMMENT: drop the lines that end with " COMMENT" but are not
+# PUBLIC_LINE (an older key of the same cluster); rewritten only when there is such a line.
+_AWK_ENDS = (
+    "function ends(s, c) { return length(s) >= length(c) && substr(s, length(s) - length(c) + 1) == c } "
+)
+_STALE = f"'{_AWK_ENDS}$0 != p && ends($0, c) {{ f = 1 }} END {{ exit !f }}'"
+_KEEP = f"'{_AWK_ENDS}$0 == p || !ends($0, c)'"
+_DROP_STALE = (
+    'ak="$1"; pub="$2"; c=" $3"; '
+    f'if awk -v c="$c" -v p="$pub" {_STALE} "$ak"; '
+    f'then awk -v c="$c" -v p="$pub" {_KEEP} "$ak" > "$ak.$$" && cat "$ak.$$" > "$ak"; rm -f "$ak.$$"; fi'
+)
+# ... then append PUBLIC_LINE unless it is there.
+_AUTHORIZE = (
+    'mkdir -p "$(dirname "$1")" && touch "$1" || exit 1\n'
+    + _DROP_STALE
+    + '\ngrep -qxF "$2" "$1" || printf \'%s\\n\' "$2" >> "$1"'
+)
+
+
 def setup_script(
     paths: NodePaths,
     node: str,
@@ -144,12 +164,7 @@ def setup_script(
     q = shlex.quote
     out = posixpath.join(log_dir, f"stdout-setup-{node}.txt")
     err = posixpath.join(log_dir, f"stderr-setup-{node}.txt")
-    # Appends the public key once; under flock (on the cluster dir) where available, because several
-    # nodes may share one home directory.
-    add_key = (
-        'ak="$1"; pub="$2"; mkdir -p "$(dirname "$ak")" && touch "$ak" && '
-        '{ grep -qxF "$pub" "$ak" || printf \'%s\\n\' "$pub" >> "$ak"; }'
-    )
+    comment = public_key.split(" ", 2)[2] if public_key.count(" ") >= 2 else ""
     lines = [
         "umask 077",
         f"mkdir -p {q(log_dir)} || {{ echo 'cannot write the setup logs to the share at '{q(log_dir)}"
@@ -162,9 +177,10 @@ def setup_script(
         f"|| {{ echo 'installing the cluster key failed' >&3; exit 1; }}",
         f"printf '%s\\n' {q(public_key)} > {q(paths.key)}.pub",
         f"ak={home_path(authorized_keys)}",
+        # under flock (on the cluster dir) where there is one: several nodes may share a home directory
         "if command -v flock >/dev/null 2>&1; then "
-        f'flock {q(paths.cluster_dir)} /bin/sh -c {q(add_key)} sh "$ak" {q(public_key)}; '
-        f'else /bin/sh -c {q(add_key)} sh "$ak" {q(public_key)}; fi '
+        f'flock {q(paths.cluster_dir)} /bin/sh -c {q(_AUTHORIZE)} sh "$ak" {q(public_key)} {q(comment)}; '
+        f'else /bin/sh -c {q(_AUTHORIZE)} sh "$ak" {q(public_key)} {q(comment)}; fi '
         '|| { echo "cannot add the cluster key to $ak" >&3; exit 1; }',
         'echo "cluster key installed; authorized in $ak"',
     ]
@@ -190,11 +206,7 @@ def cleanup_script(paths: NodePaths, *, authorized_keys: str, key_comment: str) 
     return "\n".join(
         [
             f"ak={home_path(authorized_keys)}",
-            # keep every line that does not end with the cluster key's comment
-            'if [ -f "$ak" ]; then '
-            f"awk -v c={q(' ' + key_comment)} "
-            "'length($0) < length(c) || substr($0, length($0) - length(c) + 1) != c' "
-            '"$ak" > "$ak.$$" && cat "$ak.$$" > "$ak"; rm -f "$ak.$$"; fi',
+            f'if [ -f "$ak" ]; then /bin/sh -c {q(_DROP_STALE)} sh "$ak" "" {q(key_comment)}; fi',
             f"rm -rf -- {q(paths.cluster_dir)}",
         ]
     )
