@@ -1,0 +1,118 @@
+"""Submit → running on a 2-node SSH cluster (sshd nodes on loopback), first job and second job.
+
+Starts two real OpenSSH servers on 127.0.0.2 and 127.0.0.3 (as the SSH tests do; needs root and
+openssh-server), opens ``Workspace.ssh`` on them with trust on first use, and submits small 2-node jobs
+(mpirun over ssh runs a script that prints its rank). For each job it prints how long ``submit()`` took
+and how long until the job's state left ``queued``. The first job of a cluster includes node setup (the
+cluster key installed on both nodes); later jobs find it done and must not run it again — checked and
+printed. Goal: submit → running under 3 s on 2 loopback nodes.
+
+    python benchmarks/bench_ssh_submit.py              # a few seconds
+    python benchmarks/bench_ssh_submit.py --jobs 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "ssh"))
+
+from sshd import NODE_ADDRESSES, sshd_available, start_nodes  # noqa: E402
+
+from batchai_sdk import Workspace  # noqa: E402
+from batchai_sdk._models import JobState  # noqa: E402
+
+GOAL_S = 3.0
+SCRIPT = "import os\nprint('rank', os.environ.get('OMPI_COMM_WORLD_RANK'), flush=True)\n"
+
+
+def setup_state(share: Path, cluster: str) -> dict[str, float]:
+    root = share / ".batchai" / "clusters" / cluster / "setup"
+    return {p.name: p.stat().st_mtime for p in root.iterdir()} if root.exists() else {}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=3, help="jobs to submit one after the other (>= 2)")
+    parser.add_argument("--timeout", type=float, default=120, help="seconds a job may take")
+    args = parser.parse_args()
+    if not sshd_available() or os.geteuid() != 0:
+        print("needs root and OpenSSH's sshd (apt-get install openssh-server)", file=sys.stderr)
+        return 2
+
+    with tempfile.TemporaryDirectory(prefix="bench_ssh_") as tmp:
+        root = Path(tmp)
+        share = root / "mnt" / "share"
+        share.mkdir(parents=True)
+        (root / "rank.py").write_text(SCRIPT)
+        with start_nodes(root / "sshd", NODE_ADDRESSES[:2]) as nodes:
+            t = time.perf_counter()
+            ws = Workspace.ssh(
+                "bench",
+                hosts=nodes.addresses,
+                user=nodes.user,
+                key_file=nodes.key_file,
+                port=nodes.port,
+                share_path=str(share),
+                trust_on_first_use=True,
+                state_dir=root / "client_state",
+                node_state_dir=str(root / "node_state"),
+                authorized_keys_path=str(nodes.authorized_keys),
+                python=sys.executable,
+                tcp_interface="lo",
+            )
+            print(f"Workspace.ssh (connect + first SFTP): {time.perf_counter() - t:.2f} s")
+            with ws:
+                exp = ws.create_experiment("bench")
+                cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=2)
+                submit_s: list[float] = []
+                running_s: list[float] = []
+                setup_after_first: dict[str, float] = {}
+                failed = False
+                for i in range(max(2, args.jobs)):
+                    job = exp.create_job(
+                        f"j{i}", cluster=cluster, node_count=2, python_script=str(root / "rank.py")
+                    )
+                    t0 = time.perf_counter()
+                    job.submit()
+                    t1 = time.perf_counter()
+                    while job.state is JobState.QUEUED and time.perf_counter() - t0 < args.timeout:
+                        time.sleep(0.01)
+                    t2 = time.perf_counter()
+                    state = job.wait(timeout=args.timeout, poll_interval=0.1)
+                    submit_s.append(t1 - t0)
+                    running_s.append(t2 - t0)
+                    label = "first job (with node setup)" if i == 0 else f"job {i + 1} (no node setup)"
+                    print(
+                        f"{label:30s} submit() {t1 - t0:5.2f} s   submit → running {t2 - t0:5.2f} s   "
+                        f"ended {state.value} after {time.perf_counter() - t0:5.2f} s"
+                    )
+                    if state is not JobState.SUCCEEDED:
+                        print(job.tail("stderr.txt", 20), file=sys.stderr)
+                        failed = True
+                    if i == 0:
+                        setup_after_first = setup_state(share, "c")
+                    elif setup_state(share, "c") != setup_after_first:
+                        print(f"job {i + 1} ran node setup again (setup files rewritten)", file=sys.stderr)
+                        failed = True
+                later = running_s[1:]
+                print(
+                    f"\nsubmit → running: first {running_s[0]:.2f} s, "
+                    f"later median {statistics.median(later):.2f} s, max {max(later):.2f} s "
+                    f"(goal < {GOAL_S:g} s); node setup ran once: {not failed and bool(setup_after_first)}"
+                )
+                if running_s[0] >= GOAL_S or max(later) >= GOAL_S:
+                    print("goal missed", file=sys.stderr)
+                    failed = True
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
