@@ -1,0 +1,144 @@
+"""How ``batchai`` prints a result, as az does: ``--output json|jsonc|table|tsv|none`` and ``--query``.
+
+``--query`` (JMESPath) applies first; a command's own table layout (the tutorial's columns) is used only
+without ``--query``, otherwise the table shows the query's result generically — az's rules. Tables are az's
+plain style: a header, a line of dashes, the rows; numbers right-aligned; two spaces between columns.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import jmespath
+import jmespath.exceptions
+
+OUTPUT_FORMATS = ("json", "jsonc", "table", "tsv", "none")
+
+Row = dict[str, Any]
+TableLayout = Callable[[Any], list[Row]]
+
+
+def compile_query(text: str) -> Any:
+    """A compiled JMESPath expression; ValueError with JMESPath's reason when it does not parse."""
+    try:
+        return jmespath.compile(text)
+    except jmespath.exceptions.JMESPathError as exc:
+        # jmespath's messages span lines (the query with a caret under the position): keep one line
+        reason = getattr(exc, "msg", None) or str(exc).splitlines()[0]
+        position = getattr(exc, "lex_position", None)
+        where = f" at position {position}" if isinstance(position, int) else ""
+        raise ValueError(f"invalid JMESPath query {text!r}: {reason}{where}") from None
+
+
+def render(result: Any, *, output: str, query: Any = None, table: TableLayout | None = None) -> str | None:
+    """The text to print for ``result`` (None: print nothing)."""
+    if query is not None:
+        result = query.search(result)
+    if output == "none":
+        return None
+    if output in ("json", "jsonc"):
+        return json.dumps(result, indent=2, ensure_ascii=False, default=_json_default)
+    if output == "tsv":
+        return format_tsv(result)
+    rows = table(result) if table is not None and query is None else generic_rows(result)
+    return format_table(rows)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    return str(value)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """az's table style; columns are the keys of the rows in first-seen order."""
+    columns: list[str] = []
+    for row in rows:
+        columns.extend(k for k in row if k not in columns)
+    if not columns:
+        return ""
+    numeric = {
+        c: all(_is_number(r.get(c)) or r.get(c) is None for r in rows)
+        and any(_is_number(r.get(c)) for r in rows)
+        for c in columns
+    }
+    cells = [[_cell(r.get(c)) for c in columns] for r in rows]
+    widths = [max([len(c) + 2, *(len(line[i]) for line in cells)]) for i, c in enumerate(columns)]
+
+    def line(values: Sequence[str]) -> str:
+        parts = [
+            v.rjust(w) if numeric[c] else v.ljust(w) for v, w, c in zip(values, widths, columns, strict=True)
+        ]
+        return "  ".join(parts).rstrip()
+
+    out = [line(columns), "  ".join("-" * w for w in widths)]
+    out.extend(line(values) for values in cells)
+    return "\n".join(out)
+
+
+def _title(key: str) -> str:
+    return key[:1].upper() + key[1:]
+
+
+def _scalar_fields(item: Mapping[str, Any]) -> Row:
+    return {_title(str(k)): v for k, v in item.items() if not isinstance(v, (Mapping, list, tuple))}
+
+
+def generic_rows(result: Any) -> list[Row]:
+    """az's table for results without a layout: the scalar fields of each object, or the values."""
+    if result is None:
+        return []
+    items = result if isinstance(result, list) else [result]
+    rows: list[Row] = []
+    for item in items:
+        if isinstance(item, Mapping):
+            rows.append(_scalar_fields(item))
+        elif isinstance(item, (list, tuple)):
+            rows.append(
+                {f"Column{i + 1}": v for i, v in enumerate(item) if not isinstance(v, (Mapping, list))}
+            )
+        else:
+            rows.append({"Result": item})
+    return rows
+
+
+def _tsv_value(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return ""
+    if isinstance(value, (list, tuple)):
+        return str(len(value))
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else str(value)
+
+
+def _tsv_row(item: Any) -> str:
+    if isinstance(item, Mapping):
+        return "\t".join(_tsv_value(v) for v in item.values())
+    if isinstance(item, (list, tuple)):
+        return "\t".join(_tsv_value(v) for v in item)
+    return _tsv_value(item)
+
+
+def format_tsv(result: Any) -> str | None:
+    """az's tsv: one line per list item, values tab-separated in field order; nested objects are blank,
+    nested lists give their length. Scalars print bare, which is what ``-o tsv --query x`` is for."""
+    if result is None:
+        return None
+    items = result if isinstance(result, list) else [result]
+    return "\n".join(_tsv_row(item) for item in items)
