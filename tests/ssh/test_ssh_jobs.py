@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 from sshd import DEAD_ADDRESS, NODE_ADDRESSES, SSHNodes
 
+from _helpers import pid_alive
 from batchai_sdk import Workspace
 from batchai_sdk._models import JobState, NodeCounts
 from batchai_sdk.exceptions import CapacityError, NodeError, NotFoundError, ValidationError
 from batchai_sdk.job import Job
 
-pytestmark = [pytest.mark.ssh, pytest.mark.mpi, pytest.mark.train]
+pytestmark = [pytest.mark.ssh, pytest.mark.mpi]
 
 HOROVOD_SCRIPT = """
 import os, socket
@@ -90,6 +91,7 @@ def setup_files(ws: Workspace, cluster: str) -> dict[str, tuple[float, bytes]]:
     return {p.name: (p.stat().st_mtime, p.read_bytes()) for p in sorted(root.iterdir())}
 
 
+@pytest.mark.train
 def test_two_then_four_node_jobs_with_node_setup_once(lab: Workspace, tmp_path: Path) -> None:
     exp = lab.create_experiment("hvd", exist_ok=True)
     cluster = lab.create_cluster(
@@ -121,6 +123,7 @@ def test_two_then_four_node_jobs_with_node_setup_once(lab: Workspace, tmp_path: 
     assert setup_files(lab, "c4") == setup  # the second job ran no node setup: nothing rewritten
 
 
+@pytest.mark.train
 def test_a_dying_rank_fails_the_whole_job_quickly(lab: Workspace, tmp_path: Path) -> None:
     exp = lab.create_experiment("hvd", exist_ok=True)
     cluster = lab.create_cluster("c2", vm_size="Standard_NC6", nodes=2)
@@ -146,6 +149,40 @@ def test_a_dying_rank_fails_the_whole_job_quickly(lab: Workspace, tmp_path: Path
     assert {"stdout.txt", "stderr.txt", "execution-127.0.0.2.log", "execution-127.0.0.3.log"} <= names
     assert "rank 0 passed the barrier" in job.tail("stdout.txt")
     assert cluster.node_counts == NodeCounts(idle=2)  # the nodes are free again
+
+
+SLEEPER_SCRIPT = """
+import os, pathlib, time
+rank = os.environ["OMPI_COMM_WORLD_RANK"]
+pathlib.Path(f"pid-{rank}").write_text(str(os.getpid()))
+print(f"rank {rank} sleeping", flush=True)
+time.sleep(600)
+"""
+
+
+def test_terminate_stops_the_ranks_on_every_node(lab: Workspace, tmp_path: Path) -> None:
+    exp = lab.create_experiment("hvd", exist_ok=True)
+    cluster = lab.create_cluster("c_term", vm_size="Standard_NC6", nodes=2)
+    job = exp.create_job(
+        "sleeper",
+        cluster=cluster,
+        node_count=2,
+        python_script=str(write_script(tmp_path, "s.py", SLEEPER_SCRIPT)),
+    )
+    job.submit()
+    wd = Path(lab.backend.share_path) / job.paths.wd  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 60
+    while len(list(wd.glob("pid-*"))) < 2 and time.monotonic() < deadline:
+        assert not job.state.ended, output(job, "stderr.txt")
+        time.sleep(0.1)
+    pids = [int(p.read_text()) for p in sorted(wd.glob("pid-*"))]
+    assert len(pids) == 2 and all(pid_alive(p) for p in pids)
+    assert job.terminate(timeout=60) is JobState.TERMINATED
+    deadline = time.monotonic() + 20
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(pid_alive(p) for p in pids), "a rank outlived its terminated job"
+    assert cluster.node_counts == NodeCounts(idle=2)
 
 
 def test_cluster_size_is_bounded_by_the_hosts(lab: Workspace) -> None:

@@ -242,7 +242,7 @@ class SSHBackend(Backend):
             nid: why
             for nid, why in _parallel(
                 {n.id: n for n in nodes},
-                lambda n: probe_ssh(n.address, self.port, timeout=self.probe_timeout, via=self._jump),
+                lambda n: self._probe(n),
             )[0].items()
             if why is not None
         }
@@ -252,6 +252,12 @@ class SSHBackend(Backend):
             node_states={nid: NodeState.UNUSABLE for nid in reasons},
             reasons=reasons,
         )
+
+    def _probe(self, node: Node) -> str | None:
+        """None when ``node`` answers: a live connection counts, else a quick look for its SSH server."""
+        if self.runner(node).connected:
+            return None
+        return probe_ssh(node.address, self.port, timeout=self.probe_timeout, via=self._jump)
 
     # -- node-local paths -----------------------------------------------------------------------------
     def node_dir(self) -> str:

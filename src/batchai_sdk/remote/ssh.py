@@ -326,12 +326,14 @@ def probe_ssh(host: str, port: int, *, timeout: float = 3.0, via: SSHRunner | No
             try:
                 channel.settimeout(timeout)
                 banner = _read_banner(channel.recv, timeout)
+                _say_hello(channel.sendall, banner)
             finally:
                 channel.close()
         else:
             with socket.create_connection((host, port), timeout=timeout) as sock:
                 sock.settimeout(timeout)
                 banner = _read_banner(sock.recv, timeout)
+                _say_hello(sock.sendall, banner)
     except SSHError as exc:
         return str(exc)
     except (OSError, EOFError, paramiko.SSHException) as exc:
@@ -339,6 +341,16 @@ def probe_ssh(host: str, port: int, *, timeout: float = 3.0, via: SSHRunner | No
     if not banner.startswith(b"SSH-"):
         return f"ssh {host}:{port}: no SSH server answers (got {banner[:20]!r})"
     return None
+
+
+def _say_hello(send: Any, banner: bytes) -> None:
+    """Answer the server's banner with ours, so its log shows a client that left rather than a scan
+    that "did not send an identification string"."""
+    if banner.startswith(b"SSH-"):
+        try:
+            send(b"SSH-2.0-batchai_sdk_probe\r\n")
+        except (OSError, EOFError, paramiko.SSHException):
+            pass
 
 
 def _read_banner(recv: Any, timeout: float) -> bytes:
