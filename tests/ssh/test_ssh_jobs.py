@@ -185,6 +185,22 @@ def test_terminate_stops_the_ranks_on_every_node(lab: Workspace, tmp_path: Path)
     assert cluster.node_counts == NodeCounts(idle=2)
 
 
+def test_secrets_reach_the_ranks_but_no_file_on_the_share(lab: Workspace, tmp_path: Path) -> None:
+    exp = lab.create_experiment("hvd", exist_ok=True)
+    cluster = lab.create_cluster("c_secret", vm_size="Standard_NC6", nodes=2)
+    script = write_script(tmp_path, "s.py", "import os\nprint('token length', len(os.environ['TOKEN']))\n")
+    job = exp.create_job(
+        "secret", cluster=cluster, node_count=2, python_script=str(script), secrets={"TOKEN": "s3cr3t-v4lue"}
+    )
+    job.submit()
+    assert job.wait(timeout=60, poll_interval=0.2) is JobState.SUCCEEDED, output(job, "stderr.txt")
+    assert job.tail("stdout.txt") == ["token length 12", "token length 12"]
+    share = Path(lab.backend.share_path)  # type: ignore[attr-defined]
+    for path in share.rglob("*"):
+        if path.is_file() and b"s3cr3t-v4lue" in path.read_bytes():
+            assert path.name == "secrets.json" and path.stat().st_mode & 0o777 == 0o600, path
+
+
 def test_cluster_size_is_bounded_by_the_hosts(lab: Workspace) -> None:
     with pytest.raises(ValidationError) as err:
         lab.create_cluster("too_big", vm_size="Standard_NC6", nodes=5)

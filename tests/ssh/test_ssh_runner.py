@@ -199,6 +199,10 @@ def test_share_write_replaces_atomically(sftp_share: SFTPShare) -> None:
     assert target.stat().st_ino != inode  # a new file renamed over the old one, never rewritten in place
     assert sorted(p.name for p in target.parent.iterdir()) == ["status.json"]  # no temp files left
     assert oct(target.stat().st_mode & 0o777) == oct(0o644)
+    sftp_share.restrict("rec/status.json")
+    assert oct(target.stat().st_mode & 0o777) == oct(0o600)
+    with pytest.raises(NotFoundError):
+        sftp_share.restrict("rec/missing.json")
 
 
 def test_share_listing_stat_and_delete(sftp_share: SFTPShare) -> None:

@@ -156,6 +156,7 @@ class SFTPShare(Share):
         def write(sftp: paramiko.SFTPClient) -> None:
             try:
                 with sftp.open(tmp, "wb") as f:
+                    f.chmod(0o600)  # nobody else reads the data while it is written (maybe a secret)
                     f.set_pipelined(True)
                     f.write(data)
                 sftp.chmod(tmp, 0o644)
@@ -165,6 +166,10 @@ class SFTPShare(Share):
                 raise
 
         self._call("write", rel, write)
+
+    def restrict(self, path: str) -> None:
+        """Readable by its owner only (0600): the job's secret variables."""
+        self._call("restrict", path, lambda sftp: sftp.chmod(self.remote_path(path), 0o600))
 
     def delete(self, path: str, *, recursive: bool = False) -> None:
         rel = normalize(path)
