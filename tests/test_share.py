@@ -83,3 +83,9 @@ def test_restrict_makes_a_file_private(share: LocalShare) -> None:
     share.restrict("run/secrets.json")
     mode = stat.S_IMODE(os.stat(share.local_path("run/secrets.json")).st_mode)
     assert mode == 0o600
+
+
+def test_private_files_are_never_readable_by_others(share: LocalShare) -> None:
+    share.write_private("run/secrets.json", b'{"TOKEN": "x"}')
+    assert stat.S_IMODE(os.stat(share.local_path("run/secrets.json")).st_mode) == 0o600
+    assert not list(share.local_path("run").glob("*.tmp"))

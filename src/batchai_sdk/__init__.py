@@ -35,6 +35,7 @@ from .exceptions import (
     NodeError,
     NotFoundError,
     ShareError,
+    SSHError,
     TimeoutError,
     ValidationError,
 )
@@ -71,6 +72,7 @@ __all__ = [
     "NodeError",
     "NodeState",
     "NotFoundError",
+    "SSHError",
     "Share",
     "ShareError",
     "TimeoutError",

@@ -126,6 +126,19 @@ class BackendError(BatchAIError):
         super().__init__(message)
 
 
+class SSHError(BackendError):
+    """An SSH connection or command channel failed.
+
+    ``host`` names the machine; ``code`` says how: ``unreachable`` (no TCP connection / no SSH server),
+    ``auth`` (the key was not accepted), ``protocol`` (the SSH session broke), ``start`` (a detached start
+    did not start).
+    """
+
+    def __init__(self, host: str, message: str, *, code: str) -> None:
+        self.host = host
+        super().__init__(f"ssh {host}: {message}", code=code)
+
+
 class AzureError(BackendError):
     """An Azure operation failed; ``code`` is the ARM/Storage error code (e.g. QuotaExceeded)."""
 

@@ -17,13 +17,14 @@ from typing import IO, TYPE_CHECKING, Any
 
 from . import _layout as layout
 from . import _progress
-from ._models import JobSpec, JobState, JobStatus, Toolkit, utcnow
+from ._models import JobSpec, JobState, JobStatus, NodeState, Toolkit, utcnow
 from .exceptions import (
     AlreadyExistsError,
     BackendError,
     BatchAIError,
     CapacityError,
     JobFailedError,
+    NodeError,
     NotFoundError,
     ValidationError,
 )
@@ -164,6 +165,13 @@ class Job:
         status = backend.cluster_status(cluster.spec)
         nodes = tuple(n for n in status.nodes if n.id not in status.node_states)
         if len(nodes) < self.spec.node_count:
+            down = {
+                node_id: status.reasons.get(node_id, str(state))
+                for node_id, state in status.node_states.items()
+                if state is NodeState.UNUSABLE
+            }
+            if down and len(status.nodes) >= self.spec.node_count:
+                raise NodeError("submitting the job: node(s) unusable", down, [n.id for n in nodes])
             raise CapacityError(cluster.name, self.spec.node_count, len(nodes))
         backend.prepare(cluster.spec, nodes)
         target = backend.launch_target(cluster.spec, nodes)
@@ -180,8 +188,7 @@ class Job:
         secret_file = None
         if secrets:
             secret_rel = join(self.paths.run_dir, "secrets.json")
-            share.write_bytes(secret_rel, json.dumps(secrets).encode())
-            share.restrict(secret_rel)
+            share.write_private(secret_rel, json.dumps(secrets).encode())
             secret_file = on_node(target, secret_rel)
         config = launch_config(
             self.spec,

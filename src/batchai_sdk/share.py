@@ -75,6 +75,11 @@ class Share(ABC):
     def restrict(self, path: str) -> None:  # noqa: B027 - a no-op where the share has no POSIX modes
         """Make a file readable by its owner only (0600) where the share supports it (secret files)."""
 
+    def write_private(self, path: str, data: bytes) -> None:
+        """Write a file readable by its owner only, from its first byte where the share has POSIX modes."""
+        self.write_bytes(path, data)
+        self.restrict(path)
+
     def size(self, path: str) -> int:
         info = self.stat(path)
         if info is None or info.is_dir:
@@ -250,12 +255,19 @@ class LocalShare(Share):
             raise NotFoundError("file", normalize(path), f"share {self.name!r}") from None
 
     def write_bytes(self, path: str, data: bytes) -> None:
+        self._write(path, data, 0o644)
+
+    def write_private(self, path: str, data: bytes) -> None:
+        self._write(path, data, 0o600)
+
+    def _write(self, path: str, data: bytes, mode: int) -> None:
         p = self.local_path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")  # created 0600
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.chmod(tmp, 0o644)
+        if mode != 0o600:
+            os.chmod(tmp, mode)
         os.replace(tmp, p)
 
     def restrict(self, path: str) -> None:

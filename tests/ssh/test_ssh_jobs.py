@@ -14,7 +14,7 @@ from sshd import DEAD_ADDRESS, NODE_ADDRESSES, SSHNodes
 from _helpers import pid_alive
 from batchai_sdk import Workspace
 from batchai_sdk._models import JobState, NodeCounts
-from batchai_sdk.exceptions import CapacityError, NodeError, NotFoundError, ValidationError
+from batchai_sdk.exceptions import NodeError, NotFoundError, ValidationError
 from batchai_sdk.job import Job
 
 pytestmark = [pytest.mark.ssh, pytest.mark.mpi]
@@ -212,12 +212,6 @@ def test_cluster_size_is_bounded_by_the_hosts(lab: Workspace) -> None:
     assert cluster.node_counts.total == 3
 
 
-@pytest.mark.xfail(
-    raises=CapacityError,
-    strict=True,
-    reason="Job.submit raises CapacityError (naming no node) when nodes are unusable; asked the lead to "
-    "raise NodeError with ClusterStatus.reasons instead",
-)
 def test_an_unreachable_node_is_unusable_and_refuses_the_job(ssh_nodes: SSHNodes, tmp_path: Path) -> None:
     ws = ssh_workspace(ssh_nodes, tmp_path, [NODE_ADDRESSES[0], DEAD_ADDRESS], name="half")
     try:

@@ -146,6 +146,12 @@ class SFTPShare(Share):
         return self._call("read", path, read)
 
     def write_bytes(self, path: str, data: bytes) -> None:
+        self._write(path, data, private=False)
+
+    def write_private(self, path: str, data: bytes) -> None:
+        self._write(path, data, private=True)
+
+    def _write(self, path: str, data: bytes, *, private: bool) -> None:
         rel = normalize(path)
         parent = posixpath.dirname(rel)
         if parent:
@@ -159,7 +165,8 @@ class SFTPShare(Share):
                     f.chmod(0o600)  # nobody else reads the data while it is written (maybe a secret)
                     f.set_pipelined(True)
                     f.write(data)
-                sftp.chmod(tmp, 0o644)
+                if not private:
+                    sftp.chmod(tmp, 0o644)
                 sftp.posix_rename(tmp, target)
             except BaseException:
                 _remove_quietly(sftp, tmp)

@@ -22,25 +22,12 @@ from typing import Any
 import paramiko
 import tenacity
 
-from ..exceptions import BackendError, HostKeyError
+from ..exceptions import BackendError, HostKeyError, SSHError
 from ..exceptions import TimeoutError as BatchAITimeout
 from .base import CommandResult, Runner
 from .host_keys import HostKeyStore, changed_key_error, fingerprint, known_hosts_name
 
 _PID_MARK = "__batchai_pid__"
-
-
-class SSHError(BackendError):
-    """An SSH connection or command channel failed.
-
-    ``host`` names the machine; ``code`` says how: ``unreachable`` (no TCP connection / no SSH server),
-    ``auth`` (the key was not accepted), ``protocol`` (the SSH session broke), ``start`` (a detached start
-    did not start).
-    """
-
-    def __init__(self, host: str, message: str, *, code: str) -> None:
-        self.host = host
-        super().__init__(f"ssh {host}: {message}", code=code)
 
 
 def _retriable(exc: BaseException) -> bool:
