@@ -374,7 +374,16 @@ def workspace_create(ctx: Context, args: argparse.Namespace) -> Result | None:
     if entry is None:
         kind = args.backend or ctx.profile.backend
         entry = _new_workspace_entry(ctx, kind, group, name, args.location)
-        ws = open_workspace(entry, group_name, name)
+        try:
+            ws = open_workspace(entry, group_name, name)
+        except NotFoundError as exc:
+            if kind != "ssh":
+                raise
+            where = f"{entry['options']['share_path']} on {entry['options']['hosts'][0]}"
+            raise BatchAIError(
+                f"the workspace's share folder {where} could not be used ({exc}); create it on the shared "
+                "file system (mkdir -p) and run this again"
+            ) from exc
         ctx._opened.append(ws)
         group["workspaces"][name] = entry
         ctx.registry.save_group(group)
