@@ -348,6 +348,10 @@ def test_storage_names_are_checked(storage: CLI) -> None:
     assert code == 1 and "batchai storage share create" in one_error_line(err)
     code, _, err = storage("storage", "account", "create", "-g", "batchai.horovod", "-n", "My_Account")
     assert code == 1 and "3-24 lowercase" in one_error_line(err)
+    accounts = storage.ok("storage", "account", "list", "-o", "table").splitlines()
+    assert accounts[2].split() == ["mystorageaccount", "batchai.horovod", "eastus", "Standard_LRS"]
+    shown = storage.json("storage", "account", "show", "-n", "mystorageaccount")
+    assert isinstance(shown, dict) and shown["shares"] == {"myshare": "batchaidev"}
     storage.ok("group", "create", "-n", "other", "-l", "westus")
     code, _, err = storage("storage", "account", "create", "-g", "other", "-n", "mystorageaccount")
     assert code == 1 and "already exists" in one_error_line(err)
@@ -417,6 +421,22 @@ def test_job_from_flags_failure_is_the_exit_status(tutorial: CLI, tmp_path: Path
     assert code == 1 and "already exists" in one_error_line(err)
     tutorial.ok("job", "delete", *job, "-n", "fails", "--yes")
     assert tutorial.json("job", "list", *job) == []
+
+
+@pytest.mark.mpi
+def test_job_terminate(tutorial: CLI, tmp_path: Path) -> None:
+    script = tmp_path / "sleepy.py"
+    script.write_text("import time\nprint('started', flush=True)\ntime.sleep(300)\n")
+    job = ["-e", "cifar", *G]
+    tutorial.ok("job", "create", *job, "-n", "sleepy", "-c", "nc6cluster", "--python-script", str(script))
+    code, _, err = tutorial("job", "terminate", *job, "-n", "sleepy")
+    assert code == 2 and "--yes" in one_error_line(err)
+    out = tutorial.ok(
+        "job", "terminate", *job, "-n", "sleepy", "--yes", "--query", "executionState", "-o", "tsv"
+    )
+    assert out == "terminated\n"
+    code, out, _ = tutorial("job", "wait", *job, "-n", "sleepy", "--query", "executionState", "-o", "tsv")
+    assert code != 0 and out == "terminated\n"  # a job that did not succeed fails `job wait`
 
 
 def test_console_script_entry_point_is_main() -> None:

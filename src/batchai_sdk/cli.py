@@ -113,10 +113,17 @@ class Context:
     def experiment_name(self) -> str:
         return self._required("experiment", "--experiment/-e", "experiment")
 
-    def open_workspace(self, group: str | None = None, name: str | None = None) -> Workspace:
+    def optional_group(self) -> str | None:
+        value = getattr(self.args, "resource_group", None) or self.profile.default("group")
+        return validate_group(value) if value else None
+
+    def open_workspace(
+        self, group: str | None = None, name: str | None = None, *, entry: dict[str, Any] | None = None
+    ) -> Workspace:
+        """Workspace ``name`` of ``group``, closed when the command ends (``entry``: not registered yet)."""
         group = group or self.group()
         name = name or self.workspace_name()
-        ws = open_workspace(self.registry.workspace_entry(group, name), group, name)
+        ws = open_workspace(entry or self.registry.workspace_entry(group, name), group, name)
         self._opened.append(ws)
         return ws
 
@@ -375,7 +382,7 @@ def workspace_create(ctx: Context, args: argparse.Namespace) -> Result | None:
         kind = args.backend or ctx.profile.backend
         entry = _new_workspace_entry(ctx, kind, group, name, args.location)
         try:
-            ws = open_workspace(entry, group_name, name)
+            ws = ctx.open_workspace(group_name, name, entry=entry)
         except NotFoundError as exc:
             if kind != "ssh":
                 raise
@@ -384,7 +391,6 @@ def workspace_create(ctx: Context, args: argparse.Namespace) -> Result | None:
                 f"the workspace's share folder {where} could not be used ({exc}); create it on the shared "
                 "file system (mkdir -p) and run this again"
             ) from exc
-        ctx._opened.append(ws)
         group["workspaces"][name] = entry
         ctx.registry.save_group(group)
     else:  # creating an existing workspace returns it, as ARM's PUT did
@@ -401,11 +407,8 @@ def workspace_show(ctx: Context, args: argparse.Namespace) -> Result | None:
 
 
 def workspace_list(ctx: Context, args: argparse.Namespace) -> Result | None:
-    groups = (
-        [ctx.registry.get_group(ctx.group())]
-        if (args.resource_group or ctx.profile.default("group"))
-        else (ctx.registry.list_groups())
-    )
+    only = ctx.optional_group()
+    groups = [ctx.registry.get_group(only)] if only else ctx.registry.list_groups()
     out = []
     for group in groups:
         for name, entry in sorted(group.get("workspaces", {}).items()):
@@ -687,7 +690,7 @@ def storage_account_show(ctx: Context, args: argparse.Namespace) -> Result | Non
 
 
 def storage_account_list(ctx: Context, args: argparse.Namespace) -> Result | None:
-    only = ctx.group() if (args.resource_group or ctx.profile.default("group")) else None
+    only = ctx.optional_group()
     out = [
         account_view(g, a)
         for g in ctx.registry.list_groups()
