@@ -109,6 +109,14 @@ def test_tutorial_path_given_as_str_and_as_parsed_dict_agree() -> None:
     assert parse(str(TUTORIAL), storage_account="acct") == parse(tutorial_doc(), storage_account="acct")
 
 
+def test_tutorial_as_json_text() -> None:
+    text = TUTORIAL.read_text()
+    assert parse(text, storage_account="acct") == parse(TUTORIAL, storage_account="acct")
+    with pytest.raises(BatchAIJsonError) as info:
+        parse('{"properties": ')
+    assert info.value.field == "job.json" and "not valid JSON" in str(info.value)
+
+
 def test_tutorial_needs_the_storage_account_for_its_placeholder() -> None:
     with pytest.raises(BatchAIJsonError) as info:
         parse(TUTORIAL)

@@ -72,6 +72,18 @@ def test_arbitrary_documents(value: Any) -> None:
     parse_or_schema_error({"properties": {"customMpiSettings": {"commandLine": "x"}, "mountVolumes": value}})
 
 
+@FUZZ
+@given(
+    st.one_of(
+        st.text(max_size=40).map(lambda t: "{" + t),
+        st.builds(json.dumps, st.dictionaries(texts, json_values, max_size=3)),
+        st.builds(json.dumps, st.fixed_dictionaries({"properties": json_values})),
+    )
+)
+def test_arbitrary_json_text(text: str) -> None:
+    parse_or_schema_error(text)
+
+
 def _locations(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     out = [prefix]
     if isinstance(node, dict):

@@ -344,8 +344,12 @@ def _load(source: str | os.PathLike[str] | Mapping[str, Any]) -> tuple[Any, str]
     """The document and the name errors about the document as a whole use."""
     if isinstance(source, Mapping):
         return source, "job.json"
+    if isinstance(source, str) and source.lstrip().startswith("{"):
+        return _decode(source, "job.json"), "job.json"  # the document's text, not a file name
     if not isinstance(source, (str, os.PathLike)):
-        _invalid("job.json", source, "a job.json object (a mapping) or the path of a job.json file")
+        _invalid(
+            "job.json", source, "a job.json object (a mapping), its text, or the path of a job.json file"
+        )
     path = Path(source).expanduser()
     try:
         raw = path.read_bytes()
@@ -355,19 +359,20 @@ def _load(source: str | os.PathLike[str] | Mapping[str, Any]) -> tuple[Any, str]
         where = str(path)
         why = exc.strerror if isinstance(exc, OSError) else str(exc)
         raise _error(where, None, "a readable file", f"cannot read {where}: {why}") from None
+    return _decode(raw, str(path)), str(path)
+
+
+def _decode(text: str | bytes, where: str) -> Any:
     try:
-        return json.loads(raw, object_pairs_hook=_no_duplicate_keys), str(path)
+        return json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except _DuplicateKeyError as exc:
-        where = str(path)
         raise _error(
             where, None, "unique keys", f"{where}: key {exc.key!r} appears twice in one object"
         ) from None
     except json.JSONDecodeError as exc:
-        where = str(path)
         msg = f"{where} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
         raise _error(where, None, "a JSON document", msg) from None
     except (ValueError, RecursionError) as exc:  # undecodable bytes, absurd nesting
-        where = str(path)
         raise _error(where, None, "a JSON document", f"{where} is not valid JSON: {exc}") from None
 
 
@@ -397,8 +402,9 @@ def parse_job_json(
 ) -> JobSpec:
     """The :class:`JobSpec` a Batch AI 2018-05-01 job.json describes.
 
-    ``source`` is a path (str or PathLike) of a job.json file or the parsed document. ``name``,
-    ``experiment`` and ``cluster`` are what ``az batchai job create`` took as flags. ``storage_account`` /
+    ``source`` is the path (str or PathLike) of a job.json file, the document's text (a str starting with
+    ``{``) or the parsed document. ``name``, ``experiment`` and ``cluster`` are what
+    ``az batchai job create`` took as flags. ``storage_account`` /
     ``storage_key`` fill the ``<AZURE_BATCHAI_STORAGE_ACCOUNT>`` / ``<AZURE_BATCHAI_STORAGE_KEY>``
     placeholders. Raises :class:`BatchAIJsonError` (its ``field`` is the JSON path) for anything malformed,
     unknown or not supported, NotFoundError when the file does not exist.
