@@ -86,3 +86,11 @@ def test_node_counts_as_batchai_prints_them() -> None:
         "runningNodeCount": 2,
         "unusableNodeCount": 1,
     }
+
+
+@pytest.mark.parametrize("bad", ["job\n", "job\n\n", "\njob"])
+def test_names_with_a_trailing_newline_are_refused(bad: str) -> None:
+    with pytest.raises(ValidationError):
+        validate_name(bad)
+    with pytest.raises(ValidationError):
+        JobSpec(name="j", experiment="e", cluster="c", python_script="t.py", environment={bad.strip() + "\n": "x"})

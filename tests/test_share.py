@@ -89,3 +89,13 @@ def test_private_files_are_never_readable_by_others(share: LocalShare) -> None:
     share.write_private("run/secrets.json", b'{"TOKEN": "x"}')
     assert stat.S_IMODE(os.stat(share.local_path("run/secrets.json")).st_mode) == 0o600
     assert not list(share.local_path("run").glob("*.tmp"))
+
+
+def test_downloads_get_the_usual_file_mode(share: LocalShare, tmp_path: Path) -> None:
+    share.write_text("model.h5", "w")
+    mask = os.umask(0o022)
+    try:
+        dest = share.download("model.h5", tmp_path / "model.h5")
+    finally:
+        os.umask(mask)
+    assert stat.S_IMODE(dest.stat().st_mode) == 0o644

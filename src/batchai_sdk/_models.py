@@ -16,13 +16,14 @@ from typing import Any
 
 from .exceptions import ValidationError
 
-NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-OUTPUT_ID_RE = re.compile(r"^[A-Za-z0-9_]{1,32}$")
+NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+OUTPUT_ID_RE = re.compile(r"[A-Za-z0-9_]{1,32}")
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def validate_name(value: object, field_name: str = "name") -> str:
     """Batch AI's resource-name rule: 1-64 letters, digits, ``-`` and ``_``."""
-    if not isinstance(value, str) or not NAME_RE.match(value):
+    if not isinstance(value, str) or not NAME_RE.fullmatch(value):
         raise ValidationError(field_name, value, "1-64 characters, each a letter, a digit, '-' or '_'")
     return value
 
@@ -285,7 +286,7 @@ class JobSpec:
                 "command_line", self.command_line, f"a command line for a {self.toolkit} job"
             )
         for key, value in self.environment.items():
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", str(key)):
+            if not ENV_NAME_RE.fullmatch(str(key)):
                 raise ValidationError("environment", key, "variable names of letters, digits and '_'")
             if not isinstance(value, str):
                 raise ValidationError(f"environment.{key}", value, "a string")
@@ -294,7 +295,7 @@ class JobSpec:
             ("output_directories", self.output_directories),
         ):
             for key in dirs:
-                if not OUTPUT_ID_RE.match(str(key)):
+                if not OUTPUT_ID_RE.fullmatch(str(key)):
                     raise ValidationError(kind, key, "ids of 1-32 letters, digits and '_'")
         if self.max_wall_clock_seconds is not None and not self.max_wall_clock_seconds > 0:
             raise ValidationError("max_wall_clock_seconds", self.max_wall_clock_seconds, "a number > 0")

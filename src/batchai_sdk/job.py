@@ -109,10 +109,11 @@ class Job:
         )
         return experiment.job_from_spec(spec)
 
-    def to_batchai_json(self) -> dict[str, Any]:
+    def to_batchai_json(self, *, storage_account: str | None = None, redact: bool = False) -> dict[str, Any]:
+        """The job as a Batch AI 2018-05-01 job.json (``redact`` hides secret values)."""
         from .batchai_json import to_job_json
 
-        return to_job_json(self.spec)
+        return to_job_json(self.spec, storage_account=storage_account, redact=redact)
 
     @property
     def name(self) -> str:

@@ -154,6 +154,7 @@ class Share(ABC):
         try:
             with os.fdopen(fd, "wb") as out:
                 self._download_file(src, out, progress)
+            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp made it 0600; a download gets the usual mode
             os.replace(tmp, target)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -294,6 +295,12 @@ class LocalShare(Share):
     def _download_file(self, path: str, out: Any, progress: Progress | None) -> None:
         with self.local_path(path).open("rb") as src:
             _copy(src, out, progress)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _copy(src: Any, out: Any, progress: Progress | None, chunk: int = 1 << 20) -> None:

@@ -103,13 +103,11 @@ class SFTPShare(Share):
 
     def mkdir(self, path: str) -> None:
         rel = normalize(path)
-        if not rel:
-            return
 
         def make(sftp: paramiko.SFTPClient) -> None:
             missing: list[str] = []
-            current = self.remote_path(rel)
-            while current != self.root:
+            current = self.remote_path(rel) if rel else self.root
+            while current not in ("/", ""):  # the share's root itself is made too when missing
                 try:
                     if not stat_mod.S_ISDIR(sftp.stat(current).st_mode or 0):
                         raise ShareError(f"{current!r} exists and is not a directory", rel)
