@@ -93,6 +93,7 @@ class _BatchUnpickler(pickle.Unpickler):
             ("numpy._core.multiarray", "scalar"),
             ("numpy", "ndarray"),
             ("numpy", "dtype"),
+            ("_codecs", "encode"),  # how protocol-2 pickles written by Python 3 store bytes
         }
     )
 
@@ -616,6 +617,13 @@ def _pin_gpu(tf: Any, local_rank: int) -> list[Any]:
     return list(gpus)
 
 
+def _to_stderr(line: str) -> None:
+    # One write per line: print() writes the text and the newline separately, and mpirun then interleaves
+    # the ranks' messages on one line.
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 class _ReportedError(UserError):
     """A UserError whose message this rank has already printed."""
 
@@ -633,7 +641,7 @@ def _agree(hvd_tf: Any, error: str | None, step: str) -> None:
     own = errors[hvd_tf.rank()]
     rank, first = failures[0]
     message = own or f"rank {rank} failed: {first}"
-    print(f"error: {message}", file=sys.stderr, flush=True)
+    _to_stderr(f"error: {message}")
     hvd_tf.allgather_object(None, name=f"reported_{step}")
     raise _ReportedError(message)
 
@@ -736,7 +744,7 @@ def train(args: argparse.Namespace) -> int:
     mixed_precision = args.mixed_precision
     if mixed_precision and not gpus:
         if is_root:
-            print("warning: --mixed-precision needs a GPU; training in float32 on CPU", file=sys.stderr)
+            _to_stderr("warning: --mixed-precision needs a GPU; training in float32 on CPU")
         mixed_precision = False
     if mixed_precision:
         tf.keras.mixed_precision.set_global_policy("mixed_float16")
@@ -843,7 +851,7 @@ def main(argv: list[str] | None = None) -> int:
         return train(args)
     except UserError as exc:
         if not isinstance(exc, _ReportedError):
-            print(f"error: {exc}", file=sys.stderr, flush=True)
+            _to_stderr(f"error: {exc}")
         return 2
 
 
