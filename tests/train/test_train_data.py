@@ -223,3 +223,17 @@ def test_steps_per_epoch_gives_one_pass_over_all_ranks() -> None:
     assert cifar10.steps_per_epoch(50000, 32, 1) == 1563
     assert cifar10.steps_per_epoch(50000, 32, 4) == 391
     assert cifar10.steps_per_epoch(10, 32, 2) == 1
+
+
+def test_too_few_training_images_for_the_ranks_is_a_clear_error() -> None:
+    pytest.importorskip("sklearn")
+    args = cifar10.build_parser().parse_args(
+        ["--dir", "out", "--dataset", "digits", "--max-train-samples", "1"]
+    )
+    with pytest.raises(cifar10.UserError, match="1 training images cannot be sharded over 2 ranks"):
+        cifar10._training_data(args, size=2)
+    (x_train, _), (x_test, _) = cifar10._training_data(
+        cifar10.build_parser().parse_args(["-d", "out", "--dataset", "digits", "--max-test-samples", "7"]),
+        size=2,
+    )
+    assert len(x_train) == 1438 and len(x_test) == 7

@@ -466,6 +466,13 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+def _seed(text: str) -> int:
+    value = int(text)
+    if not 0 <= value < 1 << 32:
+        raise argparse.ArgumentTypeError(f"must lie in 0..2**32-1 (numpy's range), got {value}")
+    return value
+
+
 def _positive_float(text: str) -> float:
     value = float(text)
     if not value > 0:
@@ -573,7 +580,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--seed",
-        type=int,
+        type=_seed,
         default=None,
         help="seed for Python, numpy, TensorFlow, shuffling and augmentation, for reproducible runs "
         "(default: a random seed chosen by rank 0)",
@@ -683,6 +690,24 @@ def _load_checkpoint(hvd: Any, path: Path) -> tuple[list[Array], list[Array]]:
     return weights, slots
 
 
+def _describe(exc: Exception) -> str:
+    return str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
+
+
+def _training_data(args: argparse.Namespace, size: int) -> Arrays:
+    """The data set, cut to --max-*-samples; every rank needs at least one training image."""
+    (x_train, y_train), (x_test, y_test) = load_dataset(args.dataset, args.data_dir)
+    if args.max_train_samples:
+        x_train, y_train = x_train[: args.max_train_samples], y_train[: args.max_train_samples]
+    if args.max_test_samples:
+        x_test, y_test = x_test[: args.max_test_samples], y_test[: args.max_test_samples]
+    if len(x_train) < size:
+        raise UserError(f"{len(x_train)} training images cannot be sharded over {size} ranks")
+    if len(x_test) == 0:
+        raise UserError("the test set is empty")
+    return (x_train, y_train), (x_test, y_test)
+
+
 def train(args: argparse.Namespace) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     try:
@@ -710,36 +735,29 @@ def train(args: argparse.Namespace) -> int:
     error: str | None = None
     try:
         if not download or local_rank == 0:  # one download per node; the others read its cache later
-            data = load_dataset(args.dataset, args.data_dir)
+            data = _training_data(args, size)
         if is_root:
             resume_epoch, resume_path = _prepare_outputs(out_dir, args.resume)
             if resume_path is not None:
                 restored = _load_checkpoint(hvd, resume_path)
-    except UserError as exc:
-        error = str(exc)
-    except Exception as exc:  # anything else must still reach the agreement below, or the others hang
-        error = f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # anything, not only UserError, must reach the agreement or the others hang
+        error = _describe(exc)
     _agree(hvd_tf, error, "setup")
     if download:
         error = None
         try:
             if data is None:
-                data = load_dataset(args.dataset, args.data_dir)
+                data = _training_data(args, size)
         except Exception as exc:
-            error = str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
+            error = _describe(exc)
         _agree(hvd_tf, error, "download")
     assert data is not None
+    (x_train, y_train), (x_test, y_test) = data
 
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     seed = int(hvd.broadcast(seed, root_rank=0, name="seed"))
     resume_epoch = int(hvd.broadcast(resume_epoch, root_rank=0, name="resume_epoch"))
     tf.keras.utils.set_random_seed(seed)  # python, numpy and TensorFlow; the same on every rank
-
-    (x_train, y_train), (x_test, y_test) = data
-    if args.max_train_samples:
-        x_train, y_train = x_train[: args.max_train_samples], y_train[: args.max_train_samples]
-    if args.max_test_samples:
-        x_test, y_test = x_test[: args.max_test_samples], y_test[: args.max_test_samples]
 
     mixed_precision = args.mixed_precision
     if mixed_precision and not gpus:
