@@ -94,9 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--images", type=int, default=5000, help="synthetic training images (default: 5000)")
     parser.add_argument("--batch-size", type=int, default=32, help="batch size (default: 32, the tutorial's)")
-    parser.add_argument("--steps", type=int, default=300, help="timed training steps (default: 300)")
-    parser.add_argument("--warmup-steps", type=int, default=30, help="untimed steps first (default: 30)")
-    parser.add_argument("--repeats", type=int, default=1, help="measure each pipeline N times, keep the best")
+    parser.add_argument("--steps", type=int, default=200, help="timed training steps (default: 200)")
+    parser.add_argument("--warmup-steps", type=int, default=20, help="untimed steps first (default: 20)")
+    parser.add_argument(
+        "--repeats", type=int, default=2, help="measure each N times, keep the best (default: 2)"
+    )
     parser.add_argument(
         "--workers",
         type=int,
