@@ -79,7 +79,7 @@ def test_module_path_points_at_the_uploadable_script() -> None:
 
 def test_script_imports_only_what_the_nodes_have() -> None:
     tree = ast.parse(module_path().read_text(encoding="utf-8"))
-    imported = set()
+    imported: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             imported.update(alias.name.split(".")[0] for alias in node.names)
