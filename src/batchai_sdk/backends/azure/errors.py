@@ -133,9 +133,8 @@ def _code_and_message(exc: Any) -> tuple[str | None, str | None]:
     if code is None and odata is not None and getattr(odata, "code", None):
         code, message = str(odata.code), str(getattr(odata, "message", "") or "")
     if code is None:
-        code = getattr(exc, "error_code", None) or None  # azure-storage sets error_code
-        if code is not None:
-            code = str(code)
+        raw = getattr(exc, "error_code", None) or None  # azure-storage sets a StorageErrorCode
+        code = str(getattr(raw, "value", raw)) if raw is not None else None
     if message is None:
         message = getattr(exc, "message", None) or str(exc)
         message = message.split("\n")[0] if code else message

@@ -26,7 +26,7 @@ def _status(exc: BaseException) -> int | None:
 def _code(exc: BaseException) -> str:
     code = getattr(exc, "error_code", None)
     if code:
-        return str(code)
+        return str(getattr(code, "value", code))  # azure-storage gives a StorageErrorCode enum
     response = getattr(exc, "response", None)
     return str(response.headers.get("x-ms-error-code", "")) if response is not None else ""
 

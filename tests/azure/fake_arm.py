@@ -1,0 +1,734 @@
+"""A stateful fake of the ARM endpoints batchai_sdk calls, served through ``responses`` to the real
+azure-mgmt-* clients.
+
+Payloads follow the azure-rest-api-specs examples (``VirtualMachineScaleSetVM_List``, ``RunCommand``,
+``StorageAccountListKeys``, ...). Long-running operations answer the way the services do: network and
+compute PUTs with ``201`` + ``Azure-AsyncOperation``, deletes and storage creation with ``202`` +
+``Location`` (polled until ``200``), each staying ``InProgress`` for ``op_polls`` polls. Scale-set
+instances start ``Creating`` with their node setup extension ``transitioning`` and become ready after
+``instance_delay`` listings. ``inject()`` queues canned answers (429, quota errors, ...) for matching calls.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import re
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import responses
+
+Reply = tuple[int, dict[str, str], str]
+SETUP_EXTENSION = "batchai-node-setup"
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+@dataclass
+class Operation:
+    id: str
+    polls_left: int
+    on_done: Callable[[], Any] | None = None  # returns the final body (Location style) or None
+    error: dict[str, Any] | None = None
+    status: str = "InProgress"
+    result: Any = None
+
+
+@dataclass
+class Injected:
+    method: str
+    pattern: re.Pattern[str]
+    status: int
+    body: Any
+    headers: dict[str, str] = field(default_factory=dict)
+    times: int = 1
+
+
+@dataclass
+class Instance:
+    instance_id: str
+    vm_id: str
+    computer_name: str
+    private_ip: str
+    public_ip: str
+    lists_until_ready: int
+    state: str = "Creating"  # VM provisioningState
+    power: str = "starting"
+    setup: str = "transitioning"  # node setup extension: transitioning / succeeded / failed
+    setup_message: str = ""
+    agent_ready: bool = True
+
+
+class FakeArm:
+    def __init__(
+        self,
+        subscription_id: str,
+        *,
+        base_url: str = "https://management.azure.com",
+        page_size: int = 2,
+        op_polls: int = 1,
+        instance_delay: int = 1,
+        addresses: Callable[[str, int], tuple[str, str]] | None = None,
+        host_keys: Callable[[str, int], str] | None = None,
+        on_instance_created: Callable[[dict[str, Any], Instance], None] | None = None,
+    ) -> None:
+        self.sub = subscription_id
+        self.base = base_url.rstrip("/")
+        self.page_size = page_size
+        self.op_polls = op_polls
+        self.instance_delay = instance_delay
+        self.addresses = addresses or (lambda vmss, i: (f"10.0.0.{4 + i}", f"20.0.{i // 250}.{1 + i % 250}"))
+        self.host_keys = host_keys or _generated_host_key
+        self.on_instance_created = on_instance_created
+        self.groups: dict[str, dict[str, Any]] = {}
+        self.resources: dict[str, dict[str, Any]] = {}  # lower-case id → REST JSON
+        self.instances: dict[str, dict[str, Instance]] = {}  # lower-case vmss id → instance id → Instance
+        self.ops: dict[str, Operation] = {}
+        self.calls: list[tuple[str, str]] = []
+        self.bodies: list[tuple[str, str, Any]] = []
+        self.auth_headers: list[str | None] = []
+        self.injected: list[Injected] = []
+        self.storage_keys = ["c3RvcmFnZS1rZXktMS1zZWNyZXQ=", "c3RvcmFnZS1rZXktMi1zZWNyZXQ="]
+        self._lock = threading.RLock()
+        self._next_instance: dict[str, itertools.count[int]] = {}
+
+    # -- wiring ------------------------------------------------------------------------------------------
+    def register(self, mock: responses.RequestsMock) -> None:
+        pattern = re.compile(re.escape(self.base) + r"/.*")
+        for method in ("GET", "PUT", "PATCH", "DELETE", "POST", "HEAD"):
+            mock.add_callback(method, pattern, callback=self._handle)
+
+    def inject(
+        self,
+        method: str,
+        path_regex: str,
+        status: int,
+        body: Any = None,
+        *,
+        headers: dict[str, str] | None = None,
+        times: int = 1,
+    ) -> None:
+        """Answer the next ``times`` calls of ``method`` whose path matches ``path_regex`` with this."""
+        self.injected.append(
+            Injected(method, re.compile(path_regex, re.I), status, body, headers or {}, times)
+        )
+
+    def count(self, method: str, path_regex: str) -> int:
+        rx = re.compile(path_regex, re.I)
+        return sum(1 for m, p in self.calls if m == method and rx.search(p))
+
+    def rg_id(self, rg: str) -> str:
+        return f"/subscriptions/{self.sub}/resourceGroups/{rg}"
+
+    # -- test controls -------------------------------------------------------------------------------------
+    def instance(self, vmss: str, instance_id: str) -> Instance:
+        for key, insts in self.instances.items():
+            if key.endswith("/virtualmachinescalesets/" + vmss.lower()) and instance_id in insts:
+                return insts[instance_id]
+        raise KeyError(f"{vmss}/{instance_id}")
+
+    def make_ready(self) -> None:
+        with self._lock:
+            for insts in self.instances.values():
+                for inst in insts.values():
+                    inst.lists_until_ready = 0
+                    self._advance(inst)
+
+    # -- plumbing ------------------------------------------------------------------------------------------
+    def _handle(self, request: Any) -> Reply:
+        url = urlsplit(request.url)
+        path = url.path.rstrip("/")
+        query = {k: v[0] for k, v in parse_qs(url.query).items()}
+        body = request.body
+        if isinstance(body, bytes):
+            body = body.decode()
+        data = json.loads(body) if body else None
+        with self._lock:
+            self.calls.append((request.method, path))
+            self.bodies.append((request.method, path, data))
+            self.auth_headers.append(request.headers.get("Authorization"))
+            for inj in list(self.injected):
+                if inj.method == request.method and inj.pattern.search(path):
+                    inj.times -= 1
+                    if inj.times <= 0:
+                        self.injected.remove(inj)
+                    text = inj.body if isinstance(inj.body, str) else json.dumps(inj.body) if inj.body else ""
+                    return inj.status, {"Content-Type": "application/json", **inj.headers}, text
+            if not request.headers.get("Authorization", "").startswith("Bearer "):
+                return self._error(
+                    401, "AuthenticationFailed", "Authentication failed. The Authorization header is missing."
+                )
+            try:
+                return self._route(request.method, path, query, data)
+            except KeyError:
+                return self._error(404, "ResourceNotFound", f"The Resource '{path}' was not found.")
+
+    def _json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> Reply:
+        return (
+            status,
+            {"Content-Type": "application/json; charset=utf-8", **(headers or {})},
+            json.dumps(body),
+        )
+
+    def _error(self, status: int, code: str, message: str) -> Reply:
+        return self._json(status, {"error": {"code": code, "message": message}})
+
+    def _new_op(
+        self,
+        namespace: str,
+        location: str,
+        on_done: Callable[[], Any] | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> tuple[str, str]:
+        op = Operation(str(uuid.uuid4()), self.op_polls, on_done, error)
+        self.ops[op.id] = op
+        root = f"{self.base}/subscriptions/{self.sub}/providers/{namespace}/locations/{location}"
+        return (
+            f"{root}/operations/{op.id}?api-version=2024-03-01",
+            f"{root}/operationResults/{op.id}?api-version=2024-03-01",
+        )
+
+    def _poll(self, op_id: str) -> Operation:
+        op = self.ops[op_id]
+        if op.status == "InProgress":
+            if op.polls_left > 0:
+                op.polls_left -= 1
+            else:
+                if op.error is not None:
+                    op.status = "Failed"
+                else:
+                    op.status = "Succeeded"
+                    op.result = op.on_done() if op.on_done else None
+        return op
+
+    def _route(self, method: str, path: str, query: dict[str, str], data: Any) -> Reply:
+        low = path.lower()
+        m = re.match(
+            r"^/subscriptions/[^/]+/providers/[^/]+/locations/[^/]+/(operations|operationresults)/([^/]+)$",
+            low,
+        )
+        if m:
+            op = self._poll(self.ops_key(m.group(2)))
+            if m.group(1) == "operations":
+                body: dict[str, Any] = {"name": op.id, "status": op.status, "startTime": now()}
+                if op.status == "Failed":
+                    body["error"] = op.error
+                if op.status != "InProgress":
+                    body["endTime"] = now()
+                return self._json(200, body)
+            if op.status == "InProgress":
+                return 202, {"Location": f"{self.base}{path}?api-version=2024-03-01"}, ""
+            if op.status == "Failed":
+                return self._json(400, {"error": op.error})
+            return (
+                (200, {"Content-Type": "application/json"}, json.dumps(op.result))
+                if op.result is not None
+                else (204, {}, "")
+            )
+        m = re.match(r"^/subscriptions/[^/]+/resourcegroups/([^/]+)(/.*)?$", low)
+        if not m:
+            return self._error(404, "InvalidResourceType", "not faked")
+        rg = path.split("/")[4]
+        rest = m.group(2) or ""
+        if not rest:
+            return self._group(method, rg, data)
+        if rg.lower() not in self.groups:
+            return self._error(404, "ResourceGroupNotFound", f"Resource group '{rg}' could not be found.")
+        parts = path.split("/")[5:]  # providers/<ns>/<type>/<name>/...
+        ns = parts[1].lower()
+        if ns == "microsoft.storage":
+            return self._storage(method, rg, parts, data)
+        if ns == "microsoft.network":
+            return self._network(method, rg, parts, data)
+        if ns == "microsoft.compute":
+            return self._compute(method, rg, parts, query, data)
+        return self._error(404, "InvalidResourceNamespace", ns)
+
+    def ops_key(self, op_id: str) -> str:
+        for key in self.ops:
+            if key.lower() == op_id:
+                return key
+        raise KeyError(op_id)
+
+    # -- resource groups ----------------------------------------------------------------------------------
+    def _group(self, method: str, rg: str, data: Any) -> Reply:
+        key = rg.lower()
+        if method == "GET" or method == "HEAD":
+            group = self.groups.get(key)
+            if group is None:
+                return self._error(404, "ResourceGroupNotFound", f"Resource group '{rg}' could not be found.")
+            return self._json(200, group)
+        if method == "PUT":
+            existed = key in self.groups
+            group = {
+                "id": self.rg_id(rg),
+                "name": rg,
+                "type": "Microsoft.Resources/resourceGroups",
+                "location": data["location"],
+                "tags": data.get("tags") or {},
+                "properties": {"provisioningState": "Succeeded"},
+            }
+            self.groups[key] = group
+            return self._json(200 if existed else 201, group)
+        if method == "DELETE":
+            if key not in self.groups:
+                return self._error(404, "ResourceGroupNotFound", f"Resource group '{rg}' could not be found.")
+
+            def done() -> None:
+                self.groups.pop(key, None)
+                prefix = self.rg_id(rg).lower() + "/"
+                for rid in [r for r in self.resources if r.startswith(prefix)]:
+                    del self.resources[rid]
+                for vid in [v for v in self.instances if v.startswith(prefix)]:
+                    del self.instances[vid]
+
+            _, location = self._new_op("Microsoft.Resources", "eastus", done)
+            return 202, {"Location": location, "Retry-After": "0"}, ""
+        return self._error(405, "MethodNotAllowed", method)
+
+    # -- storage -------------------------------------------------------------------------------------------
+    def _storage(self, method: str, rg: str, parts: list[str], data: Any) -> Reply:
+        name = parts[3]
+        rid = f"{self.rg_id(rg)}/providers/Microsoft.Storage/storageAccounts/{name}"
+        key = rid.lower()
+        if len(parts) == 5 and parts[4].lower() == "listkeys" and method == "POST":
+            if key not in self.resources:
+                raise KeyError(key)
+            return self._json(
+                200,
+                {
+                    "keys": [
+                        {
+                            "keyName": "key1",
+                            "value": self.storage_keys[0],
+                            "permissions": "FULL",
+                            "creationTime": now(),
+                        },
+                        {
+                            "keyName": "key2",
+                            "value": self.storage_keys[1],
+                            "permissions": "FULL",
+                            "creationTime": now(),
+                        },
+                    ]
+                },
+            )
+        if method == "GET":
+            return self._json(200, self.resources[key])
+        if method == "PUT":
+            resource = {
+                "id": rid,
+                "name": name,
+                "type": "Microsoft.Storage/storageAccounts",
+                "location": data["location"],
+                "tags": data.get("tags") or {},
+                "sku": data["sku"],
+                "kind": data["kind"],
+                "properties": {
+                    **data.get("properties", {}),
+                    "provisioningState": "Succeeded",
+                    "primaryEndpoints": {"file": f"https://{name}.file.core.windows.net/"},
+                },
+            }
+
+            def done() -> dict[str, Any]:
+                self.resources[key] = resource
+                return resource
+
+            _, location = self._new_op("Microsoft.Storage", data["location"], done)
+            return 202, {"Location": location, "Retry-After": "0"}, ""
+        if method == "DELETE":
+            if self.resources.pop(key, None) is None:
+                return 204, {}, ""
+            return 200, {}, ""
+        return self._error(405, "MethodNotAllowed", method)
+
+    # -- network -------------------------------------------------------------------------------------------
+    def _network(self, method: str, rg: str, parts: list[str], data: Any) -> Reply:
+        kind, name = parts[2], parts[3]
+        canonical = {"networksecuritygroups": "networkSecurityGroups", "virtualnetworks": "virtualNetworks"}[
+            kind.lower()
+        ]
+        rid = f"{self.rg_id(rg)}/providers/Microsoft.Network/{canonical}/{name}"
+        key = rid.lower()
+        if method == "GET":
+            return self._json(200, self.resources[key])
+        if method == "PUT":
+            resource = copy.deepcopy(data)
+            resource.update(
+                id=rid, name=name, type=f"Microsoft.Network/{canonical}", etag=f'W/"{uuid.uuid4()}"'
+            )
+            props = resource.setdefault("properties", {})
+            props["provisioningState"] = "Updating"
+            for sub in props.get("subnets", []) + props.get("securityRules", []):
+                sub["id"] = (
+                    f"{rid}/{'subnets' if 'addressPrefix' in sub.get('properties', {}) else 'securityRules'}/{sub['name']}"
+                )
+                sub.setdefault("properties", {})["provisioningState"] = "Succeeded"
+            existed = key in self.resources
+            self.resources[key] = resource
+
+            def done() -> None:
+                props["provisioningState"] = "Succeeded"
+
+            async_op, _ = self._new_op("Microsoft.Network", data.get("location", "eastus"), done)
+            return self._json(
+                200 if existed else 201, resource, {"Azure-AsyncOperation": async_op, "Retry-After": "0"}
+            )
+        if method == "DELETE":
+            if key not in self.resources:
+                return 204, {}, ""
+
+            def gone() -> None:
+                self.resources.pop(key, None)
+
+            async_op, location = self._new_op("Microsoft.Network", "eastus", gone)
+            return 202, {"Azure-AsyncOperation": async_op, "Location": location, "Retry-After": "0"}, ""
+        return self._error(405, "MethodNotAllowed", method)
+
+    # -- compute -------------------------------------------------------------------------------------------
+    def _compute(self, method: str, rg: str, parts: list[str], query: dict[str, str], data: Any) -> Reply:
+        vmss_root = f"{self.rg_id(rg)}/providers/Microsoft.Compute/virtualMachineScaleSets"
+        if len(parts) == 3:  # list scale sets
+            items = [r for k, r in self.resources.items() if k.startswith(vmss_root.lower() + "/")]
+            return self._json(200, {"value": [self._vmss_view(r) for r in items]})
+        name = parts[3]
+        rid = f"{vmss_root}/{name}"
+        key = rid.lower()
+        tail = [p.lower() for p in parts[4:]]
+        if not tail:
+            return self._vmss(method, rid, name, data)
+        if key not in self.resources:
+            raise KeyError(key)
+        if tail == ["virtualmachines"] and method == "GET":
+            return self._list_vms(rid, query)
+        if tail == ["networkinterfaces"] and method == "GET":
+            return self._json(200, {"value": [self._nic(rid, i) for i in self._live(key)]})
+        if tail == ["publicipaddresses"] and method == "GET":
+            return self._json(200, {"value": [self._pip(rid, i) for i in self._live(key)]})
+        if tail == ["delete"] and method == "POST":
+            return self._delete_instances(rid, data)
+        if len(tail) == 3 and tail[0] == "virtualmachines" and tail[2] == "runcommand" and method == "POST":
+            return self._run_command(rid, name, parts[5], data)
+        return self._error(404, "NotFound", "/".join(tail))
+
+    def _live(self, key: str) -> list[Instance]:
+        return list(self.instances.get(key, {}).values())
+
+    def _vmss_view(self, resource: dict[str, Any]) -> dict[str, Any]:
+        view = copy.deepcopy(resource)
+        profile = view["properties"].get("virtualMachineProfile", {})
+        for ext in profile.get("extensionProfile", {}).get("extensions", []):
+            ext.get("properties", {}).pop("protectedSettings", None)  # never returned by ARM
+        return view
+
+    def _vmss(self, method: str, rid: str, name: str, data: Any) -> Reply:
+        key = rid.lower()
+        if method == "GET":
+            resource = self.resources[key]
+            return self._json(200, self._vmss_view(resource))
+        if method == "PUT":
+            existed = key in self.resources
+            resource = copy.deepcopy(data)
+            resource.update(id=rid, name=name, type="Microsoft.Compute/virtualMachineScaleSets")
+            resource["properties"]["provisioningState"] = "Creating" if not existed else "Updating"
+            resource["properties"]["uniqueId"] = str(uuid.uuid4())
+            self.resources[key] = resource
+            self._set_capacity(rid, int(data["sku"]["capacity"]))
+            async_op, _ = self._new_op("Microsoft.Compute", data["location"], lambda: self._settle(key))
+            return self._json(
+                200 if existed else 201,
+                self._vmss_view(resource),
+                {"Azure-AsyncOperation": async_op, "Retry-After": "0"},
+            )
+        if method == "PATCH":
+            resource = self.resources[key]
+            if "sku" in data:
+                resource["sku"].update(data["sku"])
+                self._set_capacity(rid, int(resource["sku"]["capacity"]))
+            resource["properties"]["provisioningState"] = "Updating"
+            async_op, _ = self._new_op("Microsoft.Compute", resource["location"], lambda: self._settle(key))
+            return self._json(
+                200, self._vmss_view(resource), {"Azure-AsyncOperation": async_op, "Retry-After": "0"}
+            )
+        if method == "DELETE":
+            if key not in self.resources:
+                return 204, {}, ""
+            self.resources[key]["properties"]["provisioningState"] = "Deleting"
+            for inst in self.instances.get(key, {}).values():
+                inst.state = "Deleting"
+
+            def gone() -> None:
+                self.resources.pop(key, None)
+                self.instances.pop(key, None)
+
+            async_op, location = self._new_op("Microsoft.Compute", "eastus", gone)
+            return 202, {"Azure-AsyncOperation": async_op, "Location": location, "Retry-After": "0"}, ""
+        return self._error(405, "MethodNotAllowed", method)
+
+    def _instances_ready(self, key: str) -> bool:
+        """A scale set's create/update completes when its VMs (extensions included) are provisioned."""
+        return all(i.state != "Creating" for i in self.instances.get(key, {}).values())
+
+    def _settle(self, key: str) -> None:
+        resource = self.resources.get(key)
+        if (
+            resource is not None
+            and resource["properties"]["provisioningState"] in ("Creating", "Updating")
+            and self._instances_ready(key)
+        ):
+            resource["properties"]["provisioningState"] = "Succeeded"
+
+    def _set_capacity(self, rid: str, capacity: int) -> None:
+        key = rid.lower()
+        insts = self.instances.setdefault(key, {})
+        counter = self._next_instance.setdefault(key, itertools.count())
+        resource = self.resources[key]
+        prefix = resource["properties"]["virtualMachineProfile"]["osProfile"]["computerNamePrefix"]
+        while len(insts) < capacity:
+            i = next(counter)
+            private, public = self.addresses(resource["name"], i)
+            inst = Instance(
+                str(i), str(uuid.uuid4()), f"{prefix}{i:06x}", private, public, self.instance_delay
+            )
+            insts[inst.instance_id] = inst
+            if self.on_instance_created is not None:
+                self.on_instance_created(resource, inst)
+        for iid in sorted(insts, key=int, reverse=True)[: max(0, len(insts) - capacity)]:
+            del insts[iid]
+
+    def _delete_instances(self, rid: str, data: Any) -> Reply:
+        key = rid.lower()
+        ids = [str(i) for i in (data or {}).get("instanceIds", [])]
+        for iid in ids:
+            if iid in self.instances.get(key, {}):
+                self.instances[key][iid].state = "Deleting"
+        resource = self.resources[key]
+        resource["properties"]["provisioningState"] = "Updating"
+
+        def done() -> None:
+            for iid in ids:
+                self.instances.get(key, {}).pop(iid, None)
+            resource["sku"]["capacity"] = len(self.instances.get(key, {}))
+            self._settle(key)
+
+        async_op, location = self._new_op("Microsoft.Compute", resource["location"], done)
+        return 202, {"Azure-AsyncOperation": async_op, "Location": location, "Retry-After": "0"}, ""
+
+    def _advance(self, inst: Instance) -> None:
+        if inst.state in ("Deleting", "Failed"):
+            return
+        if inst.lists_until_ready > 0:
+            inst.lists_until_ready -= 1
+            return
+        if inst.state == "Creating":
+            inst.state = "Succeeded"
+            inst.power = "running"
+            if inst.setup == "transitioning":
+                inst.setup = "succeeded"
+                inst.setup_message = (
+                    "Enable succeeded: \n[stdout]\n[batchai] node setup finished\n\n[stderr]\n"
+                )
+
+    def _vm(self, rid: str, inst: Instance) -> dict[str, Any]:
+        resource = self.resources[rid.lower()]
+        vm_id = f"{rid}/virtualMachines/{inst.instance_id}"
+        statuses = [
+            {
+                "code": f"ProvisioningState/{inst.state.lower()}",
+                "level": "Info",
+                "displayStatus": f"Provisioning {inst.state.lower()}",
+                "time": now(),
+            }
+        ]
+        if inst.state == "Failed":
+            statuses[0] = {
+                "code": "ProvisioningState/failed/AllocationFailed",
+                "level": "Error",
+                "displayStatus": "Provisioning failed",
+                "message": inst.setup_message or "Allocation failed.",
+            }
+        statuses.append(
+            {"code": f"PowerState/{inst.power}", "level": "Info", "displayStatus": f"VM {inst.power}"}
+        )
+        setup_code = {
+            "transitioning": "ProvisioningState/transitioning",
+            "succeeded": "ProvisioningState/succeeded",
+            "failed": "ProvisioningState/failed/1",
+        }[inst.setup]
+        view = {
+            "platformUpdateDomain": 0,
+            "platformFaultDomain": 0,
+            "computerName": inst.computer_name,
+            "osName": "ubuntu",
+            "osVersion": "22.04",
+            "vmAgent": {
+                "vmAgentVersion": "2.9.1.1",
+                "statuses": [
+                    {
+                        "code": "ProvisioningState/succeeded",
+                        "level": "Info",
+                        "displayStatus": "Ready",
+                        "message": "Guest Agent is running",
+                        "time": now(),
+                    }
+                    if inst.agent_ready
+                    else {
+                        "code": "ProvisioningState/Unavailable",
+                        "level": "Warning",
+                        "displayStatus": "Not Ready",
+                        "message": "VM status blob is found but not yet populated.",
+                        "time": now(),
+                    }
+                ],
+            },
+            "extensions": [
+                {
+                    "name": SETUP_EXTENSION,
+                    "type": "Microsoft.Azure.Extensions.CustomScript",
+                    "typeHandlerVersion": "2.1.10",
+                    "statuses": [
+                        {
+                            "code": setup_code,
+                            "level": "Error" if inst.setup == "failed" else "Info",
+                            "displayStatus": "Provisioning " + inst.setup,
+                            "message": inst.setup_message,
+                        }
+                    ],
+                }
+            ],
+            "statuses": statuses,
+        }
+        return {
+            "name": f"{resource['name']}_{inst.instance_id}",
+            "id": vm_id,
+            "type": "Microsoft.Compute/virtualMachineScaleSets/virtualMachines",
+            "location": resource["location"],
+            "instanceId": inst.instance_id,
+            "sku": {"name": resource["sku"]["name"], "tier": "Standard"},
+            "tags": resource.get("tags", {}),
+            "properties": {
+                "latestModelApplied": True,
+                "vmId": inst.vm_id,
+                "provisioningState": inst.state,
+                "hardwareProfile": {"vmSize": resource["sku"]["name"]},
+                "osProfile": {
+                    "computerName": inst.computer_name,
+                    "adminUsername": resource["properties"]["virtualMachineProfile"]["osProfile"][
+                        "adminUsername"
+                    ],
+                },
+                "networkProfile": {"networkInterfaces": [{"id": f"{vm_id}/networkInterfaces/nic"}]},
+                "instanceView": view,
+            },
+        }
+
+    def _list_vms(self, rid: str, query: dict[str, str]) -> Reply:
+        key = rid.lower()
+        insts = sorted(self.instances.get(key, {}).values(), key=lambda i: int(i.instance_id))
+        start = int(query.get("$skiptoken", "0"))
+        if start == 0:
+            for inst in insts:
+                self._advance(inst)
+            self._settle(key)
+        page = insts[start : start + self.page_size]
+        body: dict[str, Any] = {"value": [self._vm(rid, i) for i in page]}
+        if start + self.page_size < len(insts):
+            body["nextLink"] = (
+                f"{self.base}{rid}/virtualMachines?api-version=2024-03-01"
+                f"&$expand=instanceView&$skiptoken={start + self.page_size}"
+            )
+        return self._json(200, body)
+
+    def _nic(self, rid: str, inst: Instance) -> dict[str, Any]:
+        vm_id = f"{rid}/virtualMachines/{inst.instance_id}"
+        nic_id = f"{vm_id}/networkInterfaces/nic"
+        return {
+            "name": "nic",
+            "id": nic_id,
+            "properties": {
+                "provisioningState": "Succeeded",
+                "primary": True,
+                "virtualMachine": {"id": vm_id},
+                "ipConfigurations": [
+                    {
+                        "name": "ipconfig",
+                        "id": f"{nic_id}/ipConfigurations/ipconfig",
+                        "properties": {
+                            "privateIPAddress": inst.private_ip,
+                            "privateIPAllocationMethod": "Dynamic",
+                            "primary": True,
+                            "publicIPAddress": {
+                                "id": f"{nic_id}/ipConfigurations/ipconfig/publicIPAddresses/pip"
+                            },
+                        },
+                    }
+                ],
+            },
+        }
+
+    def _pip(self, rid: str, inst: Instance) -> dict[str, Any]:
+        nic_id = f"{rid}/virtualMachines/{inst.instance_id}/networkInterfaces/nic"
+        return {
+            "name": "pip",
+            "id": f"{nic_id}/ipConfigurations/ipconfig/publicIPAddresses/pip",
+            "sku": {"name": "Standard", "tier": "Regional"},
+            "properties": {
+                "provisioningState": "Succeeded",
+                "ipAddress": inst.public_ip,
+                "publicIPAddressVersion": "IPv4",
+                "publicIPAllocationMethod": "Static",
+                "idleTimeoutInMinutes": 30,
+                "ipConfiguration": {"id": f"{nic_id}/ipConfigurations/ipconfig"},
+            },
+        }
+
+    def _run_command(self, rid: str, vmss: str, instance_id: str, data: Any) -> Reply:
+        inst = self.instances[rid.lower()][instance_id]
+        script = " ".join(data.get("script", []))
+        resource = self.resources[rid.lower()]
+
+        def done() -> dict[str, Any]:
+            out = self.host_keys(vmss, int(instance_id)) if "ssh_host_ed25519_key.pub" in script else ""
+            return {
+                "value": [
+                    {
+                        "code": "ProvisioningState/succeeded",
+                        "level": "Info",
+                        "displayStatus": "Provisioning succeeded",
+                        "message": f"Enable succeeded: \n[stdout]\n{out}\n\n[stderr]\n",
+                    }
+                ]
+            }
+
+        if inst.state != "Succeeded":
+            return self._error(409, "OperationNotAllowed", "The operation requires the VM to be running.")
+        _, location = self._new_op("Microsoft.Compute", resource["location"], done)
+        return 202, {"Location": location, "Retry-After": "0"}, ""
+
+
+_HOST_KEYS: dict[tuple[str, int], str] = {}
+
+
+def _generated_host_key(vmss: str, index: int) -> str:
+    """A real ed25519 public key per instance (what ``cat ssh_host_ed25519_key.pub`` prints)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    if (vmss, index) not in _HOST_KEYS:
+        public = (
+            Ed25519PrivateKey.generate()
+            .public_key()
+            .public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+        )
+        _HOST_KEYS[(vmss, index)] = public.decode() + f" root@{vmss}{index:06x}"
+    return _HOST_KEYS[(vmss, index)]
