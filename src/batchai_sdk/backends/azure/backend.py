@@ -13,7 +13,7 @@ import re
 import shutil
 import threading
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -92,6 +92,8 @@ class AzureBackend(Backend):
         client_address: Callable[[], str] | None = None,
         state_dir: str | os.PathLike[str] | None = None,
         admin_user: str = "azureuser",
+        ssh_user: str | None = None,
+        ssh_options: Mapping[str, Any] | None = None,
         image: str = prov.DEFAULT_IMAGE,
         install_stack: bool = True,
         node_env: NodeEnvironment | None = None,
@@ -153,6 +155,8 @@ class AzureBackend(Backend):
             Path(state_dir).expanduser() if state_dir is not None else default_root() / "azure" / name
         )
         self.admin_user = admin_user
+        self.ssh_user = ssh_user or admin_user
+        self.ssh_options = dict(ssh_options or {})
         self.image = image
         self.install_stack = install_stack
         self.node_env = node_env or NodeEnvironment()
@@ -430,7 +434,7 @@ class AzureBackend(Backend):
             dict.fromkeys([n.address for n in nodes] + [n.address for n in cluster_nodes if n.address])
         )
         head_host, head_port = self._resolve(self._instance(spec.name, nodes[0]))
-        jump = f"{self.admin_user}@{head_host}:{head_port}"
+        jump = f"{self.ssh_user}@{head_host}:{head_port}"
         signature = (tuple(hosts), jump)
         with self._lock:
             entry = self._ssh.get(spec.name)
@@ -438,23 +442,27 @@ class AzureBackend(Backend):
                 return entry[1]
             if entry is not None:
                 entry[1].close()
+            options: dict[str, Any] = {
+                "python": self.node_env.python,
+                "mpirun": self.node_env.mpirun,
+                "state_dir": self.state_dir / "ssh",
+                "tcp_interface": self.tcp_interface,
+                "mpi_args": (("--prefix", self.node_env.mpi_prefix) if self.node_env.mpi_prefix else ())
+                + self.node_env.mpi_args,
+                "env": {"PATH": self.node_env.path} if self.node_env.path else None,
+                "connect_timeout": self.connect_timeout,
+                **self.ssh_options,
+            }
             backend = SSHBackend(
                 self.workspace,
                 hosts=hosts,
-                user=self.admin_user,
+                user=self.ssh_user,
                 key_file=self.state_dir / "id_ed25519",
                 share_path=self.node_env.share_path(self.names.share),
                 port=self.ssh_port,
                 known_hosts=self.host_keys.path,
                 jump_host=jump,
-                python=self.node_env.python,
-                mpirun=self.node_env.mpirun,
-                state_dir=self.state_dir / "ssh",
-                tcp_interface=self.tcp_interface,
-                mpi_args=(("--prefix", self.node_env.mpi_prefix) if self.node_env.mpi_prefix else ())
-                + self.node_env.mpi_args,
-                env={"PATH": self.node_env.path} if self.node_env.path else None,
-                connect_timeout=self.connect_timeout,
+                **options,
             )
             self._ssh[spec.name] = (signature, backend)
             return backend
@@ -526,7 +534,7 @@ class AzureBackend(Backend):
         return SSHRunner(
             host,
             host_keys=self.host_keys,
-            user=self.admin_user,
+            user=self.ssh_user,
             port=port,
             key_file=self.state_dir / "id_ed25519",
             node=nodes[0].id,
