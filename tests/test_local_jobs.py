@@ -465,3 +465,24 @@ def test_workspace_default_root_comes_from_batchai_home(
     assert ws.share.exists(".batchai/workspace.json")
     assert (tmp_path / "home" / "mounts" / "share").is_dir()
     os.environ.pop("UNUSED", None)
+
+
+def test_ranks_lines_never_run_into_each_other(ws: Workspace, script: Script) -> None:
+    exp = ws.create_experiment("e")
+    cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=2)
+    # the ranks run unbuffered (PYTHONUNBUFFERED=1): print() writes a line's text and its newline in two
+    # writes, which a busy machine can separate; here they are separated on purpose
+    path = script("chatty.py", """
+        import os, time
+        rank = os.environ["OMPI_COMM_WORLD_RANK"]
+        for i in range(400):
+            os.write(1, f"rank {rank} line {i:03d} ".encode() + b"x" * 40)
+            time.sleep(0.001)
+            os.write(1, b"\\n")
+    """)
+    job = exp.create_job("chatty", cluster=cluster, node_count=2, python_script=str(path))
+    job.submit()
+    assert job.wait(timeout=60) is JobState.SUCCEEDED
+    lines = list(job.stream("stdout.txt", follow=False))
+    expected = {f"rank {r} line {i:03d} " + "x" * 40 for r in (0, 1) for i in range(400)}
+    assert set(lines) == expected and len(lines) == 800

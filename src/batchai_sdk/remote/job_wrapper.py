@@ -132,6 +132,29 @@ def run_prep(config_path: str, node: str) -> int:
     return code
 
 
+def relay_lines(source: Any, fd: int) -> None:
+    """Copy a rank's output to ``fd`` in whole lines, one write each.
+
+    mpirun forwards each write of each rank as it comes; an unbuffered Python writes a line's text and its
+    newline separately, so without this two ranks' lines run into one another.
+    """
+    pending = b""
+    while True:
+        chunk = os.read(source.fileno(), 65536)
+        if not chunk:
+            break
+        pending += chunk
+        cut = max(pending.rfind(b"\n"), pending.rfind(b"\r"))
+        if cut >= 0:
+            os.write(fd, pending[: cut + 1])
+            pending = pending[cut + 1 :]
+        elif len(pending) >= 65536:
+            os.write(fd, pending)
+            pending = b""
+    if pending:
+        os.write(fd, pending)
+
+
 def run_rank(config_path: str) -> int:
     cfg = load(config_path)
     make_node_dirs(cfg)
@@ -155,7 +178,13 @@ def run_rank(config_path: str) -> int:
             "used by this version: running on the host",
         )
     append(log, f"rank {rank} starting on {socket.gethostname()} (pid {os.getpid()}): {shlex.join(argv)}")
-    child = subprocess.Popen(argv, cwd=cfg["wd"], env=env)
+    child = subprocess.Popen(argv, cwd=cfg["wd"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    relays = [
+        threading.Thread(target=relay_lines, args=(child.stdout, 1), daemon=True),
+        threading.Thread(target=relay_lines, args=(child.stderr, 2), daemon=True),
+    ]
+    for t in relays:
+        t.start()
 
     def forward(signum: int, _frame: Any) -> None:
         child.send_signal(signum)
@@ -163,6 +192,8 @@ def run_rank(config_path: str) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, forward)
     code = child.wait()
+    for t in relays:
+        t.join(timeout=5)
     described = f"signal {-code}" if code < 0 else f"code {code}"
     append(log, f"rank {rank} exited with {described}")
     return 128 - code if code < 0 else code
