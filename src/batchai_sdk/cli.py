@@ -1251,7 +1251,8 @@ def _error(message: str) -> None:
     print(f"error: {message}", file=sys.stderr)
 
 
-def _setup_logging(args: argparse.Namespace) -> None:
+def _setup_logging(args: argparse.Namespace) -> logging.Handler | None:
+    """Log to stderr for --verbose/--debug; returns the handler so that main() removes it again."""
     level = (
         logging.DEBUG
         if getattr(args, "debug", False)
@@ -1260,12 +1261,13 @@ def _setup_logging(args: argparse.Namespace) -> None:
         else None
     )
     if level is None:
-        return
+        return None
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     logger = logging.getLogger("batchai_sdk")
     logger.addHandler(handler)
     logger.setLevel(level)
+    return handler
 
 
 def run(args: argparse.Namespace) -> int:
@@ -1290,9 +1292,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``batchai ...``: returns the exit status (the console script exits with it)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
+    handler: logging.Handler | None = None
     try:
         args = build_parser().parse_args(argv)
-        _setup_logging(args)
+        handler = _setup_logging(args)
         return run(args)
     except UsageError as exc:
         _error(str(exc))
@@ -1323,6 +1326,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         _error(f"unexpected {type(exc).__name__}: {exc} (run again with --debug for the traceback)")
         return 1
+    finally:
+        if handler is not None:
+            logger = logging.getLogger("batchai_sdk")
+            logger.removeHandler(handler)
+            logger.setLevel(logging.NOTSET)
 
 
 def console() -> None:
