@@ -143,3 +143,24 @@ def test_big_download_is_parallel_ranges(
     ranged = [q for m, p, q in files.counters.requests if m == "GET" and p.endswith("/big.bin")]
     assert len(ranged) == 4
     assert (tmp_path / "big.bin").read_bytes() == data
+
+
+def test_following_a_growing_file_fetches_each_byte_once(
+    share: AzureFileShare, files: FakeFilesService
+) -> None:
+    """The loop Job.stream runs (size, then the new range) over a file a node appends to."""
+    share.write_bytes("stdout.txt", b"")
+    target = files.share_dir("batchaishare") / "stdout.txt"
+    offset, seen, appended = 0, b"", b""
+    before = files.counters.get_bytes
+    for i in range(40):
+        piece = f"epoch {i} loss {1 / (i + 1):.4f}\n".encode() * (i % 3 + 1)
+        with target.open("ab") as f:
+            f.write(piece)
+        appended += piece
+        size = share.size("stdout.txt")
+        chunk = share.read_bytes("stdout.txt", offset, size - offset)
+        offset += len(chunk)
+        seen += chunk
+    assert seen == appended
+    assert files.counters.get_bytes - before == len(appended)
