@@ -66,6 +66,7 @@ class Instance:
     setup: str = "transitioning"  # node setup extension: transitioning / succeeded / failed
     setup_message: str = ""
     agent_ready: bool = True
+    host_key: str = ""
 
 
 class FakeArm:
@@ -87,7 +88,7 @@ class FakeArm:
         self.op_polls = op_polls
         self.instance_delay = instance_delay
         self.addresses = addresses or (lambda vmss, i: (f"10.0.0.{4 + i}", f"20.0.{i // 250}.{1 + i % 250}"))
-        self.host_keys = host_keys or _generated_host_key
+        self.host_keys = host_keys  # (vmss, instance index) → host public key; default: one per VM
         self.on_instance_created = on_instance_created
         self.groups: dict[str, dict[str, Any]] = {}
         self.resources: dict[str, dict[str, Any]] = {}  # lower-case id → REST JSON
@@ -470,6 +471,7 @@ class FakeArm:
             def gone() -> None:
                 self.resources.pop(key, None)
                 self.instances.pop(key, None)
+                self._next_instance.pop(key, None)
 
             async_op, location = self._new_op("Microsoft.Compute", "eastus", gone)
             return 202, {"Azure-AsyncOperation": async_op, "Location": location, "Retry-After": "0"}, ""
@@ -499,6 +501,9 @@ class FakeArm:
             private, public = self.addresses(resource["name"], i)
             inst = Instance(
                 str(i), str(uuid.uuid4()), f"{prefix}{i:06x}", private, public, self.instance_delay
+            )
+            inst.host_key = (
+                self.host_keys(resource["name"], i) if self.host_keys else _generated_host_key(inst.vm_id)
             )
             insts[inst.instance_id] = inst
             if self.on_instance_created is not None:
@@ -698,7 +703,7 @@ class FakeArm:
         resource = self.resources[rid.lower()]
 
         def done() -> dict[str, Any]:
-            out = self.host_keys(vmss, int(instance_id)) if "ssh_host_ed25519_key.pub" in script else ""
+            out = inst.host_key if "ssh_host_ed25519_key.pub" in script else ""
             return {
                 "value": [
                     {
@@ -716,19 +721,14 @@ class FakeArm:
         return 202, {"Location": location, "Retry-After": "0"}, ""
 
 
-_HOST_KEYS: dict[tuple[str, int], str] = {}
-
-
-def _generated_host_key(vmss: str, index: int) -> str:
-    """A real ed25519 public key per instance (what ``cat ssh_host_ed25519_key.pub`` prints)."""
+def _generated_host_key(vm_id: str) -> str:
+    """A real ed25519 public key, new for each VM (what ``cat ssh_host_ed25519_key.pub`` prints)."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    if (vmss, index) not in _HOST_KEYS:
-        public = (
-            Ed25519PrivateKey.generate()
-            .public_key()
-            .public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
-        )
-        _HOST_KEYS[(vmss, index)] = public.decode() + f" root@{vmss}{index:06x}"
-    return _HOST_KEYS[(vmss, index)]
+    public = (
+        Ed25519PrivateKey.generate()
+        .public_key()
+        .public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    )
+    return public.decode() + f" root@{vm_id[:8]}"

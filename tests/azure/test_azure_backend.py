@@ -243,7 +243,7 @@ def test_host_keys_are_pinned_from_run_command_per_vm(
     backend.pin_host_keys(cluster.spec)
 
     known = (tmp_path / "state" / "known_hosts").read_text().splitlines()
-    key0 = " ".join(arm.host_keys("nc6cluster", 0).split()[:2])
+    key0 = " ".join(arm.instance("nc6cluster", "0").host_key.split()[:2])
     assert f"10.0.0.4 {key0}" in known and f"20.0.0.1 {key0}" in known
     assert len(known) == 4
     assert stat.S_IMODE((tmp_path / "state" / "known_hosts").stat().st_mode) == 0o600
@@ -338,3 +338,25 @@ def test_unknown_azure_error_codes_pass_through(
         ws.create_cluster("c", vm_size="Standard_NC6s_v3", nodes=1)
     assert info.value.code == "InvalidParameter" and not isinstance(info.value, AzureQuotaError)
     assert "imageReference.sku" in str(info.value)
+
+
+def test_a_new_vm_at_an_old_address_gets_its_own_pinned_key(
+    make_backend: Callable[..., AzureBackend], arm: FakeArm, tmp_path: Path
+) -> None:
+    backend = make_backend()
+    ws = Workspace(backend)
+    cluster = ws.create_cluster("nc6cluster", vm_size="Standard_NC6s_v3", nodes=1)
+    arm.make_ready()
+    backend.cluster_status(cluster.spec)
+    backend.pin_host_keys(cluster.spec)
+    old = " ".join(arm.instance("nc6cluster", "0").host_key.split()[:2])
+    ws.delete_cluster("nc6cluster")
+    for _ in range(3):
+        backend.cluster_status(cluster.spec)  # the deletion completes
+    cluster = ws.create_cluster("nc6cluster", vm_size="Standard_NC6s_v3", nodes=1)
+    arm.make_ready()
+    assert [n.address for n in backend.cluster_status(cluster.spec).nodes] == ["10.0.0.4"]  # the same address
+    backend.pin_host_keys(cluster.spec)
+    new = " ".join(arm.instance("nc6cluster", "0").host_key.split()[:2])
+    known = (tmp_path / "state" / "known_hosts").read_text()
+    assert new != old and f"10.0.0.4 {new}" in known and old not in known

@@ -178,7 +178,7 @@ class AzureBackend(Backend):
         self._network_ready = False
         self._pending: dict[str, Any] = {}  # cluster → LRO poller of its last create/resize
         self._instances: dict[str, dict[str, AzureInstance]] = {}  # cluster → node id → instance
-        self._addresses: dict[str, tuple[str | None, str | None]] = {}  # VM resource id → (private, public)
+        self._addresses: dict[str, tuple[str, str | None, str | None]] = {}  # VM id → (vmId, private, public)
         self._unreachable: dict[str, dict[str, str]] = {}  # cluster → node id → reason
         self._ssh: dict[str, tuple[tuple[Any, ...], SSHBackend]] = {}
 
@@ -338,18 +338,17 @@ class AzureBackend(Backend):
             self._track(spec, poller, timeout, f"resize scale set {vmss} to {nodes}")
             return
         claimed = self._claimed(spec.name)
-        ranked = sorted(
-            live,
-            key=lambda n: (
-                status.node_states.get(n.id) is None,  # unusable/preparing first
-                n.id in claimed,
-                -int(self._instances.get(spec.name, {}).get(n.id, _NO_INSTANCE).instance_id or 0),
-            ),
-        )
+        instances = self._instances.get(spec.name, {})
+
+        def order(node: Node) -> tuple[bool, bool, int]:
+            iid = instances[node.id].instance_id if node.id in instances else ""
+            # unusable or still preparing first, then unclaimed, then the newest
+            return (node.id not in status.node_states, node.id in claimed, -int(iid) if iid.isdigit() else 0)
+
         victims = [
-            self._instances[spec.name][n.id].instance_id
-            for n in ranked[: len(live) - nodes]
-            if n.id in self._instances.get(spec.name, {})
+            instances[n.id].instance_id
+            for n in sorted(live, key=order)[: len(live) - nodes]
+            if n.id in instances
         ]
         with azure_call(f"remove {len(victims)} instance(s) of scale set {vmss}", secrets=self._secrets()):
             poller = self.clients.compute.virtual_machine_scale_sets.begin_delete_instances(
@@ -389,19 +388,30 @@ class AzureBackend(Backend):
         vmss = self._vmss(spec)
         scale_set = prov.get_scale_set(self.clients, self.names, vmss)
         raw = prov.list_instances(self.clients, self.names, vmss) if scale_set is not None else []
-        missing = [
+
+        # Addresses are cached per VM (a VM keeps its NIC); a new VM under an old resource id is looked up.
+        def known(vm: dict[str, Any]) -> bool:
+            cached = self._addresses.get(str(vm.get("id", "")).lower())
+            vm_id = str((vm.get("properties") or {}).get("vmId") or "")
+            return cached is not None and cached[0] == vm_id and cached[1] is not None
+
+        live = [
             vm
             for vm in raw
-            if str(vm.get("id", "")).lower() not in self._addresses
-            and str((vm.get("properties") or {}).get("provisioningState", "")).lower() != "deleting"
+            if str((vm.get("properties") or {}).get("provisioningState", "")).lower() != "deleting"
         ]
-        if missing:
-            self._addresses.update(prov.list_addresses(self.clients, self.names, vmss))
+        if not all(known(vm) for vm in live):
+            found = prov.list_addresses(self.clients, self.names, vmss)
+            for vm in raw:
+                rid = str(vm.get("id", "")).lower()
+                if rid in found:
+                    vm_id = str((vm.get("properties") or {}).get("vmId") or "")
+                    self._addresses[rid] = (vm_id, *found[rid])
         instances: dict[str, AzureInstance] = {}
         pairs = []
         for vm in raw:
             props = vm.get("properties") or {}
-            private, public = self._addresses.get(str(vm.get("id", "")).lower(), (None, None))
+            _, private, public = self._addresses.get(str(vm.get("id", "")).lower(), ("", None, None))
             inst = AzureInstance(
                 instance_id=str(vm.get("instanceId") or str(vm.get("id", "")).rsplit("/", 1)[-1]),
                 name=str(vm.get("name") or f"{vmss}_{vm.get('instanceId')}"),
@@ -573,6 +583,3 @@ class AzureBackend(Backend):
         if share is not None:
             share.close()
         self.clients.close()
-
-
-_NO_INSTANCE = AzureInstance("0", "", "", "", None, None)
