@@ -24,6 +24,7 @@ from .cluster import Cluster
 from .exceptions import (
     AlreadyExistsError,
     AzureError,
+    AzureQuotaError,
     BackendError,
     BatchAIError,
     BatchAIJsonError,
@@ -51,6 +52,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AlreadyExistsError",
     "AzureError",
+    "AzureQuotaError",
     "BackendError",
     "BatchAIError",
     "BatchAIJsonError",

@@ -143,6 +143,14 @@ class AzureError(BackendError):
     """An Azure operation failed; ``code`` is the ARM/Storage error code (e.g. QuotaExceeded)."""
 
 
+class AzureQuotaError(AzureError):
+    """Quota, VM size (SKU) or capacity refused the request; ``hint`` says what to change."""
+
+    def __init__(self, message: str, *, code: str | None, status: int | None, hint: str) -> None:
+        self.hint = hint
+        super().__init__(message, code=code, status=status)
+
+
 class ShareError(BatchAIError):
     """A file share operation failed (missing file, permission, transport)."""
 

@@ -12,17 +12,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from ...exceptions import AzureError, BatchAIError
+from ...exceptions import AzureError, AzureQuotaError, BatchAIError
 from . import _sdk
-
-
-class AzureQuotaError(AzureError):
-    """Quota, VM size (SKU) or capacity refused the request; ``hint`` says what to change."""
-
-    def __init__(self, message: str, *, code: str | None, status: int | None, hint: str) -> None:
-        self.hint = hint
-        super().__init__(message, code=code, status=status)
-
 
 _SCRUB = [
     (re.compile(r"(?i)(bearer\s+)[A-Za-z0-9\-_.~+/]+=*"), r"\1***"),
