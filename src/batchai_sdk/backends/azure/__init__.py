@@ -3,8 +3,8 @@ VM scale sets. Importing this package needs no Azure SDK; using it raises Missin
 extra (``pip install 'batchai_sdk[azure]'``) when one is missing.
 """
 
+from ...exceptions import AzureQuotaError
 from .backend import AzureBackend, AzureInstance, detect_public_address
-from .errors import AzureQuotaError
 from .node_setup import NodeEnvironment
 from .share import AzureFileShare
 
