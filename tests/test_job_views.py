@@ -87,3 +87,11 @@ def test_progress_is_off_unless_a_terminal_or_asked(ws: Workspace, tmp_path: Pat
     assert capsys.readouterr().err == ""
     ws.share.download("data/big.bin", tmp_path / "back.bin", show_progress=True)
     assert (tmp_path / "back.bin").stat().st_size == 3_000_000
+
+
+def test_download_finds_files_in_the_dir_argument(finished_job, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # DESIGN's snippet: --dir $AZ_BATCHAI_JOB_MOUNT_ROOT/cifar, then job.download("saved_models/...")
+    assert finished_job.dir_argument() == "cifar/run1"
+    dest = finished_job.download("metrics.jsonl", tmp_path / "m.jsonl")
+    assert dest.read_text().count('"epoch"') == 4
+    assert finished_job.file_roots()[-1] == "cifar/run1"

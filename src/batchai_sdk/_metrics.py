@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import shlex
+import sys
 from typing import TYPE_CHECKING, Any
 
 from .exceptions import MissingExtraError, NotFoundError
-from .launch import share_relative
 from .share import join
 
 if TYPE_CHECKING:
@@ -16,32 +15,10 @@ if TYPE_CHECKING:
 METRICS_FILE = "metrics.jsonl"
 
 
-def _dir_argument(args: tuple[str, ...]) -> str | None:
-    """The value of ``--dir``/``-d`` in the job's args, either as two words or ``--dir=X``."""
-    words = list(args)
-    if len(words) == 1 and " " in words[0]:
-        words = shlex.split(words[0])
-    for i, word in enumerate(words):
-        if word in ("--dir", "-d") and i + 1 < len(words):
-            return words[i + 1]
-        if word.startswith("--dir="):
-            return word.split("=", 1)[1]
-    return None
-
-
 def find_metrics(job: Job) -> str:
     """Share path of the job's metrics.jsonl: next to ``--dir``, else in its logs or output directories."""
     share = job.workspace.share
-    candidates = []
-    out_dir = _dir_argument(job.spec.args)
-    if out_dir:
-        rel = share_relative(out_dir, mount_path=job.spec.mount_path, share_name=share.name)
-        if rel is None and out_dir.startswith(("$AZ_BATCHAI_STDOUTERR_DIR", "${AZ_BATCHAI_STDOUTERR_DIR}")):
-            rel = join(job.paths.stdouterr, out_dir.split("/", 1)[1] if "/" in out_dir else "")
-        if rel is not None:
-            candidates.append(join(rel, METRICS_FILE))
-    for base in (job.paths.stdouterr, *job.paths.outputs.values()):
-        candidates.append(join(base, METRICS_FILE))
+    candidates = [join(base, METRICS_FILE) for base in job.file_roots()]
     for path in candidates:
         if share.exists(path):
             return path
@@ -90,4 +67,19 @@ def plot_metrics(job: Job, path: str | None = None) -> Any:
         ax.set_xlabel("epoch")
         ax.grid(alpha=0.3)
         ax.legend()
+    _show_figures_inline()
     return fig
+
+
+def _show_figures_inline() -> None:
+    """In an IPython kernel, have returned Figures render as images even without ``%matplotlib inline``."""
+    if "IPython" not in sys.modules:
+        return
+    try:
+        from IPython import get_ipython
+        from IPython.core.pylabtools import select_figure_formats
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None and getattr(shell, "kernel", None) is not None:
+        select_figure_formats(shell, {"png"})  # type: ignore[no-untyped-call]

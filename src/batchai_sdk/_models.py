@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -329,9 +330,23 @@ class JobSpec:
         return dataclasses.replace(self, **changes)
 
 
+def heartbeat_timeout() -> float:
+    """Seconds without a heartbeat after which a job that has not ended is taken for lost (its wrapper
+    was killed or its node went down). ``BATCHAI_HEARTBEAT_TIMEOUT`` overrides the default of 180."""
+    try:
+        return max(1.0, float(os.environ.get("BATCHAI_HEARTBEAT_TIMEOUT", "180")))
+    except ValueError:
+        raise ValidationError(
+            "BATCHAI_HEARTBEAT_TIMEOUT", os.environ.get("BATCHAI_HEARTBEAT_TIMEOUT"), "a number of seconds"
+        ) from None
+
+
 @dataclass(frozen=True)
 class JobStatus:
-    """The status record the job wrapper keeps on the share (``status.json``)."""
+    """The status record the job wrapper keeps on the share (``status.json``).
+
+    ``lost`` marks a job whose wrapper stopped writing its heartbeat: it is reported as ``failed``.
+    """
 
     state: JobState
     exit_code: int | None = None
@@ -343,12 +358,17 @@ class JobStatus:
     preparing: bool = False
     wrapper_pid: int | None = None
     heartbeat: datetime | None = None
+    wrapper_host: str | None = None
+    lost: bool = False
 
     @classmethod
-    def from_record(cls, data: Mapping[str, Any] | None) -> JobStatus:
+    def from_record(
+        cls, data: Mapping[str, Any] | None, *, timeout: float | None = None, now: datetime | None = None
+    ) -> JobStatus:
+        """The record's status; a job that stopped reporting (see ``heartbeat_timeout``) reads as failed."""
         if not data:
             return cls(state=JobState.QUEUED)
-        return cls(
+        status = cls(
             state=JobState.from_raw(data.get("state")),
             exit_code=data.get("exit_code"),
             creation_time=parse_time(data.get("creation_time")),
@@ -359,4 +379,17 @@ class JobStatus:
             preparing=bool(data.get("preparing")),
             wrapper_pid=data.get("wrapper_pid"),
             heartbeat=parse_time(data.get("heartbeat")),
+            wrapper_host=data.get("wrapper_host"),
         )
+        if status.state.ended or timeout is None:
+            return status
+        last = status.heartbeat or status.creation_time
+        if last is None or ((now or utcnow()) - last).total_seconds() <= timeout:
+            return status
+        where = f" on {status.wrapper_host}" if status.wrapper_host else ""
+        why = (
+            f"the job wrapper{where} stopped reporting at {last.isoformat()} (killed, or its node went down)"
+            if status.heartbeat
+            else f"the job wrapper never started (submitted at {last.isoformat()})"
+        )
+        return dataclasses.replace(status, state=JobState.FAILED, failure_reason=why, lost=True)

@@ -1,7 +1,8 @@
 """Progress display (rich) for uploads, downloads, cluster provisioning and waiting on jobs.
 
-Shown only on a terminal (or in a notebook) unless asked for; ``show=False`` or ``BATCHAI_PROGRESS=0``
-turns it off everywhere.
+Shown only on a terminal unless asked for (``show=True``); ``show=False`` or ``BATCHAI_PROGRESS=0``
+turns it off everywhere. Notebooks get none by default: rich's live display there needs ipywidgets and
+leaves empty output areas behind.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ def enabled(show: bool | None) -> bool:
         return show
     if os.environ.get("BATCHAI_PROGRESS", "").lower() in ("0", "false", "no", "off"):
         return False
-    return sys.stderr.isatty() or "ipykernel" in sys.modules
+    return sys.stderr.isatty()
 
 
 @contextmanager

@@ -1,9 +1,9 @@
-"""The Batch AI 2018-05-01 job.json schema <-> :class:`JobSpec`.
+"""The Batch AI 2018-05-01 job.json schema <-> ``JobSpec``.
 
-:func:`parse_job_json` reads the file people wrote for ``az batchai job create --config-file``;
-:func:`to_job_json` writes a spec back in that shape, and ``parse_job_json(to_job_json(spec)) == spec``
+``parse_job_json`` reads the file people wrote for ``az batchai job create --config-file``;
+``to_job_json`` writes a spec back in that shape, and ``parse_job_json(to_job_json(spec)) == spec``
 for every spec the parser produces. Anything malformed, unknown or not supported raises
-:class:`BatchAIJsonError` whose ``field`` is the JSON path (``properties.horovodSettings.processCount``).
+``BatchAIJsonError`` whose ``field`` is the JSON path (``properties.horovodSettings.processCount``).
 
 Choices where the schema and this SDK differ:
 
@@ -72,10 +72,11 @@ _BARE_ARG_RE = re.compile(r"^[A-Za-z0-9_@%+=:,./${}-]+$")
 
 _TOOLKITS = ("horovodSettings", "customMpiSettings", "customToolkitSettings")
 _OTHER_TOOLKIT = "not supported; use horovodSettings, customMpiSettings or customToolkitSettings"
+_NO_PRIORITY = "not supported; a queued job starts as soon as enough of the cluster's nodes are free"
 _PROPERTIES_UNSUPPORTED = {
     "cluster": "not supported in job.json; the cluster is given separately (--cluster / cluster=)",
-    "priority": "not supported; jobs start in submission order",
-    "schedulingPriority": "not supported; jobs start in submission order",
+    "priority": _NO_PRIORITY,
+    "schedulingPriority": _NO_PRIORITY,
     "experimentName": "not supported in job.json; the experiment is given separately (--experiment)",
     "pyTorchSettings": _OTHER_TOOLKIT,
     "tensorFlowSettings": _OTHER_TOOLKIT,
@@ -189,7 +190,7 @@ def parse_duration(text: str) -> float:
 
 
 def format_duration(seconds: float) -> str:
-    """An ISO-8601 duration that :func:`parse_duration` reads back as exactly ``seconds``."""
+    """An ISO-8601 duration that ``parse_duration`` reads back as exactly ``seconds``."""
     if not math.isfinite(seconds) or seconds <= 0:
         raise ValueError(f"not a positive duration: {seconds!r}")
     if seconds == int(seconds) and seconds < 1e15:
@@ -287,7 +288,7 @@ class _Reader:
         secret: bool = False,
         key_allowed: bool = False,
     ) -> tuple[str, bool]:
-        """Like :meth:`string`; also whether the storage key was filled in."""
+        """Like ``string``; also whether the storage key was filled in."""
         if not isinstance(value, str):
             _invalid(path, value, "a string", secret=secret)
         if nonempty and not value.strip():
@@ -400,13 +401,13 @@ def parse_job_json(
     storage_account: str | None = None,
     storage_key: str | None = None,
 ) -> JobSpec:
-    """The :class:`JobSpec` a Batch AI 2018-05-01 job.json describes.
+    """The ``JobSpec`` a Batch AI 2018-05-01 job.json describes.
 
     ``source`` is the path (str or PathLike) of a job.json file, the document's text (a str starting with
     ``{``) or the parsed document. ``name``, ``experiment`` and ``cluster`` are what
     ``az batchai job create`` took as flags. ``storage_account`` /
     ``storage_key`` fill the ``<AZURE_BATCHAI_STORAGE_ACCOUNT>`` / ``<AZURE_BATCHAI_STORAGE_KEY>``
-    placeholders. Raises :class:`BatchAIJsonError` (its ``field`` is the JSON path) for anything malformed,
+    placeholders. Raises ``BatchAIJsonError`` (its ``field`` is the JSON path) for anything malformed,
     unknown or not supported, NotFoundError when the file does not exist.
     """
     document, _ = _load(source)

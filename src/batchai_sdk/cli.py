@@ -1,6 +1,6 @@
 """``batchai``: the Batch AI tutorial's ``az batchai``, ``az storage`` and ``az group`` commands, on the SDK.
 
-A thin layer: every command opens a :class:`~batchai_sdk.Workspace` and calls its public API. Resource
+A thin layer: every command opens a ``Workspace`` and calls its public API. Resource
 groups, the backend of each workspace and the storage-account names live in ``$BATCHAI_HOME``
 (see :mod:`batchai_sdk._cli_state`); output follows az (:mod:`batchai_sdk._cli_output`). Errors print one
 line, ``error: ...``, and exit 1 (2 for a command line that cannot run); ``--debug`` adds the traceback.

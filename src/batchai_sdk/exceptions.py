@@ -1,4 +1,4 @@
-"""One root, :class:`BatchAIError`; typed children carry the data a caller needs to react.
+"""One root, ``BatchAIError``; typed children carry the data a caller needs to react.
 
 Lower-layer errors (paramiko, azure-core, OSError) are translated at the boundary with
 ``raise ... from exc`` so that callers catch one family. No message ever contains a secret.

@@ -47,7 +47,7 @@ class Experiment:
         container_image: str | None = None,
         max_wall_clock_time: float | None = None,
     ) -> Job:
-        """Describe a job (nothing runs until :meth:`Job.submit`).
+        """Describe a job (nothing runs until ``Job.submit``).
 
         ``python_script`` is a local file (uploaded at submit), a path on the share written with
         ``$AZ_BATCHAI_JOB_MOUNT_ROOT/...``, or a module name such as ``"batchai_sdk.train.cifar10"``

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import posixpath
+import shlex
 import sys
 import time
 from collections import deque
@@ -17,7 +18,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from . import _layout as layout
 from . import _progress
-from ._models import JobSpec, JobState, JobStatus, NodeState, Toolkit, utcnow
+from ._models import JobSpec, JobState, JobStatus, NodeState, Toolkit, heartbeat_timeout, utcnow
 from .exceptions import (
     AlreadyExistsError,
     BackendError,
@@ -198,6 +199,7 @@ class Job:
             share_name=share.name,
             script_on_node=script_on_node,
             secret_env_file=secret_file,
+            heartbeat_timeout=heartbeat_timeout(),
         )
         for directory in (
             self.paths.stdouterr,
@@ -250,7 +252,8 @@ class Job:
     @property
     def status(self) -> JobStatus:
         self._require_submitted()
-        return JobStatus.from_record(self.workspace.share.read_json_or_none(self.paths.status))
+        record = self.workspace.share.read_json_or_none(self.paths.status)
+        return JobStatus.from_record(record, timeout=heartbeat_timeout())
 
     @property
     def state(self) -> JobState:
@@ -274,7 +277,7 @@ class Job:
 
         ``show_output=True`` (or a file name such as ``"stderr.txt"``) prints that log while waiting;
         otherwise a spinner shows the state and elapsed time on a terminal or in a notebook.
-        ``raise_on_failure`` raises :class:`JobFailedError` unless the job succeeded.
+        ``raise_on_failure`` raises ``JobFailedError`` unless the job succeeded.
         """
         self._require_submitted()
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -300,13 +303,33 @@ class Job:
     def terminate(self, *, timeout: float | None = 60, wait: bool = True) -> JobState:
         """Stop the job: every rank is signalled, then killed after a grace period; state ``terminated``."""
         self._require_submitted()
-        state = self.state
-        if state.ended:
-            return state
+        status = self.status
+        if status.lost:
+            return self._end_lost_job()
+        if status.state.ended:
+            return status.state
         self.workspace.share.write_text(join(self.paths.run_dir, "terminate"), utcnow().isoformat())
         if not wait:
             return self.state
         return self.wait(timeout=timeout, poll_interval=0.25)
+
+    def _end_lost_job(self) -> JobState:
+        """Record a lost job (no wrapper left to do it) as terminated and give its nodes back."""
+        share = self.workspace.share
+        record = dict(share.read_json_or_none(self.paths.status) or {})
+        lost = self.status
+        record.update(
+            state="terminated",
+            end_time=utcnow().isoformat(),
+            failure_reason=f"terminated by the user after {lost.failure_reason}",
+        )
+        share.write_json(self.paths.status, record)
+        claims = layout.claims_dir(self.spec.cluster)
+        for node in lost.nodes:
+            holder = share.read_json_or_none(join(claims, f"{node}.json"))
+            if holder and holder.get("job") == f"{self.experiment.name}/{self.name}":
+                share.delete(join(claims, f"{node}.json"))
+        return JobState.TERMINATED
 
     def delete(self, *, force: bool = False) -> None:
         if self.submitted and not self.state.ended:
@@ -339,11 +362,38 @@ class Job:
         self._require_submitted()
         return self.workspace.share.list(join(self._dir(directory), path))
 
+    def dir_argument(self) -> str | None:
+        """The share path of the folder the job's ``--dir`` argument names (the training module's output
+        folder, as in the tutorial), or None when it has none on the share."""
+        words = list(self.spec.args)
+        if len(words) == 1 and " " in words[0]:
+            words = shlex.split(words[0])
+        value = None
+        for i, word in enumerate(words):
+            if word in ("--dir", "-d") and i + 1 < len(words):
+                value = words[i + 1]
+            elif word.startswith("--dir="):
+                value = word.split("=", 1)[1]
+        if value is None:
+            return None
+        for var in ("$AZ_BATCHAI_STDOUTERR_DIR", "${AZ_BATCHAI_STDOUTERR_DIR}"):
+            if value == var or value.startswith(var + "/"):
+                return join(self.paths.stdouterr, value[len(var) + 1 :])
+        return share_relative(value, mount_path=self.spec.mount_path, share_name=self.workspace.share.name)
+
+    def file_roots(self) -> list[str]:
+        """Where job files are looked up by name, in order: the logs, the output directories, ``--dir``."""
+        roots = [self.paths.stdouterr, *self.paths.outputs.values()]
+        out_dir = self.dir_argument()
+        if out_dir is not None and out_dir not in roots:
+            roots.append(out_dir)
+        return roots
+
     def _locate(self, name: str, directory: str | None) -> str:
         share = self.workspace.share
         if directory is not None:
             return join(self._dir(directory), name)
-        for candidate in (self.paths.stdouterr, *self.paths.outputs.values()):
+        for candidate in self.file_roots():
             if share.exists(join(candidate, name)):
                 return join(candidate, name)
         return join(self.paths.stdouterr, name)
@@ -411,7 +461,8 @@ class Job:
         self, name: str, dest: str | os.PathLike[str] = ".", *, directory: str | None = None
     ) -> Path:
         """Download a job file (or folder) to ``dest``. Names are looked up in the logs, then in each
-        output directory, unless ``directory`` says where."""
+        output directory, then in the folder of the job's ``--dir`` argument, unless ``directory`` says
+        where."""
         self._require_submitted()
         return self.workspace.share.download(self._locate(name, directory), dest)
 

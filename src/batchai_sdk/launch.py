@@ -216,6 +216,7 @@ def launch_config(
     share_name: str,
     script_on_node: str | None,
     secret_env_file: str | None,
+    heartbeat_timeout: float = 180.0,
 ) -> dict[str, Any]:
     """The wrapper's launch.json (no secret values: those stay in ``secret_env_file``)."""
     env, expand = job_environment(spec, target, paths, share_name=share_name)
@@ -242,6 +243,8 @@ def launch_config(
         "job_preparation": spec.job_preparation,
         "container_image": spec.container_image,
         "max_wall_clock_seconds": spec.max_wall_clock_seconds,
+        "heartbeat_timeout": heartbeat_timeout,
+        "heartbeat_seconds": min(10.0, heartbeat_timeout / 6),
         "node_count": spec.node_count,
         "ranks_per_node": ranks,
         "nodes": [

@@ -1,7 +1,7 @@
 """The workspace's file share as the client sees it: a directory, an SFTP path, or an Azure file share.
 
 Paths are POSIX, relative to the share's root, and never escape it. Every implementation provides the
-small set of primitives at the bottom of :class:`Share`; directory uploads, JSON records and text helpers
+small set of primitives at the bottom of ``Share``; directory uploads, JSON records and text helpers
 are built on them once, here.
 """
 

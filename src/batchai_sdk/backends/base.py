@@ -1,7 +1,7 @@
 """The small interface every backend implements: where nodes and the share come from.
 
 The object model (workspace/cluster/job) keeps its records on the share and calls only this interface;
-the job wrapper that runs on the head node gets everything it needs in a :class:`LaunchTarget`.
+the job wrapper that runs on the head node gets everything it needs in a ``LaunchTarget``.
 """
 
 from __future__ import annotations

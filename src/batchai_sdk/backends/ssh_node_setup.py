@@ -4,9 +4,9 @@ Per cluster, on every node, in a node-local directory ``<node_dir>/clusters/<clu
 
 - ``ssh_config`` and ``known_hosts``: how mpirun and the job wrapper on the head node reach the other
   nodes — the cluster key, the port, and the host keys the client pinned (checked strictly, never
-  disabled). Refreshed by :func:`refresh_script` before every job, written only when they changed.
+  disabled). Refreshed by ``refresh_script`` before every job, written only when they changed.
 - ``id_ed25519``: the cluster's private key (0600), its public half appended once to the node's
-  authorized_keys, then the cluster's own ``node_setup`` command — :func:`setup_script`, run when the
+  authorized_keys, then the cluster's own ``node_setup`` command — ``setup_script``, run when the
   node's ``setup-<node>.sha256`` marker does not hold the current setup's hash.
 """
 

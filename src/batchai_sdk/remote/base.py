@@ -1,4 +1,4 @@
-"""How a command runs on a node: one :class:`Runner` interface, a local (subprocess) and an SSH one.
+"""How a command runs on a node: one ``Runner`` interface, a local (subprocess) and an SSH one.
 
 Commands are strings for a POSIX shell, always built with ``shlex.quote`` by the callers (see launch.py).
 """
@@ -69,7 +69,7 @@ def run_on_all(
 ) -> dict[str, CommandResult]:
     """Run a command on every node in parallel; per-node commands when ``command`` is a mapping.
 
-    Returns every node's result. With ``raise_on_error`` a :class:`NodeError` names each node that failed
+    Returns every node's result. With ``raise_on_error`` a ``NodeError`` names each node that failed
     (non-zero exit or no connection) and why, and lists the nodes that succeeded.
     """
     results: dict[str, CommandResult] = {}

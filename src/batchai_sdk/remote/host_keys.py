@@ -58,7 +58,7 @@ class HostKeyStore:
         return dict(entry.items()) if entry is not None else {}
 
     def check(self, name: str, key: paramiko.PKey) -> None:
-        """Accept ``key`` for ``name`` or raise :class:`HostKeyError`; records it under TOFU."""
+        """Accept ``key`` for ``name`` or raise ``HostKeyError``; records it under TOFU."""
         with self._lock:
             pinned = self._load().lookup(name)
             if pinned is not None:
@@ -112,7 +112,7 @@ class HostKeyStore:
 
     def prime(self, client: paramiko.SSHClient, name: str) -> None:
         """Give ``client`` the pinned keys of ``name``: paramiko then negotiates that key type and
-        raises BadHostKeyException on a mismatch; with none pinned it asks :meth:`policy`."""
+        raises BadHostKeyException on a mismatch; with none pinned it asks ``policy``."""
         known = client.get_host_keys()
         for keytype, key in self.keys_for(name).items():
             known.add(name, keytype, key)

@@ -199,6 +199,14 @@ def run_rank(config_path: str) -> int:
     return 128 - code if code < 0 else code
 
 
+def heartbeat_age(status: dict[str, Any]) -> float:
+    """Seconds since a job's wrapper last wrote its status (0 when it never has)."""
+    beat = status.get("heartbeat")
+    if not beat:
+        return 0.0
+    return (datetime.now(timezone.utc) - datetime.fromisoformat(beat)).total_seconds()
+
+
 def read_tail(path: str, size: int = 65536) -> list[str]:
     try:
         with open(path, "rb") as f:
@@ -266,10 +274,12 @@ class Wrapper:
         if not status_path or status_path == self.status_path:
             return bool(status_path == self.status_path)
         try:
-            state = load(status_path).get("state")
+            status = load(status_path)
         except (OSError, ValueError):
             return True  # the holder's job is gone
-        return state in ("succeeded", "failed", "terminated")
+        if status.get("state") in ("succeeded", "failed", "terminated"):
+            return True
+        return heartbeat_age(status) > float(self.cfg.get("heartbeat_timeout") or 180)
 
     def try_claim(self, count: int) -> list[dict[str, Any]] | None:
         os.makedirs(self.cfg["claims_dir"], exist_ok=True)
@@ -412,14 +422,10 @@ class Wrapper:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
-            last_beat = time.monotonic()
             while self.proc.poll() is None:
                 if self.check_stop():
                     self.kill_ranks()
                     break
-                if time.monotonic() - last_beat > 10:
-                    self.update()
-                    last_beat = time.monotonic()
                 time.sleep(POLL)
             code = self.proc.wait()
         return code, self.explain(code)
@@ -472,13 +478,22 @@ class Wrapper:
             signal.signal(sig, self.on_signal)
         os.makedirs(self.cfg["stdouterr_dir"], exist_ok=True)
         self.update(wrapper_pid=os.getpid(), wrapper_host=socket.gethostname())
+        done = threading.Event()
+        interval = float(self.cfg.get("heartbeat_seconds") or 10)
+        # Readers take a job whose heartbeat stops for a dead one (its wrapper was killed, its node died).
+        threading.Thread(target=self.heartbeat, args=(done, interval), daemon=True).start()
         try:
             return self.run()
         except Exception as exc:  # the record must say why, whatever broke
             self.update(state="failed", end_time=now(), failure_reason=f"job wrapper error: {exc!r}")
             raise
         finally:
+            done.set()
             self.release()
+
+    def heartbeat(self, done: threading.Event, interval: float) -> None:
+        while not done.wait(interval):
+            self.update()
 
     def on_signal(self, signum: int, _frame: Any) -> None:
         self.stop_reason = ("terminated", f"job wrapper received signal {signum}")

@@ -1,10 +1,10 @@
 """Runs commands on a node over SSH (paramiko): the SSH and Azure backends' nodes.
 
 The connection opens lazily on first use and is retried a few times (tenacity); host keys are checked
-against a :class:`~batchai_sdk.remote.host_keys.HostKeyStore`; a runner can reach a private address
+against a ``HostKeyStore``; a runner can reach a private address
 through another runner (a ``direct-tcpip`` channel of the jump host used as the socket). paramiko and
-socket errors are translated here, at the boundary, into :class:`SSHError` / :class:`HostKeyError` /
-:class:`~batchai_sdk.exceptions.TimeoutError`.
+socket errors are translated here, at the boundary, into ``SSHError`` / ``HostKeyError`` /
+``TimeoutError``.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def _retriable(exc: BaseException) -> bool:
 class SSHRunner(Runner):
     """One node over SSH. Lazily connected, thread-safe for parallel commands, a context manager.
 
-    ``connect_kwargs`` go to :meth:`paramiko.SSHClient.connect` untouched and win over the defaults built
+    ``connect_kwargs`` go to ``paramiko.SSHClient.connect`` untouched and win over the defaults built
     from the other arguments (e.g. ``{"passphrase": ...}``, ``{"allow_agent": True}``).
     """
 
@@ -205,7 +205,7 @@ class SSHRunner(Runner):
     # -- commands ----------------------------------------------------------------------------------
     def run(self, command: str, *, timeout: float | None = None, stdin: str | None = None) -> CommandResult:
         """Run ``command`` with ``/bin/sh -c`` on the node. On ``timeout`` its process group is killed
-        and :class:`~batchai_sdk.exceptions.TimeoutError` raised."""
+        and ``TimeoutError`` raised."""
         # The shell first reports its pid (it leads the session sshd made for the command) so a
         # timed-out command's whole process group can be killed.
         wrapped = "exec /bin/sh -c " + shlex.quote(f'echo "{_PID_MARK} $$" >&2\n{command}')

@@ -1,4 +1,4 @@
-"""Azure SDK errors → :class:`AzureError` with the ARM code and message, and a hint when the fix is known.
+"""Azure SDK errors → ``AzureError`` with the ARM code and message, and a hint when the fix is known.
 
 Messages are built from the ARM error body only (never from request headers or URLs with query strings)
 and then scrubbed of anything shaped like a token, a SAS signature or an account key.

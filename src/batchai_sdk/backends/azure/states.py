@@ -1,4 +1,4 @@
-"""Scale-set and instance states → :class:`ClusterStatus`, in one function.
+"""Scale-set and instance states → ``ClusterStatus``, in one function.
 
 Inputs are the REST shapes ARM returns (``GET virtualMachineScaleSets/{name}`` and
 ``GET .../virtualMachines?$expand=instanceView``), so the mapping is independent of SDK model classes.
