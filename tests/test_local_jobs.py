@@ -516,3 +516,19 @@ def test_a_killed_wrapper_is_reported_failed_and_its_nodes_come_back(
             rank_shim = int(line.split("(pid ")[1].split(")")[0])
             if pid_alive(rank_shim):
                 os.killpg(os.getpgid(rank_shim), 9)
+
+
+def test_a_container_image_without_a_runtime_runs_on_the_host_and_says_so(ws: Workspace, script: Script) -> None:
+    from batchai_sdk.remote.job_wrapper import container_runtime
+
+    if container_runtime() is not None:
+        pytest.skip("a container engine answers on this machine")
+    exp = ws.create_experiment("e")
+    cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=1)
+    job = exp.create_job("img", cluster=cluster, python_script=str(script("h.py", "print('on the host')")),
+                         container_image="tensorflow/tensorflow:1.8.0-gpu")
+    job.submit()
+    assert job.wait(timeout=60) is JobState.SUCCEEDED
+    assert job.tail("stdout.txt") == ["on the host"]
+    warning = [line for line in job.tail("stderr.txt", 20) if "tensorflow/tensorflow:1.8.0-gpu" in line]
+    assert warning and "no container runtime" in warning[0] and "runs on the host" in warning[0]

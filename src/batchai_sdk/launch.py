@@ -242,6 +242,7 @@ def launch_config(
         "command_line": spec.command_line,
         "job_preparation": spec.job_preparation,
         "container_image": spec.container_image,
+        "container_python": spec.python_interpreter or "python",
         "max_wall_clock_seconds": spec.max_wall_clock_seconds,
         "heartbeat_timeout": heartbeat_timeout,
         "heartbeat_seconds": min(10.0, heartbeat_timeout / 6),

@@ -14,13 +14,16 @@ The status record (``status.json``) is replaced atomically; readers never see ha
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from datetime import datetime, timezone
@@ -155,6 +158,64 @@ def relay_lines(source: Any, fd: int) -> None:
         os.write(fd, pending)
 
 
+def container_runtime() -> str | None:
+    """The path of docker or podman when its engine answers (a client alone is not enough)."""
+    for tool in ("docker", "podman"):
+        path = shutil.which(tool)
+        if not path:
+            continue
+        try:
+            ok = subprocess.run([path, "info"], capture_output=True, timeout=20, check=False).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            ok = False
+        if ok:
+            return path
+    return None
+
+
+def container_env(cfg: dict[str, Any], env: dict[str, str]) -> dict[str, str]:
+    """What a rank in a container gets: the job's variables and the MPI runtime's, not the host's PATH."""
+    names = set(cfg["env"]) - {"PATH"} | {"AZ_BATCHAI_TASK_INDEX", "PYTHONUNBUFFERED"}
+    names |= {k for k in env if k.startswith(("OMPI_", "PMIX_", "OPAL_", "HOROVOD_", "NCCL_"))}
+    secret_file = cfg.get("secret_env_file")
+    if secret_file and os.path.exists(secret_file):
+        names |= set(load(secret_file))
+    return {k: env[k] for k in sorted(names) if k in env and "\n" not in env[k]}
+
+
+def write_env_file(path: str, values: dict[str, str]) -> None:
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)  # may hold secrets
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.writelines(f"{k}={v}\n" for k, v in values.items())
+
+
+def container_argv(
+    runtime: str, image: str, argv: list[str], *, workdir: str, mounts: list[str], env_file: str, gpus: bool
+) -> list[str]:
+    """``docker run`` for one rank: host network, IPC and PIDs (MPI and NCCL talk as on the host), the share
+    and the job's node folders at the same paths, the variables from a 0600 file (never on a command line)."""
+    cmd = [
+        runtime,
+        "run",
+        "--rm",
+        "--network",
+        "host",
+        "--ipc",
+        "host",
+        "--pid",
+        "host",
+        "--env-file",
+        env_file,
+        "-w",
+        workdir,
+    ]
+    if gpus:
+        cmd += ["--gpus", "all"]
+    for mount in dict.fromkeys(mounts):
+        cmd += ["-v", f"{mount}:{mount}"]
+    return [*cmd, image, *argv]
+
+
 def run_rank(config_path: str) -> int:
     cfg = load(config_path)
     make_node_dirs(cfg)
@@ -171,12 +232,31 @@ def run_rank(config_path: str) -> int:
         argv = ["/bin/sh", "-c", cfg["command_line"]]
     image = cfg.get("container_image")
     log = os.path.join(cfg["stdouterr_dir"], f"execution-{node}.log")
+    env_file = None
     if image:
-        append(
-            log,
-            f"rank {rank}: containerSettings asks for image {image}; container runtimes are not "
-            "used by this version: running on the host",
-        )
+        runtime = container_runtime()
+        if runtime is None:
+            warning = (
+                f"warning: containerSettings asks for image {image} but no container runtime (docker, "
+                f"podman) answers on {socket.gethostname()}: rank {rank} runs on the host\n"
+            )
+            os.write(2, warning.encode())
+            append(log, warning.strip())
+        else:
+            if cfg["toolkit"] == "horovod":
+                argv[0] = cfg.get("container_python") or "python"
+            env_file = os.path.join(env["AZ_BATCHAI_JOB_TEMP"], f"rank-{rank}.env")
+            write_env_file(env_file, container_env(cfg, env))
+            mounts = [cfg["share_root"], os.path.dirname(env["AZ_BATCHAI_JOB_TEMP"]), tempfile.gettempdir()]
+            argv = container_argv(
+                runtime,
+                image,
+                argv,
+                workdir=cfg["wd"],
+                mounts=mounts,
+                env_file=env_file,
+                gpus=int(env.get("AZ_BATCHAI_NUM_GPUS", "0") or 0) > 0,
+            )
     append(log, f"rank {rank} starting on {socket.gethostname()} (pid {os.getpid()}): {shlex.join(argv)}")
     child = subprocess.Popen(argv, cwd=cfg["wd"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     relays = [
@@ -194,6 +274,9 @@ def run_rank(config_path: str) -> int:
     code = child.wait()
     for t in relays:
         t.join(timeout=5)
+    if env_file:
+        with contextlib.suppress(OSError):
+            os.unlink(env_file)
     described = f"signal {-code}" if code < 0 else f"code {code}"
     append(log, f"rank {rank} exited with {described}")
     return 128 - code if code < 0 else code
