@@ -288,13 +288,13 @@ class LocalShare(Share):
         dest = self.local_path(path)
         tmp = dest.with_name(f".{dest.name}.part")
         with source.open("rb") as src, tmp.open("wb") as out:
-            _copy(src, out, progress)
+            copy_stream(src, out, progress)
         shutil.copymode(source, tmp)
         os.replace(tmp, dest)
 
     def _download_file(self, path: str, out: Any, progress: Progress | None) -> None:
         with self.local_path(path).open("rb") as src:
-            _copy(src, out, progress)
+            copy_stream(src, out, progress)
 
 
 def _umask() -> int:
@@ -303,7 +303,8 @@ def _umask() -> int:
     return mask
 
 
-def _copy(src: Any, out: Any, progress: Progress | None, chunk: int = 1 << 20) -> None:
+def copy_stream(src: Any, out: Any, progress: Progress | None, chunk: int = 1 << 20) -> None:
+    """Copy file-like ``src`` to ``out`` in chunks, reporting each chunk's size to ``progress``."""
     while True:
         buf = src.read(chunk)
         if not buf:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import _layout as layout
@@ -125,19 +125,20 @@ class Workspace:
             raise NotFoundError("experiment", name, f"workspace {self.name!r}")
         return Experiment(self, ExperimentSpec.from_dict(data))
 
-    def list_experiments(self) -> list[Experiment]:
+    def _records(self, folder: str, record: Callable[[str], str]) -> list[dict[str, Any]]:
+        """The records of the sub-folders of ``folder`` that have one (half-made folders are skipped)."""
         try:
-            entries = self.share.list(layout.experiments_dir())
+            entries = self.share.list(folder)
         except NotFoundError:
             return []
-        out = []
-        for entry in entries:
-            data = (
-                self.share.read_json_or_none(layout.experiment_record(entry.name)) if entry.is_dir else None
-            )
-            if data is not None:
-                out.append(Experiment(self, ExperimentSpec.from_dict(data)))
-        return out
+        found = (self.share.read_json_or_none(record(e.name)) for e in entries if e.is_dir)
+        return [data for data in found if data is not None]
+
+    def list_experiments(self) -> list[Experiment]:
+        return [
+            Experiment(self, ExperimentSpec.from_dict(data))
+            for data in self._records(layout.experiments_dir(), layout.experiment_record)
+        ]
 
     def delete_experiment(self, name: str, *, force: bool = False) -> None:
         """Delete an experiment and its jobs; refused while one has not ended unless ``force``."""
@@ -190,16 +191,10 @@ class Workspace:
         return Cluster(self, ClusterSpec.from_dict(data))
 
     def list_clusters(self) -> list[Cluster]:
-        try:
-            entries = self.share.list(layout.clusters_dir())
-        except NotFoundError:
-            return []
-        out = []
-        for entry in entries:
-            data = self.share.read_json_or_none(layout.cluster_record(entry.name)) if entry.is_dir else None
-            if data is not None:
-                out.append(Cluster(self, ClusterSpec.from_dict(data)))
-        return out
+        return [
+            Cluster(self, ClusterSpec.from_dict(data))
+            for data in self._records(layout.clusters_dir(), layout.cluster_record)
+        ]
 
     def delete_cluster(self, name: str, *, force: bool = False) -> None:
         """Delete a cluster; refused while it runs jobs unless ``force``. No error if already gone."""

@@ -18,7 +18,7 @@ import paramiko
 
 from .._models import FileInfo
 from ..exceptions import BackendError, HostKeyError, NotFoundError, ShareError
-from ..share import Progress, Share, normalize
+from ..share import Progress, Share, copy_stream, normalize
 from .ssh import SSHRunner
 
 _CHUNK = 1 << 20
@@ -210,13 +210,7 @@ class SFTPShare(Share):
             try:
                 with source.open("rb") as src, sftp.open(tmp, "wb") as out:
                     out.set_pipelined(True)
-                    while True:
-                        buf = src.read(_CHUNK)
-                        if not buf:
-                            break
-                        out.write(buf)
-                        if progress is not None:
-                            progress(len(buf))
+                    copy_stream(src, out, progress, _CHUNK)
                 sftp.chmod(tmp, mode)
                 sftp.posix_rename(tmp, target)
             except BaseException:
@@ -231,13 +225,7 @@ class SFTPShare(Share):
         def download(sftp: paramiko.SFTPClient) -> None:
             with sftp.open(target, "rb") as src:
                 src.prefetch()
-                while True:
-                    buf = src.read(_CHUNK)
-                    if not buf:
-                        return
-                    out.write(buf)
-                    if progress is not None:
-                        progress(len(buf))
+                copy_stream(src, out, progress, _CHUNK)
 
         self._call("download", path, download)
 
