@@ -18,3 +18,39 @@ def pid_alive(pid: int) -> bool:
             return f.read().split()[2] != "Z"
     except OSError:
         return False
+
+
+# The tutorial's job.json runs unchanged. Its jobPreparation (`apt update; apt install mpi-default-dev
+# mpi-default-bin -y; pip install keras horovod`) was meant for a tensorflow:1.8.0 container; with no container
+# runtime it runs on the host, where it would replace the pinned stack. These stand-ins go first on the job's
+# PATH and log what they were asked to do.
+TUTORIAL_SCRIPT = """
+import argparse, os
+import horovod.tensorflow as hvd
+import tensorflow as tf
+hvd.init()
+parser = argparse.ArgumentParser()
+parser.add_argument("-d", "--dir", help="directory to save model to")
+args = parser.parse_args()
+total = hvd.allreduce(tf.constant(1.0), op=hvd.Sum)
+print(f"rank {hvd.rank()} of {hvd.size()}: {int(total.numpy())} ranks answered", flush=True)
+if hvd.rank() == 0:
+    save_dir = os.path.join(args.dir, "saved_models")
+    os.makedirs(save_dir, exist_ok=True)
+    model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(2)])
+    model.save(os.path.join(save_dir, "keras_cifar10_trained_model.h5"))
+    print("Test accuracy:", 1.0)
+"""
+
+
+def stand_in_tools(folder: os.PathLike[str] | str, log: os.PathLike[str] | str) -> str:
+    """Write `apt` and `pip` stand-ins into ``folder`` that append their command line to ``log``."""
+    from pathlib import Path
+
+    bin_dir = Path(folder)
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for tool in ("apt", "pip"):
+        path = bin_dir / tool
+        path.write_text(f'#!/bin/sh\necho "{tool} $*" >> {log}\n')
+        path.chmod(0o755)
+    return str(bin_dir)

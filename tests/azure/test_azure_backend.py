@@ -360,3 +360,25 @@ def test_a_new_vm_at_an_old_address_gets_its_own_pinned_key(
     new = " ".join(arm.instance("nc6cluster", "0").host_key.split()[:2])
     known = (tmp_path / "state" / "known_hosts").read_text()
     assert new != old and f"10.0.0.4 {new}" in known and old not in known
+
+
+def test_the_tutorial_job_json_is_accepted_unchanged(
+    make_backend: Callable[..., AzureBackend], arm: FakeArm, tmp_path: Path
+) -> None:
+    from batchai_sdk import Job
+
+    ws = workspace(make_backend)
+    exp = ws.create_experiment("cifar")
+    cluster = ws.create_cluster("nc6cluster", vm_size="Standard_NC6", nodes=4)
+    script = tmp_path / "cifar_cnn_distributed.py"
+    script.write_text("print('the tutorial script')\n")
+    ws.share.upload(script, "cifar/cifar_cnn_distributed.py")  # through the Files API
+    tutorial = Path(__file__).parent.parent / "data" / "tutorial_job.json"
+    job = Job.from_batchai_json(tutorial, experiment=exp, cluster=cluster, name="cifar_distributed",
+                                storage_account=ACCOUNT)
+    spec = job.spec
+    assert (spec.node_count, spec.mount_path, spec.container_image) == (4, "myshare", "tensorflow/tensorflow:1.8.0-gpu")
+    assert spec.args == ("--dir=$AZ_BATCHAI_JOB_MOUNT_ROOT/myshare/cifar",)
+    # its paths resolve onto the workspace's Azure file share
+    assert job.paths.stdouterr == "cifar/experiments/cifar/jobs/cifar_distributed/stdouterr"
+    assert job.to_batchai_json(storage_account=ACCOUNT)["properties"]["nodeCount"] == 4
