@@ -35,6 +35,7 @@ from .share import join
 
 if TYPE_CHECKING:
     from ._models import FileInfo
+    from .cluster import Cluster
     from .experiment import Experiment
 
 log = logging.getLogger("batchai_sdk")
@@ -127,11 +128,16 @@ class Job:
     # -- checks ---------------------------------------------------------------------------------------
     def check(self) -> None:
         """Raise a typed error for what would make submit fail: unknown cluster, capacity, missing script."""
+        self._checked()
+
+    def _checked(self) -> tuple[Cluster, Path | None, str | None]:
+        """``check()``'s findings: the cluster, and the script to upload or already on the share."""
         cluster = self.workspace.get_cluster(self.spec.cluster)
         if self.spec.node_count > cluster.target_nodes:
             raise CapacityError(cluster.name, self.spec.node_count, cluster.target_nodes)
         if self.spec.toolkit is Toolkit.HOROVOD:
-            self._script_source()
+            return (cluster, *self._script_source())
+        return cluster, None, None
 
     def _script_source(self) -> tuple[Path | None, str | None]:
         """(local file to upload, share path of a script already on the share); one of them is set."""
@@ -161,8 +167,7 @@ class Job:
         share = self.workspace.share
         if share.exists(self.paths.record):
             raise AlreadyExistsError("job", self.name, f"experiment {self.experiment.name!r}")
-        self.check()
-        cluster = self.workspace.get_cluster(self.spec.cluster)
+        cluster, local_script, script_rel = self._checked()
         backend = self.workspace.backend
         status = backend.cluster_status(cluster.spec)
         nodes = tuple(n for n in status.nodes if n.id not in status.node_states)
@@ -178,9 +183,6 @@ class Job:
         backend.prepare(cluster.spec, nodes)
         target = backend.launch_target(cluster.spec, nodes)
 
-        local_script, script_rel = (
-            self._script_source() if self.spec.toolkit is Toolkit.HOROVOD else (None, None)
-        )
         if local_script is not None:
             script_rel = share.upload(local_script, join(self.paths.wd, local_script.name))
         else:
@@ -317,7 +319,7 @@ class Job:
         """Record a lost job (no wrapper left to do it) as terminated and give its nodes back."""
         share = self.workspace.share
         record = dict(share.read_json_or_none(self.paths.status) or {})
-        lost = self.status
+        lost = JobStatus.from_record(record, timeout=heartbeat_timeout())
         record.update(
             state="terminated",
             end_time=utcnow().isoformat(),

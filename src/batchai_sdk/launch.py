@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import _layout as layout
-from ._models import JobSpec, Node, Toolkit
+from ._models import JobSpec
 from .backends.base import LaunchTarget
 from .exceptions import ValidationError
 from .remote.job_wrapper import hostfile_text, rank_node_ids
@@ -283,11 +283,3 @@ def wrapper_command(
     if env:
         prefix = "env " + " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(env.items())) + " "
     return prefix + " ".join(shlex.quote(a) for a in (python, wrapper_path, "wrapper", config_path))
-
-
-def nodes_of(target: LaunchTarget) -> tuple[Node, ...]:
-    return target.nodes
-
-
-def toolkit_uses_mpi(spec: JobSpec) -> bool:
-    return spec.toolkit is not Toolkit.CUSTOM

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shlex
 import subprocess
 
 from ..exceptions import TimeoutError as BatchAITimeout
@@ -45,7 +44,3 @@ class LocalRunner(Runner):
 
     def __repr__(self) -> str:
         return f"LocalRunner({self.node!r})"
-
-
-def quote_command(argv: list[str]) -> str:
-    return " ".join(shlex.quote(a) for a in argv)
