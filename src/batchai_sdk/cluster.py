@@ -62,17 +62,19 @@ class Cluster:
     def _status(self) -> ClusterStatus:
         return self.workspace.backend.cluster_status(self._spec)
 
-    @property
-    def state(self) -> ClusterState:
-        st = self._status()
+    def _state_of(self, st: ClusterStatus) -> ClusterState:
         if st.resizing or len(st.nodes) != self._spec.nodes:
             return ClusterState.RESIZING
         return ClusterState.STEADY
 
-    def node_states(self) -> dict[str, NodeState]:
+    @property
+    def state(self) -> ClusterState:
+        return self._state_of(self._status())
+
+    def node_states(self, status: ClusterStatus | None = None) -> dict[str, NodeState]:
         """Each node's state: the backend's (preparing, leaving, unusable) or, from the share's node
         claims, running / preparing (job preparation) / idle."""
-        st = self._status()
+        st = status or self._status()
         claims = self._claims()
         out: dict[str, NodeState] = {}
         for node in st.nodes:
@@ -152,23 +154,28 @@ class Cluster:
         """Block until the cluster is ``steady`` (every target node exists); a spinner shows node counts."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with _progress.status(f"cluster {self.name}", show_progress) as update:
-            while self.state is not ClusterState.STEADY:
+            while True:
+                st = self._status()
+                if self._state_of(st) is ClusterState.STEADY:
+                    break
                 if deadline is not None and time.monotonic() > deadline:
                     raise BatchAITimeout(f"cluster {self.name!r} to become steady", timeout or 0)
-                update(f"resizing to {self._spec.nodes} node(s): {self.node_counts}")
+                counts = count_nodes(list(self.node_states(st).values()))
+                update(f"resizing to {self._spec.nodes} node(s): {counts}")
                 time.sleep(poll_interval)
         return self
 
     # -- views ------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        counts = self.node_counts
+        st = self._status()
+        counts = count_nodes(list(self.node_states(st).values()))
         return {
             "name": self.name,
             "workspace": self.workspace.name,
             "vmSize": self.vm_size.upper(),
             "vmPriority": self.vm_priority,
             "targetNodeCount": self._spec.nodes,
-            "allocationState": self.state.value,
+            "allocationState": self._state_of(st).value,
             "currentNodeCount": counts.total,
             "nodeStateCounts": counts.to_batchai(),
             "creationTime": self._spec.created.isoformat(),
