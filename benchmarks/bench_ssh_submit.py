@@ -26,7 +26,6 @@ sys.path.insert(0, str(ROOT / "tests" / "ssh"))
 
 from sshd import NODE_ADDRESSES, sshd_available, start_nodes  # noqa: E402
 
-from batchai_sdk import Workspace  # noqa: E402
 from batchai_sdk._models import JobState  # noqa: E402
 
 GOAL_S = 3.0
@@ -54,20 +53,7 @@ def main() -> int:
         (root / "rank.py").write_text(SCRIPT)
         with start_nodes(root / "sshd", NODE_ADDRESSES[:2]) as nodes:
             t = time.perf_counter()
-            ws = Workspace.ssh(
-                "bench",
-                hosts=nodes.addresses,
-                user=nodes.user,
-                key_file=nodes.key_file,
-                port=nodes.port,
-                share_path=str(share),
-                trust_on_first_use=True,
-                state_dir=root / "client_state",
-                node_state_dir=str(root / "node_state"),
-                authorized_keys_path=str(nodes.authorized_keys),
-                python=sys.executable,
-                tcp_interface="lo",
-            )
+            ws = nodes.workspace("bench", root, nodes.addresses, share_path=str(share))
             print(f"Workspace.ssh (connect + first SFTP): {time.perf_counter() - t:.2f} s")
             with ws:
                 exp = ws.create_experiment("bench")

@@ -14,9 +14,13 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from batchai_sdk import Workspace
 
 SSHD = "/usr/sbin/sshd"
 NODE_ADDRESSES = ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"]
@@ -167,6 +171,24 @@ class SSHNodes:
 
     def known_hosts_text(self, addresses: list[str] | None = None) -> str:
         return "".join(self.nodes[a].host_key_line() for a in (addresses or self.addresses))
+
+    def workspace(self, name: str, root: Path, hosts: list[str], **options: Any) -> Workspace:
+        """``Workspace.ssh`` on these nodes with everything in ``root``: the share (``root/mnt/share``
+        unless ``share_path`` is given), the client's and the nodes' state, trust on first use; the
+        nodes run this Python and MPI talks over loopback. ``options`` go to ``Workspace.ssh`` too."""
+        settings: dict[str, Any] = {
+            "share_path": str(root / "mnt" / "share"),
+            "state_dir": root / "client_state",
+            "node_state_dir": str(root / "node_state"),
+            "python": sys.executable,
+            "tcp_interface": "lo",
+            "connect_timeout": 5.0,
+            **options,
+        }
+        return Workspace.ssh(
+            name, hosts=hosts, user=self.user, key_file=self.key_file, port=self.port,
+            trust_on_first_use=True, authorized_keys_path=str(self.authorized_keys), **settings,
+        )  # fmt: skip
 
     def add(self, address: str) -> SSHNode:
         node = SSHNode(address, self.port, self.directory, self.authorized_keys)

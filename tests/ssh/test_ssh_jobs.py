@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import textwrap
 import time
 from collections.abc import Iterator
@@ -47,21 +46,7 @@ time.sleep(600)
 def ssh_workspace(nodes: SSHNodes, root: Path, hosts: list[str], name: str = "lab") -> Workspace:
     share = root / "mnt" / "share"
     share.mkdir(parents=True, exist_ok=True)
-    return Workspace.ssh(
-        name,
-        hosts=hosts,
-        user=nodes.user,
-        key_file=nodes.key_file,
-        port=nodes.port,
-        share_path=str(share),
-        trust_on_first_use=True,
-        state_dir=root / "client_state",
-        node_state_dir=str(root / "node_state"),
-        authorized_keys_path=str(nodes.authorized_keys),
-        python=sys.executable,
-        tcp_interface="lo",
-        connect_timeout=5.0,
-    )
+    return nodes.workspace(name, root, hosts)
 
 
 @pytest.fixture(scope="module")
@@ -264,10 +249,8 @@ def test_a_missing_share_path_is_created(ssh_nodes: SSHNodes, tmp_path: Path) ->
     ws = ssh_workspace(ssh_nodes, tmp_path, NODE_ADDRESSES[:1], name="fresh")
     try:
         assert share.is_dir()  # made by ssh_workspace; now a share path nobody made
-        ws2 = Workspace.ssh(
-            "fresh2", hosts=NODE_ADDRESSES[:1], user=ssh_nodes.user, key_file=ssh_nodes.key_file,
-            port=ssh_nodes.port, share_path=str(tmp_path / "new" / "share"), trust_on_first_use=True,
-            state_dir=tmp_path / "client_state2", authorized_keys_path=str(ssh_nodes.authorized_keys),
+        ws2 = ssh_nodes.workspace(
+            "fresh2", tmp_path / "second", NODE_ADDRESSES[:1], share_path=str(tmp_path / "new" / "share")
         )
         try:
             assert (tmp_path / "new" / "share" / ".batchai" / "workspace.json").is_file()

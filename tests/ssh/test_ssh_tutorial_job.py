@@ -10,7 +10,7 @@ import pytest
 from sshd import NODE_ADDRESSES, SSHNodes
 
 from _helpers import TUTORIAL_SCRIPT, stand_in_tools
-from batchai_sdk import Job, JobState, Workspace
+from batchai_sdk import Job, JobState
 
 pytestmark = [pytest.mark.ssh, pytest.mark.mpi, pytest.mark.train]
 TUTORIAL_JOB = Path(__file__).parent.parent / "data" / "tutorial_job.json"
@@ -21,12 +21,7 @@ def test_the_tutorial_job_json_runs_unchanged_over_ssh(ssh_nodes: SSHNodes, tmp_
     log = tmp_path / "tools.log"
     path = f"{stand_in_tools(tmp_path / 'bin', log)}:{Path(sys.executable).parent}:{os.environ['PATH']}"
     share = tmp_path / "mnt" / "share"
-    ws = Workspace.ssh(
-        "lab", hosts=NODE_ADDRESSES, user=ssh_nodes.user, key_file=ssh_nodes.key_file, port=ssh_nodes.port,
-        share_path=str(share), trust_on_first_use=True, state_dir=tmp_path / "client_state",
-        node_state_dir=str(tmp_path / "node_state"), authorized_keys_path=str(ssh_nodes.authorized_keys),
-        python=sys.executable, tcp_interface="lo", connect_timeout=5.0, env={"PATH": path},
-    )
+    ws = ssh_nodes.workspace("lab", tmp_path, NODE_ADDRESSES, env={"PATH": path})
     try:
         exp = ws.create_experiment("cifar")
         cluster = ws.create_cluster("nc6cluster", vm_size="Standard_NC6", nodes=4)
