@@ -160,15 +160,20 @@ def delete_resource_group(clients: AzureClients, names: WorkspaceNames, *, timeo
 
 
 # -- storage ------------------------------------------------------------------------------------------
-def ensure_storage_account(clients: AzureClients, names: WorkspaceNames) -> str:
-    """Create the storage account unless it exists; return its first key (kept in memory only)."""
-    accounts = clients.storage.storage_accounts
-    existing = call_or_none(
+def read_storage_account(clients: AzureClients, names: WorkspaceNames) -> Any:
+    """The workspace's storage account, or None when it does not exist."""
+    return call_or_none(
         f"read storage account {names.storage_account}",
-        accounts.get_properties,
+        clients.storage.storage_accounts.get_properties,
         names.resource_group,
         names.storage_account,
     )
+
+
+def ensure_storage_account(clients: AzureClients, names: WorkspaceNames) -> str:
+    """Create the storage account unless it exists; return its first key (kept in memory only)."""
+    accounts = clients.storage.storage_accounts
+    existing = read_storage_account(clients, names)
     if existing is None:
         body = {
             "location": names.location,
@@ -476,12 +481,7 @@ def delete_workspace_resources(
         if poller is not None:
             _wait(poller, f"delete {what} {name}", timeout)
     accounts = clients.storage.storage_accounts
-    account = call_or_none(
-        f"read storage account {names.storage_account}",
-        accounts.get_properties,
-        names.resource_group,
-        names.storage_account,
-    )
+    account = read_storage_account(clients, names)
     if account is not None and (_dict(account).get("tags") or {}).get(TAG_WORKSPACE) == names.workspace:
         call_or_none(
             f"delete storage account {names.storage_account}",
