@@ -519,7 +519,7 @@ def test_a_killed_wrapper_is_reported_failed_and_its_nodes_come_back(
 
 
 def test_a_container_image_without_a_runtime_runs_on_the_host_and_says_so(ws: Workspace, script: Script) -> None:
-    from batchai_sdk.remote.job_wrapper import container_runtime
+    from batchai_sdk.node.job_wrapper import container_runtime
 
     if container_runtime() is not None:
         pytest.skip("a container engine answers on this machine")

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("batchai_sdk")
 
 STDOUTERR = "stdouterr"
-WRAPPER_SOURCE = Path(__file__).parent / "remote" / "job_wrapper.py"
+WRAPPER_SOURCE = Path(__file__).parent / "node" / "job_wrapper.py"
 
 
 def resolve_local_script(script: str) -> Path | None:

@@ -16,7 +16,7 @@ from . import _layout as layout
 from ._models import JobSpec
 from .backends.base import LaunchTarget
 from .exceptions import ValidationError
-from .remote.job_wrapper import hostfile_text, rank_node_ids
+from .node.job_wrapper import hostfile_text, rank_node_ids
 from .share import normalize
 
 __all__ = [

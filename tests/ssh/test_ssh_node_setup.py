@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from batchai_sdk.backends import ssh_keys
-from batchai_sdk.backends import ssh_node_setup as setup
+from batchai_sdk.backends.ssh import keys as ssh_keys
+from batchai_sdk.backends.ssh import node_setup as setup
 
 
 def sh(script: str, *, stdin: str = "", home: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -16,7 +16,7 @@ from batchai_sdk.exceptions import BatchAIError, NodeError, NotFoundError, Share
 from batchai_sdk.exceptions import TimeoutError as BatchAITimeout
 from batchai_sdk.remote.base import run_on_all
 from batchai_sdk.remote.host_keys import HostKeyStore
-from batchai_sdk.remote.sftp_share import SFTPShare
+from batchai_sdk.backends.ssh.share import SFTPShare
 from batchai_sdk.remote.ssh import SSHError, SSHRunner
 
 pytestmark = pytest.mark.ssh

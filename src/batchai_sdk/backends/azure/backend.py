@@ -1,7 +1,7 @@
 """The Azure backend: a resource group with a storage account, a file share and a network; clusters are
 VM scale sets. Once the VMs exist, jobs run through the SSH backend's execution path: the head node is
 reached at its public address, the other nodes through it on their private addresses, with host keys
-pinned through ARM (hostkeys.py) instead of trusted on first use.
+pinned through ARM (host_key_pins.py) instead of trusted on first use.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from ...exceptions import NodeError, ValidationError
 from ...remote.base import Runner
 from ...remote.host_keys import HostKeyStore, known_hosts_name
 from ...remote.ssh import SSHRunner
-from .. import ssh_keys
+from ..ssh import keys as ssh_keys
 from ..base import Backend, ClusterStatus, LaunchTarget
 from ..local import default_root
 from ..ssh import SSHBackend
@@ -34,7 +34,7 @@ from . import _sdk
 from . import provision as prov
 from .clients import AzureClients, ClientOptions
 from .errors import azure_call
-from .hostkeys import HostKeyPins, Instance, fetch_host_key
+from .host_key_pins import HostKeyPins, Instance, fetch_host_key
 from .node_setup import NodeEnvironment, setup_script
 from .share import AzureFileShare
 from .states import cluster_status_from_raw

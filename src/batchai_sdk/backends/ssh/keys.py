@@ -12,7 +12,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from ..exceptions import BackendError
+from ...exceptions import BackendError
 
 
 @dataclass(frozen=True)

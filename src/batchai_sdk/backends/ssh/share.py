@@ -16,10 +16,10 @@ from typing import Any, TypeVar
 
 import paramiko
 
-from .._models import FileInfo
-from ..exceptions import BackendError, HostKeyError, NotFoundError, ShareError
-from ..share import Progress, Share, copy_stream, normalize
-from .ssh import SSHRunner
+from ..._models import FileInfo
+from ...exceptions import BackendError, HostKeyError, NotFoundError, ShareError
+from ...share import Progress, Share, copy_stream, normalize
+from ...remote.ssh import SSHRunner
 
 _CHUNK = 1 << 20
 T = TypeVar("T")
