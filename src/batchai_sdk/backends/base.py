@@ -67,6 +67,53 @@ class ClusterStatus:
     reasons: Mapping[str, str] = field(default_factory=dict)  # node id → why it is unusable
 
 
+@dataclass(frozen=True)
+class JobRequest:
+    """What a cluster scheduler needs to queue one job; its files are already staged on the share."""
+
+    experiment: str
+    name: str
+    node_count: int
+    launch_config: str  # share-relative path of the job's launch.json
+    max_wall_clock_seconds: float | None = None
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)  # never written to the share
+
+    @property
+    def key(self) -> str:
+        return f"{self.experiment}/{self.name}"
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """A node held by a job, as the cluster's scheduler published it."""
+
+    job: str  # "<experiment>/<job>"
+    phase: str  # "preparing" | "running" | "cleaning"
+
+
+class ClusterScheduler(ABC):
+    """The one authority that queues a cluster's jobs and places them on its nodes.
+
+    Implementations: the head-node scheduler (local, SSH, Azure: ``node/scheduler.py`` over a Runner)
+    and Slurm (sbatch/squeue/scancel). Job status is read from the share's records, never from here.
+    """
+
+    @abstractmethod
+    def submit(self, request: JobRequest, *, timeout: float | None = None) -> None:
+        """Queue the job. Raises AlreadyExistsError when the cluster already knows a job of that name."""
+
+    @abstractmethod
+    def terminate(self, experiment: str, name: str, *, timeout: float | None = None) -> None:
+        """Stop the job (queued or running): every process of it on every node; no error if it has ended."""
+
+    @abstractmethod
+    def assignments(self) -> Mapping[str, Assignment]:
+        """node id → the job holding it (nodes absent are free)."""
+
+    def update_nodes(self, nodes: tuple[Node, ...], *, timeout: float | None = None) -> None:  # noqa: B027
+        """Tell the scheduler the cluster's nodes changed (resize); queued jobs that can no longer fit fail."""
+
+
 class Backend(ABC):
     """Nodes and a share. Implementations: LocalBackend, SSHBackend, AzureBackend."""
 
