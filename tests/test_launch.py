@@ -9,15 +9,14 @@ from batchai_sdk._models import Node
 from batchai_sdk.backends.base import LaunchTarget
 from batchai_sdk.launch import (
     JobPaths,
-    hostfile_text,
     job_environment,
     launch_config,
     mpirun_argv,
-    rank_node_ids,
+    node_command,
     ranks_per_node,
     share_relative,
-    wrapper_command,
 )
+from batchai_sdk.node.common import hostfile_text, rank_node_ids
 
 
 def target(**kw: object) -> LaunchTarget:
@@ -108,17 +107,12 @@ def test_mpirun_line_is_exact() -> None:
     ]
 
 
-def test_wrapper_command_quotes_every_part() -> None:
-    cmd = wrapper_command(
-        "/opt/py thon", "/mnt/share/x y/job_wrapper.py", "/mnt/c.json", env={"PATH": "/a b:/usr/bin"}
+def test_node_command_quotes_every_part() -> None:
+    cmd = node_command(
+        "/opt/py thon", "/mnt/share/x y/__main__.py", "ctl", "/tmp/s d", env={"PATH": "/a b:/usr/bin"}
     )
-    assert cmd == (
-        "env 'PATH=/a b:/usr/bin' '/opt/py thon' '/mnt/share/x y/job_wrapper.py' wrapper /mnt/c.json"
-    )
-    assert (
-        wrapper_command("python3", "/w.py", "/c.json; rm -rf /")
-        == "python3 /w.py wrapper '/c.json; rm -rf /'"
-    )
+    assert cmd == "env 'PATH=/a b:/usr/bin' '/opt/py thon' '/mnt/share/x y/__main__.py' ctl '/tmp/s d'"
+    assert node_command("python3", "/m.py", "reap", "x; rm -rf /") == "python3 /m.py reap 'x; rm -rf /'"
 
 
 def test_share_relative_paths() -> None:
@@ -167,23 +161,24 @@ def test_environment_holds_batchai_variables_but_no_secrets() -> None:
         paths,
         share_name="s",
         script_on_node="/mnt/share/wd/train.py",
-        secret_env_file="/mnt/share/run/secrets.json",
+        node_main="/mnt/share/.batchai/node/h/batchai_node/__main__.py",
     )
     assert "s3cret" not in repr(cfg)
+    assert cfg["secret_names"] == ["TOKEN"]
     assert cfg["mpirun_argv"][cfg["mpirun_argv"].index("TOKEN") - 1 :][:2] == ["-x", "TOKEN"]
 
 
 def test_relative_mount_path_gets_a_node_local_link() -> None:
     s = spec(mount_path="myshare")
     cfg = launch_config(
-        s, target(), JobPaths.for_spec(s, "s"), share_name="s", script_on_node="x", secret_env_file=None
+        s, target(), JobPaths.for_spec(s, "s"), share_name="s", script_on_node="x", node_main="/m.py"
     )
     assert cfg["env"]["AZ_BATCHAI_JOB_MOUNT_ROOT"] == "/tmp/batchai/cifar/job1/mounts"
     assert cfg["mount_link"] == {"path": "/tmp/batchai/cifar/job1/mounts/myshare", "target": "/mnt/share"}
 
 
 def test_a_rank_in_a_container_sees_the_host_network_the_share_and_an_env_file() -> None:
-    from batchai_sdk.node.job_wrapper import container_argv, container_env
+    from batchai_sdk.node.rank import container_argv, container_env
 
     argv = container_argv("/usr/bin/docker", "tensorflow/tensorflow:1.8.0-gpu", ["python", "/mnt/share/t.py", "--dir", "x y"],
                           workdir="/mnt/share/wd", mounts=["/mnt/share", "/tmp/batchai/e/j", "/tmp", "/mnt/share"],
@@ -194,7 +189,7 @@ def test_a_rank_in_a_container_sees_the_host_network_the_share_and_an_env_file()
         "-v", "/mnt/share:/mnt/share", "-v", "/tmp/batchai/e/j:/tmp/batchai/e/j", "-v", "/tmp:/tmp",
         "tensorflow/tensorflow:1.8.0-gpu", "python", "/mnt/share/t.py", "--dir", "x y",
     ]
-    cfg = {"env": {"PATH": "/host/bin", "AZ_BATCHAI_JOB_TEMP": "/t", "LR": "0.1"}, "secret_env_file": None}
+    cfg = {"env": {"PATH": "/host/bin", "AZ_BATCHAI_JOB_TEMP": "/t", "LR": "0.1"}, "secret_names": []}
     env = {"PATH": "/host/bin", "AZ_BATCHAI_JOB_TEMP": "/t", "LR": "0.1", "OMPI_COMM_WORLD_RANK": "1",
            "HOME": "/root", "AZ_BATCHAI_TASK_INDEX": "1", "MULTI": "a\nb"}
     assert container_env(cfg, env) == {"AZ_BATCHAI_JOB_TEMP": "/t", "AZ_BATCHAI_TASK_INDEX": "1", "LR": "0.1",

@@ -488,38 +488,8 @@ def test_ranks_lines_never_run_into_each_other(ws: Workspace, script: Script) ->
     assert set(lines) == expected and len(lines) == 800
 
 
-def test_a_killed_wrapper_is_reported_failed_and_its_nodes_come_back(
-    ws: Workspace, script: Script, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("BATCHAI_HEARTBEAT_TIMEOUT", "3")
-    exp = ws.create_experiment("e")
-    cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=1)
-    path = script("sleepy.py", "import time\nprint('up', flush=True)\ntime.sleep(300)")
-    job = exp.create_job("lost", cluster=cluster, python_script=str(path)).submit()
-    wait_for(lambda: cluster.node_counts == NodeCounts(running=1) and job.tail() == ["up"], what="job to run")
-    wrapper = job.status.wrapper_pid
-    assert wrapper is not None
-    os.kill(wrapper, 9)  # as if its node rebooted
-    wait_for(lambda: job.state is JobState.FAILED, timeout=20, what="the lost job to read as failed")
-    status = job.status
-    assert status.lost and "stopped reporting" in (status.failure_reason or "")
-    assert cluster.node_counts == NodeCounts(idle=1)  # its claim no longer holds the node
-    assert job.terminate() is JobState.TERMINATED  # records the end the wrapper could not write
-    assert "terminated by the user after the job wrapper" in (job.status.failure_reason or "")
-    assert not job.status.lost
-    assert not ws.share.exists(f".batchai/clusters/c/claims/{status.nodes[0]}.json")
-    follow = exp.create_job("next", cluster=cluster, python_script=str(script("n.py", "print('next')"))).submit()
-    assert follow.wait(timeout=60) is JobState.SUCCEEDED
-    # the killed wrapper could not stop its rank (nothing can, short of the node): end it here
-    for line in job.tail(f"execution-{status.nodes[0]}.log", 50):
-        if "starting on" in line and "(pid " in line:
-            rank_shim = int(line.split("(pid ")[1].split(")")[0])
-            if pid_alive(rank_shim):
-                os.killpg(os.getpgid(rank_shim), 9)
-
-
 def test_a_container_image_without_a_runtime_runs_on_the_host_and_says_so(ws: Workspace, script: Script) -> None:
-    from batchai_sdk.node.job_wrapper import container_runtime
+    from batchai_sdk.node.rank import container_runtime
 
     if container_runtime() is not None:
         pytest.skip("a container engine answers on this machine")

@@ -4,12 +4,13 @@
 
     .batchai/workspace.json
     .batchai/clusters/<cluster>/cluster.json           spec and target size
-    .batchai/clusters/<cluster>/claims/<node>.json     which job holds a node (written by the wrapper)
+    .batchai/clusters/<cluster>/nodes.json             which job holds each node (the cluster's scheduler)
+    .batchai/node/<hash>/batchai_node/                 the node code (scheduler, launcher, rank shim)
     .batchai/experiments/<exp>/experiment.json
     .batchai/experiments/<exp>/jobs/<job>/job.json     the job spec as submitted (secrets redacted)
-    .batchai/experiments/<exp>/jobs/<job>/status.json  state, exit code, times, failure reason (wrapper)
+    .batchai/experiments/<exp>/jobs/<job>/status.json  state, exit code, times, failure reason (scheduler)
     .batchai/experiments/<exp>/jobs/<job>/wd/          the uploaded script: the ranks' working directory
-    .batchai/experiments/<exp>/jobs/<job>/run/         wrapper, launch config, hostfile, wrapper log
+    .batchai/experiments/<exp>/jobs/<job>/run/         launch config, hostfile
     <prefix>/experiments/<exp>/jobs/<job>/stdouterr/   stdout.txt, stderr.txt, execution-<node>.log, prep logs
     <prefix>/experiments/<exp>/jobs/<job>/outputs/<ID> output directories (AZ_BATCHAI_OUTPUT_<ID>)
 
@@ -19,7 +20,8 @@ the same nesting Batch AI used under stdOutErrPathPrefix.
 
 from __future__ import annotations
 
-from .share import join
+from .exceptions import ValidationError
+from .share import join, normalize
 
 META = ".batchai"
 STDOUTERR = "stdouterr"
@@ -41,8 +43,12 @@ def cluster_record(cluster: str) -> str:
     return join(cluster_dir(cluster), "cluster.json")
 
 
-def claims_dir(cluster: str) -> str:
-    return join(cluster_dir(cluster), "claims")
+def nodes_record(cluster: str) -> str:
+    return join(cluster_dir(cluster), "nodes.json")
+
+
+def node_code_dir(digest: str) -> str:
+    return join(META, "node", digest, "batchai_node")
 
 
 def experiments_dir() -> str:
@@ -87,3 +93,15 @@ def stdouterr_dir(prefix: str | None, experiment: str, job: str) -> str:
 
 def output_dir(prefix: str | None, experiment: str, job: str, output_id: str) -> str:
     return join(job_output_root(prefix, experiment, job), "outputs", output_id)
+
+
+def require_job_path(path: str, experiment: str, job: str) -> str:
+    """``path`` when it lies inside one of the job's own folders (``…/experiments/<exp>/jobs/<job>``),
+    else ValidationError before any I/O: nothing outside a job is deleted in its name."""
+    rel = normalize(path)
+    marker = f"experiments/{experiment}/jobs/{job}"
+    parts = rel.split("/")
+    inside = any("/".join(parts[i : i + 4]) == marker for i in range(len(parts)))
+    if not rel or ".." in parts or not inside:
+        raise ValidationError("path", path, f"a folder of job {experiment}/{job}")
+    return rel

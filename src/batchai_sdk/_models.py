@@ -17,15 +17,20 @@ from typing import Any
 
 from .exceptions import ValidationError
 
-NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 OUTPUT_ID_RE = re.compile(r"[A-Za-z0-9_]{1,32}")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def validate_name(value: object, field_name: str = "name") -> str:
-    """Batch AI's resource-name rule: 1-64 letters, digits, ``-`` and ``_``."""
+    """Batch AI's resource-name rule: 1-64 letters, digits, ``-`` and ``_``, starting with a letter or digit
+    (so that no name reads as a command-line option such as ``-rf``)."""
     if not isinstance(value, str) or not NAME_RE.fullmatch(value):
-        raise ValidationError(field_name, value, "1-64 characters, each a letter, a digit, '-' or '_'")
+        raise ValidationError(
+            field_name,
+            value,
+            "1-64 characters, each a letter, a digit, '-' or '_', the first a letter or digit",
+        )
     return value
 
 
@@ -290,7 +295,8 @@ class JobSpec:
             if not ENV_NAME_RE.fullmatch(str(key)):
                 raise ValidationError("environment", key, "variable names of letters, digits and '_'")
             if not isinstance(value, str):
-                raise ValidationError(f"environment.{key}", value, "a string")
+                shown = "***" if key in self.secret_environment else value  # a secret is never echoed
+                raise ValidationError(f"environment.{key}", shown, "a string")
         for kind, dirs in (
             ("input_directories", self.input_directories),
             ("output_directories", self.output_directories),
@@ -300,6 +306,12 @@ class JobSpec:
                     raise ValidationError(kind, key, "ids of 1-32 letters, digits and '_'")
         if self.max_wall_clock_seconds is not None and not self.max_wall_clock_seconds > 0:
             raise ValidationError("max_wall_clock_seconds", self.max_wall_clock_seconds, "a number > 0")
+
+    def __repr__(self) -> str:
+        shown = ", ".join(
+            f"{k}={v!r}" for k, v in self.to_dict(redact=True).items() if v not in (None, (), [], {})
+        )
+        return f"JobSpec({shown})"
 
     @property
     def total_processes(self) -> int:

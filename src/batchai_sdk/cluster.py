@@ -72,16 +72,18 @@ class Cluster:
         return self._state_of(self._status())
 
     def node_states(self, status: ClusterStatus | None = None) -> dict[str, NodeState]:
-        """Each node's state: the backend's (preparing, leaving, unusable) or, from the share's node
-        claims, running / preparing (job preparation) / idle."""
+        """Each node's state: the backend's (preparing, leaving, unusable) or, from the assignments the
+        cluster's scheduler publishes, running / preparing (job preparation) / idle."""
         st = status or self._status()
-        claims = self._claims()
+        held = self.workspace.backend.scheduler(self._spec).assignments()
         out: dict[str, NodeState] = {}
         for node in st.nodes:
             if node.id in st.node_states:
                 out[node.id] = st.node_states[node.id]
-            elif node.id in claims:
-                out[node.id] = NodeState.PREPARING if claims[node.id] == "preparing" else NodeState.RUNNING
+            elif node.id in held:
+                out[node.id] = (
+                    NodeState.PREPARING if held[node.id].phase == "preparing" else NodeState.RUNNING
+                )
             else:
                 out[node.id] = NodeState.IDLE
         return out
@@ -89,32 +91,6 @@ class Cluster:
     @property
     def node_counts(self) -> NodeCounts:
         return count_nodes(list(self.node_states().values()))
-
-    def _claims(self) -> dict[str, str]:
-        """node id → phase, for claims held by jobs that have not ended."""
-        share = self.workspace.share
-        try:
-            entries = share.list(layout.claims_dir(self.name))
-        except NotFoundError:
-            return {}
-        out: dict[str, str] = {}
-        for entry in entries:
-            if not entry.name.endswith(".json"):
-                continue
-            holder = share.read_json_or_none(f"{layout.claims_dir(self.name)}/{entry.name}")
-            if not holder:
-                continue
-            job = self._job_of_claim(holder)
-            if job is not None and not job.state.ended:
-                out[entry.name[: -len(".json")]] = holder.get("phase", "running")
-        return out
-
-    def _job_of_claim(self, holder: dict[str, Any]) -> Job | None:
-        exp_name, _, job_name = str(holder.get("job", "")).partition("/")
-        try:
-            return self.workspace.get_experiment(exp_name).get_job(job_name)
-        except NotFoundError:
-            return None
 
     def active_jobs(self) -> list[Job]:
         """Jobs on this cluster that are queued or running."""
@@ -134,6 +110,11 @@ class Cluster:
         self.workspace.backend.resize_cluster(old, nodes, timeout=timeout)
         self.workspace.share.write_json(layout.cluster_record(self.name), new.to_dict())
         self._spec = new
+        if self.active_jobs():  # queued jobs that no longer fit are failed by the scheduler, with why
+            status = self._status()
+            usable = tuple(n for n in status.nodes if n.id not in status.node_states)
+            if usable:
+                self.workspace.backend.scheduler(new).update_nodes(usable, timeout=timeout)
         if wait:
             self.wait_until_steady(timeout=timeout)
         return self

@@ -4,10 +4,8 @@ can re-attach with ``experiment.get_job(name)`` while the job runs on its own.""
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
 import os
-import posixpath
 import shlex
 import sys
 import time
@@ -18,19 +16,31 @@ from typing import IO, TYPE_CHECKING, Any
 
 from . import _layout as layout
 from . import _progress
-from ._models import JobSpec, JobState, JobStatus, NodeState, Toolkit, heartbeat_timeout, utcnow
+from ._models import (
+    JobSpec,
+    JobState,
+    JobStatus,
+    Node,
+    NodeState,
+    Toolkit,
+    heartbeat_timeout,
+    utcnow,
+    validate_name,
+)
+from .backends.base import ClusterScheduler, JobRequest, LaunchTarget
+from .backends.head_scheduler import ensure_node_code
 from .exceptions import (
     AlreadyExistsError,
-    BackendError,
     BatchAIError,
     CapacityError,
     JobFailedError,
     NodeError,
     NotFoundError,
+    ShareError,
     ValidationError,
 )
 from .exceptions import TimeoutError as BatchAITimeout
-from .launch import JobPaths, launch_config, on_node, share_relative, wrapper_command
+from .launch import JobPaths, launch_config, on_node, share_relative
 from .share import join
 
 if TYPE_CHECKING:
@@ -41,7 +51,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("batchai_sdk")
 
 STDOUTERR = "stdouterr"
-WRAPPER_SOURCE = Path(__file__).parent / "node" / "job_wrapper.py"
 
 
 def resolve_local_script(script: str) -> Path | None:
@@ -72,20 +81,24 @@ class Job:
         self.workspace = experiment.workspace
         self.spec = spec
         self._record = dict(record) if record else None
-        share_name = self.workspace.share.name
-        self.paths = (
-            JobPaths(**{**record["paths"], "outputs": record["paths"].get("outputs", {})})
-            if record
-            else JobPaths.for_spec(spec, share_name)
-        )
+        # Paths come from the validated names, never from a record's contents.
+        self.paths = JobPaths.for_spec(spec, self.workspace.share.name)
 
     # -- construction -------------------------------------------------------------------------------
     @classmethod
     def attach(cls, experiment: Experiment, name: str) -> Job:
+        validate_name(name, "job name")
         record = experiment.workspace.share.read_json_or_none(layout.job_record(experiment.name, name))
         if record is None:
             raise NotFoundError("job", name, f"experiment {experiment.name!r}")
-        return cls(experiment, JobSpec.from_dict(record["spec"]), record)
+        spec = JobSpec.from_dict(record["spec"])
+        if (spec.name, spec.experiment) != (name, experiment.name):
+            raise ValidationError(
+                "job record",
+                f"{spec.experiment}/{spec.name}",
+                f"the job {experiment.name}/{name} its folder holds",
+            )
+        return cls(experiment, spec, record)
 
     @classmethod
     def from_batchai_json(
@@ -111,8 +124,8 @@ class Job:
         )
         return experiment.job_from_spec(spec)
 
-    def to_batchai_json(self, *, storage_account: str | None = None, redact: bool = False) -> dict[str, Any]:
-        """The job as a Batch AI 2018-05-01 job.json (``redact`` hides secret values)."""
+    def to_batchai_json(self, *, storage_account: str | None = None, redact: bool = True) -> dict[str, Any]:
+        """The job as a Batch AI 2018-05-01 job.json; secret values read ``"***"`` unless ``redact=False``."""
         from .batchai_json import to_job_json
 
         return to_job_json(self.spec, storage_account=storage_account, redact=redact)
@@ -155,96 +168,142 @@ class Job:
 
     # -- submit -----------------------------------------------------------------------------------------
     def submit(self) -> Job:
-        """Upload the script, record the job on the share and start it detached on the cluster's head node.
+        """Upload the script, record the job on the share and queue it with the cluster's scheduler.
 
-        Returns at once; the job runs on its own. Nodes that cannot be reached fail the call before
-        anything is written.
+        Returns at once; the job runs on its own. A job name runs once: of several processes submitting
+        the same name, one succeeds and the others get ``AlreadyExistsError``. Nodes that cannot be
+        reached, or a share that refuses a write, fail the call and leave nothing behind.
         """
         if self.submitted:
             raise AlreadyExistsError(
                 "job", self.name, f"experiment {self.experiment.name!r} (already submitted)"
             )
-        share = self.workspace.share
-        if share.exists(self.paths.record):
-            raise AlreadyExistsError("job", self.name, f"experiment {self.experiment.name!r}")
         cluster, local_script, script_rel = self._checked()
-        backend = self.workspace.backend
-        status = backend.cluster_status(cluster.spec)
-        nodes = tuple(n for n in status.nodes if n.id not in status.node_states)
-        if len(nodes) < self.spec.node_count:
-            down = {
-                node_id: status.reasons.get(node_id, str(state))
-                for node_id, state in status.node_states.items()
-                if state is NodeState.UNUSABLE
-            }
-            if down and len(status.nodes) >= self.spec.node_count:
-                raise NodeError("submitting the job: node(s) unusable", down, [n.id for n in nodes])
-            raise CapacityError(cluster.name, self.spec.node_count, len(nodes))
-        backend.prepare(cluster.spec, nodes)
-        target = backend.launch_target(cluster.spec, nodes)
-
-        if local_script is not None:
-            script_rel = share.upload(local_script, join(self.paths.wd, local_script.name))
-        else:
-            share.mkdir(self.paths.wd)
-        script_on_node = on_node(target, script_rel) if script_rel is not None else self.spec.python_script
-        secrets = {k: self.spec.environment[k] for k in self.spec.secret_environment}
-        secret_file = None
-        if secrets:
-            secret_rel = join(self.paths.run_dir, "secrets.json")
-            share.write_private(secret_rel, json.dumps(secrets).encode())
-            secret_file = on_node(target, secret_rel)
-        config = launch_config(
-            self.spec,
-            target,
-            self.paths,
-            share_name=share.name,
-            script_on_node=script_on_node,
-            secret_env_file=secret_file,
-            heartbeat_timeout=heartbeat_timeout(),
-        )
-        for directory in (
-            self.paths.stdouterr,
-            *self.paths.outputs.values(),
-            join(self.paths.job_dir, "shared_tmp"),
-        ):
-            share.mkdir(directory)
-        share.write_bytes(join(self.paths.run_dir, "job_wrapper.py"), WRAPPER_SOURCE.read_bytes())
-        share.write_json(join(self.paths.run_dir, "launch.json"), config)
-        created = utcnow().isoformat()
-        share.write_json(self.paths.status, {"state": "queued", "creation_time": created})
-        record = {
-            "spec": self.spec.to_dict(redact=True),
-            "paths": self.paths.to_dict(),
-            "backend": backend.kind,
-            "script_on_node": script_on_node,
-            "creation_time": created,
-        }
-        share.write_json(self.paths.record, record)
-        self._record = record
-        run_dir = on_node(target, self.paths.run_dir)
-        command = wrapper_command(
-            target.python,
-            posixpath.join(run_dir, "job_wrapper.py"),
-            posixpath.join(run_dir, "launch.json"),
-            env=target.env,
-        )
+        nodes = self._pick_nodes(cluster)
+        target = self._prepare(cluster, nodes)
+        self._reserve_name()
         try:
-            with backend.head_runner(cluster.spec, nodes) as runner:
-                runner.start_detached(command, log_path=posixpath.join(run_dir, "wrapper.log"))
-        except Exception as exc:
-            share.write_json(
-                self.paths.status,
-                {
-                    "state": "failed",
-                    "creation_time": created,
-                    "end_time": utcnow().isoformat(),
-                    "failure_reason": f"could not start the job on the head node: {exc}",
-                },
-            )
-            raise BackendError(f"could not start job {self.name!r} on the head node: {exc}") from exc
+            secrets = self._stage(target, local_script, script_rel)
+            self._start(cluster, nodes, secrets)
+        except BaseException:
+            self._unstage()
+            raise
         log.info("submitted job %s/%s to cluster %s", self.experiment.name, self.name, cluster.name)
         return self
+
+    def _pick_nodes(self, cluster: Cluster) -> tuple[Node, ...]:
+        """The cluster's usable nodes; a typed error when too few of them are up for the job."""
+        status = self.workspace.backend.cluster_status(cluster.spec)
+        nodes = tuple(n for n in status.nodes if n.id not in status.node_states)
+        if len(nodes) >= self.spec.node_count:
+            return nodes
+        down = {
+            node_id: status.reasons.get(node_id, str(state))
+            for node_id, state in status.node_states.items()
+            if state is NodeState.UNUSABLE
+        }
+        if down and len(status.nodes) >= self.spec.node_count:
+            raise NodeError("submitting the job: node(s) unusable", down, [n.id for n in nodes])
+        raise CapacityError(cluster.name, self.spec.node_count, len(nodes))
+
+    def _prepare(self, cluster: Cluster, nodes: tuple[Node, ...]) -> LaunchTarget:
+        backend = self.workspace.backend
+        backend.prepare(cluster.spec, nodes)
+        return backend.launch_target(cluster.spec, nodes)
+
+    def _reserve_name(self) -> None:
+        """Create the job's folder atomically: the one submit that creates it owns the name."""
+        share = self.workspace.share
+        try:
+            share.mkdir_new(self.paths.job_dir)
+        except FileExistsError:
+            raise AlreadyExistsError(
+                "job",
+                self.name,
+                f"experiment {self.experiment.name!r}; pick another name, or attach to it with "
+                f"experiment.get_job({self.name!r})",
+            ) from None
+        except OSError as exc:
+            raise ShareError(
+                f"could not create the job's folder on share {share.name!r}: {exc}", self.paths.job_dir
+            ) from exc
+
+    def _stage(
+        self, target: LaunchTarget, local_script: Path | None, script_rel: str | None
+    ) -> dict[str, str]:
+        """Upload the script, write launch.json, the queued status and the job record; returns the
+        secret values, which go to the scheduler and never to the share."""
+        share = self.workspace.share
+        what = "the job's script"
+        try:
+            if local_script is not None:
+                script_rel = share.upload(local_script, join(self.paths.wd, local_script.name))
+            else:
+                share.mkdir(self.paths.wd)
+            script_on_node = (
+                on_node(target, script_rel) if script_rel is not None else self.spec.python_script
+            )
+            what = "the job's folders"
+            for directory in (
+                self.paths.stdouterr,
+                *self.paths.outputs.values(),
+                join(self.paths.job_dir, "shared_tmp"),
+            ):
+                share.mkdir(directory)
+            what = "the node code"
+            node_main = on_node(target, join(ensure_node_code(self.workspace.backend), "__main__.py"))
+            config = launch_config(
+                self.spec,
+                target,
+                self.paths,
+                share_name=share.name,
+                script_on_node=script_on_node,
+                node_main=node_main,
+            )
+            what = "the job's launch configuration"
+            share.write_json(join(self.paths.run_dir, "launch.json"), config)
+            created = utcnow().isoformat()
+            what = "the job's status record"
+            share.write_json(self.paths.status, {"state": "queued", "creation_time": created})
+            record = {
+                "spec": self.spec.to_dict(redact=True),
+                "paths": self.paths.to_dict(),
+                "backend": self.workspace.backend.kind,
+                "script_on_node": script_on_node,
+                "creation_time": created,
+            }
+            what = "the job record"
+            share.write_json(self.paths.record, record)
+        except (OSError, ShareError) as exc:
+            raise ShareError(
+                f"could not write {what} to share {share.name!r}: {exc}", self.paths.job_dir
+            ) from exc
+        self._record = record
+        return {k: self.spec.environment[k] for k in self.spec.secret_environment}
+
+    def _start(self, cluster: Cluster, nodes: tuple[Node, ...], secrets: dict[str, str]) -> None:
+        request = JobRequest(
+            experiment=self.experiment.name,
+            name=self.name,
+            node_count=self.spec.node_count,
+            launch_config=join(self.paths.run_dir, "launch.json"),
+            max_wall_clock_seconds=self.spec.max_wall_clock_seconds,
+            created=str((self._record or {}).get("creation_time")),
+            secrets=secrets,
+        )
+        self.workspace.backend.scheduler(cluster.spec).submit(request)
+
+    def _unstage(self) -> None:
+        """Remove what a failed submit wrote (its own folder only: the name is free again)."""
+        self._record = None
+        try:
+            self.workspace.share.delete(self.paths.job_dir, recursive=True)
+        except Exception:
+            log.warning("could not remove %s after a failed submit", self.paths.job_dir)
+
+    def _scheduler(self) -> ClusterScheduler:
+        cluster = self.workspace.get_cluster(self.spec.cluster)
+        return self.workspace.backend.scheduler(cluster.spec)
 
     # -- state ------------------------------------------------------------------------------------------
     def _require_submitted(self) -> None:
@@ -303,37 +362,40 @@ class Job:
         return status.state
 
     def terminate(self, *, timeout: float | None = 60, wait: bool = True) -> JobState:
-        """Stop the job: every rank is signalled, then killed after a grace period; state ``terminated``."""
+        """Stop the job, queued or running: the cluster's scheduler signals every process of it on every
+        node, kills what is left after a grace period and frees its nodes; state ``terminated``."""
         self._require_submitted()
         status = self.status
-        if status.lost:
-            return self._end_lost_job()
-        if status.state.ended:
+        if status.state.ended and not status.lost:
             return status.state
-        self.workspace.share.write_text(join(self.paths.run_dir, "terminate"), utcnow().isoformat())
+        try:
+            found = self._scheduler().terminate(self.experiment.name, self.name, timeout=timeout)
+        except NotFoundError:  # the cluster is gone, and its scheduler with it
+            found = False
+        if not found:
+            return self._end_lost_job()
         if not wait:
             return self.state
         return self.wait(timeout=timeout, poll_interval=0.25)
 
     def _end_lost_job(self) -> JobState:
-        """Record a lost job (no wrapper left to do it) as terminated and give its nodes back."""
+        """Record as terminated a job its scheduler no longer knows (lost with its head node)."""
         share = self.workspace.share
         record = dict(share.read_json_or_none(self.paths.status) or {})
         lost = JobStatus.from_record(record, timeout=heartbeat_timeout())
+        if lost.state.ended and not lost.lost:
+            return lost.state
+        why = lost.failure_reason or "its cluster's scheduler no longer knew it"
         record.update(
             state="terminated",
             end_time=utcnow().isoformat(),
-            failure_reason=f"terminated by the user after {lost.failure_reason}",
+            failure_reason=f"terminated by the user after {why}",
         )
         share.write_json(self.paths.status, record)
-        claims = layout.claims_dir(self.spec.cluster)
-        for node in lost.nodes:
-            holder = share.read_json_or_none(join(claims, f"{node}.json"))
-            if holder and holder.get("job") == f"{self.experiment.name}/{self.name}":
-                share.delete(join(claims, f"{node}.json"))
         return JobState.TERMINATED
 
     def delete(self, *, force: bool = False) -> None:
+        """Remove the job's records, logs and output folders: only paths derived from its validated names."""
         if self.submitted and not self.state.ended:
             if not force:
                 raise BatchAIError(
@@ -341,10 +403,9 @@ class Job:
                 )
             self.terminate()
         share = self.workspace.share
-        share.delete(self.paths.stdouterr, recursive=True)
-        for out in self.paths.outputs.values():
-            share.delete(out, recursive=True)
-        share.delete(self.paths.job_dir, recursive=True)
+        for path in (self.paths.stdouterr, *self.paths.outputs.values(), self.paths.job_dir):
+            layout.require_job_path(path, self.experiment.name, self.name)
+            share.delete(path, recursive=True)
 
     # -- files ------------------------------------------------------------------------------------------
     def _dir(self, directory: str | None) -> str:

@@ -1,6 +1,6 @@
 """Pure builders for starting a job: rank layout, Batch AI's environment variables, the mpirun line,
-the wrapper's launch configuration and its start command. No I/O here: every function is tested on its
-exact output.
+the launcher's launch configuration and the commands that run node code. No I/O here: every function is
+tested on its exact output.
 """
 
 from __future__ import annotations
@@ -16,23 +16,22 @@ from . import _layout as layout
 from ._models import JobSpec
 from .backends.base import LaunchTarget
 from .exceptions import ValidationError
-from .node.job_wrapper import hostfile_text, rank_node_ids
 from .share import normalize
 
 __all__ = [
     "JobPaths",
-    "hostfile_text",
     "job_environment",
     "launch_config",
     "mpirun_argv",
-    "rank_node_ids",
+    "node_command",
     "ranks_per_node",
     "share_relative",
-    "wrapper_command",
 ]
 
 ALWAYS_EXPORTED = (
     "BATCHAI_RANK_NODES",
+    "BATCHAI_JOB_NODES",
+    "BATCHAI_JOB_TAG",
     "PYTHONUNBUFFERED",
     "OMPI_ALLOW_RUN_AS_ROOT",
     "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM",
@@ -215,14 +214,13 @@ def launch_config(
     *,
     share_name: str,
     script_on_node: str | None,
-    secret_env_file: str | None,
-    heartbeat_timeout: float = 180.0,
+    node_main: str,
 ) -> dict[str, Any]:
-    """The wrapper's launch.json (no secret values: those stay in ``secret_env_file``)."""
+    """The launcher's launch.json. No secret values: only their names, which mpirun exports from the
+    launcher's environment (the scheduler keeps the values on the head node)."""
     env, expand = job_environment(spec, target, paths, share_name=share_name)
     run_dir = on_node(target, paths.run_dir)
     config_path = posixpath.join(run_dir, "launch.json")
-    wrapper_path = posixpath.join(run_dir, "job_wrapper.py")
     hostfile = posixpath.join(run_dir, "hostfile")
     ranks = ranks_per_node(spec.node_count, spec.process_count)
     python = spec.python_interpreter or target.python
@@ -243,43 +241,34 @@ def launch_config(
         "job_preparation": spec.job_preparation,
         "container_image": spec.container_image,
         "container_python": spec.python_interpreter or "python",
-        "max_wall_clock_seconds": spec.max_wall_clock_seconds,
-        "heartbeat_timeout": heartbeat_timeout,
-        "heartbeat_seconds": min(10.0, heartbeat_timeout / 6),
         "node_count": spec.node_count,
+        "max_wall_clock_seconds": spec.max_wall_clock_seconds,
+        "status_path": on_node(target, paths.status),
         "ranks_per_node": ranks,
-        "nodes": [
-            {"id": n.id, "address": n.address, "machine": n.machine, "slots": n.slots} for n in target.nodes
-        ],
         "head": target.nodes[0].id,
         "env": env,
         "expand_env": expand,
-        "secret_env_file": secret_env_file,
+        "secret_names": sorted(spec.secret_environment),
         "mount_link": mount_link,
         "ssh_command": list(target.ssh_command) if target.ssh_command is not None else None,
         "share_root": target.node_share_root,
-        "status_path": on_node(target, paths.status),
-        "claims_dir": on_node(target, layout.claims_dir(spec.cluster)),
         "run_dir": run_dir,
         "stdouterr_dir": on_node(target, paths.stdouterr),
         "wd": on_node(target, paths.wd),
         "hostfile": hostfile,
-        "wrapper_path": wrapper_path,
         "mpirun_argv": mpirun_argv(
             target,
             processes=sum(ranks),
             hostfile=hostfile,
             export=export,
-            rank_command=[python, wrapper_path, "rank", config_path],
+            rank_command=[python, node_main, "rank", config_path],
         ),
     }
 
 
-def wrapper_command(
-    python: str, wrapper_path: str, config_path: str, env: Mapping[str, str] | None = None
-) -> str:
-    """The shell command that starts the wrapper (the runner detaches it)."""
+def node_command(python: str, node_main: str, *args: str, env: Mapping[str, str] | None = None) -> str:
+    """The shell command that runs the node code (``python node_main ARGS``), every part quoted."""
     prefix = ""
     if env:
         prefix = "env " + " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(env.items())) + " "
-    return prefix + " ".join(shlex.quote(a) for a in (python, wrapper_path, "wrapper", config_path))
+    return prefix + " ".join(shlex.quote(a) for a in (python, node_main, *args))

@@ -7,6 +7,7 @@ are built on them once, here.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import posixpath
@@ -185,6 +186,23 @@ class Share(ABC):
     def mkdir(self, path: str) -> None:
         """Create a directory and its parents; no error when it exists."""
 
+    def mkdir_new(self, path: str) -> None:
+        """Create the directory ``path`` (its parents as needed) or raise FileExistsError when it exists.
+
+        The last step is one atomic create where the share allows it, so of two clients making the same
+        folder at once exactly one succeeds: job names are reserved this way.
+        """
+        rel = normalize(path)
+        parent = posixpath.dirname(rel)
+        if parent:
+            self.mkdir(parent)
+        self._mkdir_one(rel)
+
+    def _mkdir_one(self, path: str) -> None:
+        if self.stat(path) is not None:
+            raise FileExistsError(path)
+        self.mkdir(path)
+
     @abstractmethod
     def read_bytes(self, path: str, offset: int = 0, length: int | None = None) -> bytes:
         """``length`` bytes from ``offset`` (all to the end when None); fewer at the end; b"" past it."""
@@ -246,6 +264,9 @@ class LocalShare(Share):
     def mkdir(self, path: str) -> None:
         self.local_path(path).mkdir(parents=True, exist_ok=True)
 
+    def _mkdir_one(self, path: str) -> None:
+        os.mkdir(self.local_path(path))
+
     def read_bytes(self, path: str, offset: int = 0, length: int | None = None) -> bytes:
         p = self.local_path(path)
         try:
@@ -265,11 +286,16 @@ class LocalShare(Share):
         p = self.local_path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")  # created 0600
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        if mode != 0o600:
-            os.chmod(tmp, mode)
-        os.replace(tmp, p)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            if mode != 0o600:
+                os.chmod(tmp, mode)
+            os.replace(tmp, p)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)  # a full or read-only disk leaves no half-written file behind
+            raise
 
     def restrict(self, path: str) -> None:
         os.chmod(self.local_path(path), 0o600)
@@ -287,10 +313,14 @@ class LocalShare(Share):
     def _upload_file(self, source: Path, path: str, progress: Progress | None) -> None:
         dest = self.local_path(path)
         tmp = dest.with_name(f".{dest.name}.part")
-        with source.open("rb") as src, tmp.open("wb") as out:
-            copy_stream(src, out, progress)
-        shutil.copymode(source, tmp)
-        os.replace(tmp, dest)
+        try:
+            with source.open("rb") as src, tmp.open("wb") as out:
+                copy_stream(src, out, progress)
+            shutil.copymode(source, tmp)
+            os.replace(tmp, dest)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
     def _download_file(self, path: str, out: Any, progress: Progress | None) -> None:
         with self.local_path(path).open("rb") as src:

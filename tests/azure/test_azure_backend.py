@@ -162,7 +162,7 @@ def test_resize_grows_and_shrinks_to_zero(make_backend: Callable[..., AzureBacke
     assert patches == [{"sku": {"capacity": 3}}]
     cluster.wait_until_steady(timeout=30, poll_interval=0)
     assert cluster.node_counts == NodeCounts(idle=3)
-    ws.share.write_json(".batchai/clusters/nc6cluster/claims/nc6cluster_2.json", {"job": "e/j"})
+    ws.share.write_json(".batchai/clusters/nc6cluster/nodes.json", {"nodes": {"nc6cluster_2": {"job": "e/j", "phase": "running"}}})
     cluster.resize(1)  # the unclaimed nodes go, highest instance first
     deleted = [b for m, p, b in arm.bodies if m == "POST" and p.endswith("/nc6cluster/delete")][-1]
     assert deleted == {"instanceIds": ["1", "0"]}

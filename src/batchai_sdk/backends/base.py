@@ -76,6 +76,7 @@ class JobRequest:
     node_count: int
     launch_config: str  # share-relative path of the job's launch.json
     max_wall_clock_seconds: float | None = None
+    created: str | None = None  # creation time (ISO 8601) as the status record says
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)  # never written to the share
 
     @property
@@ -103,15 +104,16 @@ class ClusterScheduler(ABC):
         """Queue the job. Raises AlreadyExistsError when the cluster already knows a job of that name."""
 
     @abstractmethod
-    def terminate(self, experiment: str, name: str, *, timeout: float | None = None) -> None:
-        """Stop the job (queued or running): every process of it on every node; no error if it has ended."""
+    def terminate(self, experiment: str, name: str, *, timeout: float | None = None) -> bool:
+        """Stop the job (queued or running): every process of it on every node. False when the
+        scheduler does not know it as queued or running (it ended, or was lost)."""
 
     @abstractmethod
     def assignments(self) -> Mapping[str, Assignment]:
         """node id → the job holding it (nodes absent are free)."""
 
     def update_nodes(self, nodes: tuple[Node, ...], *, timeout: float | None = None) -> None:  # noqa: B027
-        """Tell the scheduler the cluster's nodes changed (resize); queued jobs that can no longer fit fail."""
+        """Tell the scheduler the cluster's nodes changed (resize): queued jobs that no longer fit fail."""
 
 
 class Backend(ABC):
@@ -155,6 +157,13 @@ class Backend(ABC):
     @abstractmethod
     def head_runner(self, spec: ClusterSpec, nodes: tuple[Node, ...]) -> Runner:
         """A runner on the job's head node, where the wrapper starts detached."""
+
+    def scheduler(self, spec: ClusterSpec) -> ClusterScheduler:
+        """The authority that queues and places the cluster's jobs: by default our scheduler on the
+        cluster's head node; a Slurm backend returns Slurm."""
+        from .head_scheduler import HeadNodeScheduler
+
+        return HeadNodeScheduler(self, spec)
 
     def delete(self) -> None:  # noqa: B027 - backends with cloud resources override
         """Remove what the workspace created outside its records (cloud resources)."""

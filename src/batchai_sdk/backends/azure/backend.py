@@ -26,10 +26,10 @@ from ...exceptions import NodeError, ValidationError
 from ...remote.base import Runner
 from ...remote.host_keys import HostKeyStore, known_hosts_name
 from ...remote.ssh import SSHRunner
-from ..ssh import keys as ssh_keys
 from ..base import Backend, ClusterStatus, LaunchTarget
 from ..local import default_root
 from ..ssh import SSHBackend
+from ..ssh import keys as ssh_keys
 from . import _sdk
 from . import provision as prov
 from .clients import AzureClients, ClientOptions
@@ -324,7 +324,7 @@ class AzureBackend(Backend):
 
     def resize_cluster(self, spec: ClusterSpec, nodes: int, *, timeout: float | None = None) -> None:
         """Grow by raising the capacity; shrink by deleting chosen instances — unusable ones first, then
-        those no job claims, so a shrink does not kill a running job's node when an idle one can go."""
+        those no job holds, so a shrink does not kill a running job's node when an idle one can go."""
         vmss = self._vmss(spec)
         current = prov.get_scale_set(self.clients, self.names, vmss)
         if current is None:
@@ -357,11 +357,12 @@ class AzureBackend(Backend):
         self._track(spec, poller, timeout, f"resize scale set {vmss} to {nodes}")
 
     def _claimed(self, cluster: str) -> set[str]:
+        """Nodes a job holds, as the cluster's scheduler published them."""
         try:
-            entries = self.share.list(layout.claims_dir(cluster))
-        except Exception:  # no claims readable: treat every node alike
+            doc = self.share.read_json_or_none(layout.nodes_record(cluster)) or {}
+        except Exception:  # nothing readable: treat every node alike
             return set()
-        return {e.name[: -len(".json")] for e in entries if e.name.endswith(".json")}
+        return set(doc.get("nodes") or {})
 
     def delete_cluster(self, spec: ClusterSpec) -> None:
         """Start deleting the scale set — its VMs, NICs, public IPs and OS disks go with it; the

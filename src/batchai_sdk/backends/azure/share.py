@@ -184,6 +184,15 @@ class AzureFileShare(Share):
             raise NotFoundError("directory", p or "/", f"share {self.name!r}") from None
         return sorted(found, key=lambda e: e.name)
 
+    def _mkdir_one(self, path: str) -> None:
+        ex = _sdk.core_exceptions()
+        try:
+            self.client.get_directory_client(normalize(path)).create_directory(timeout=self.timeout)
+        except ex.ResourceExistsError:
+            raise FileExistsError(path) from None
+        except ex.AzureError as exc:
+            raise self._error(exc, "mkdir", normalize(path)) from exc
+
     def mkdir(self, path: str) -> None:
         p = normalize(path)
         if not p:

@@ -24,13 +24,13 @@ from ..._models import ClusterSpec, Node, NodeState, utcnow
 from ...exceptions import BatchAIError, HostKeyError, NodeError, ValidationError
 from ...remote.base import CommandResult, Runner
 from ...remote.host_keys import HostKeyStore, known_hosts_name
-from .share import SFTPShare
 from ...remote.ssh import SSHRunner, probe_ssh
 from ...share import join
-from . import keys as ssh_keys
-from . import node_setup as setup
 from ..base import Backend, ClusterStatus, LaunchTarget
 from ..local import default_root
+from . import keys as ssh_keys
+from . import node_setup as setup
+from .share import SFTPShare
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -18,8 +18,8 @@ import paramiko
 
 from ..._models import FileInfo
 from ...exceptions import BackendError, HostKeyError, NotFoundError, ShareError
-from ...share import Progress, Share, copy_stream, normalize
 from ...remote.ssh import SSHRunner
+from ...share import Progress, Share, copy_stream, normalize
 
 _CHUNK = 1 << 20
 T = TypeVar("T")
@@ -100,6 +100,20 @@ class SFTPShare(Share):
         except NotFoundError:
             raise NotFoundError("directory", normalize(path) or "/", f"share {self.name!r}") from None
         return sorted((_info(a.filename, a) for a in entries), key=lambda i: i.name)
+
+    def _mkdir_one(self, path: str) -> None:
+        remote = self.remote_path(normalize(path))
+
+        def make(sftp: paramiko.SFTPClient) -> bool:
+            try:
+                sftp.mkdir(remote)  # mkdir(2) on the server: atomic
+            except OSError:
+                sftp.stat(remote)  # FileNotFoundError (a parent is missing) goes on as a share error
+                return False
+            return True
+
+        if not self._call("mkdir", path, make):
+            raise FileExistsError(path)
 
     def mkdir(self, path: str) -> None:
         rel = normalize(path)

@@ -1,0 +1,150 @@
+"""The client of a cluster's own scheduler (``node/scheduler.py``) on its head node, for the backends
+whose nodes we run (local, SSH, Azure). Each call runs ``ctl`` on the head node through the backend's
+runner: the request (secrets included) goes on stdin, the reply comes back on stdout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+import uuid
+from collections.abc import Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from .. import _layout as layout
+from .._models import ClusterSpec, Node
+from ..exceptions import AlreadyExistsError, BackendError, CapacityError, ShareError, ValidationError
+from ..launch import node_command, on_node
+from .base import Assignment, Backend, ClusterScheduler, JobRequest, LaunchTarget
+
+NODE_PACKAGE = Path(__file__).resolve().parent.parent / "node"
+
+
+@lru_cache(maxsize=1)
+def node_code() -> tuple[str, tuple[tuple[str, bytes], ...]]:
+    """(digest, files) of the node package: the digest names its folder on the share."""
+    files = tuple(sorted((p.name, p.read_bytes()) for p in NODE_PACKAGE.glob("*.py")))
+    digest = hashlib.sha256(b"".join(name.encode() + b"\0" + data for name, data in files)).hexdigest()
+    return digest[:16], files
+
+
+def ensure_node_code(backend: Backend) -> str:
+    """Upload the node code once per version; returns its share-relative folder. ``__main__.py`` is
+    written last, so a folder that has it is complete (concurrent uploads write the same bytes)."""
+    digest, files = node_code()
+    folder = layout.node_code_dir(digest)
+    share = backend.share
+    if share.exists(posixpath.join(folder, "__main__.py")):
+        return folder
+    try:
+        for name, data in sorted(files, key=lambda f: f[0] == "__main__.py"):
+            share.write_bytes(posixpath.join(folder, name), data)
+    except OSError as exc:
+        raise ShareError(f"could not write the node code to share {share.name!r} ({folder}): {exc}") from exc
+    return folder
+
+
+class HeadNodeScheduler(ClusterScheduler):
+    def __init__(self, backend: Backend, spec: ClusterSpec, nodes: tuple[Node, ...] | None = None) -> None:
+        self.backend = backend
+        self.spec = spec
+        self._nodes = nodes
+
+    def nodes(self) -> tuple[Node, ...]:
+        if self._nodes is None:
+            status = self.backend.cluster_status(self.spec)
+            self._nodes = tuple(n for n in status.nodes if n.id not in status.node_states)
+        return self._nodes
+
+    def target(self) -> LaunchTarget:
+        return self.backend.launch_target(self.spec, self.nodes())
+
+    def node_main(self, target: LaunchTarget) -> str:
+        return on_node(target, posixpath.join(ensure_node_code(self.backend), "__main__.py"))
+
+    def state_dir(self, target: LaunchTarget) -> str:
+        return posixpath.join(target.temp_root, "scheduler", self.spec.name)
+
+    def cluster_config(self, target: LaunchTarget) -> dict[str, Any]:
+        return {
+            "cluster": self.spec.name,
+            "nodes": [
+                {"id": n.id, "address": n.address, "machine": n.machine, "slots": n.slots}
+                for n in self.nodes()
+            ],
+            "ssh_command": list(target.ssh_command) if target.ssh_command is not None else None,
+            "python": target.python,
+            "node_main": self.node_main(target),
+            "meta_root": on_node(target, layout.META),
+            "cluster_dir": on_node(target, layout.cluster_dir(self.spec.name)),
+            "env": dict(target.env),
+        }
+
+    def call(self, request: dict[str, Any], *, timeout: float | None = None) -> dict[str, Any]:
+        target = self.target()
+        request = {**request, "cluster": self.cluster_config(target)}
+        command = node_command(
+            target.python, request["cluster"]["node_main"], "ctl", self.state_dir(target), env=target.env
+        )
+        with self.backend.head_runner(self.spec, self.nodes()) as runner:
+            result = runner.run(command, timeout=timeout or 120, stdin=json.dumps(request))
+        if not result.ok:
+            raise BackendError(
+                f"could not reach the scheduler of cluster {self.spec.name!r}: {result.describe()}"
+            )
+        try:
+            reply: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError) as exc:
+            raise BackendError(
+                f"the scheduler of cluster {self.spec.name!r} gave no answer: {result.describe()}"
+            ) from exc
+        return reply
+
+    def submit(self, request: JobRequest, *, timeout: float | None = None) -> None:
+        reply = self.call(
+            {
+                "op": "submit",
+                "request_id": uuid.uuid4().hex,
+                "experiment": request.experiment,
+                "name": request.name,
+                "node_count": request.node_count,
+                "max_wall_clock_seconds": request.max_wall_clock_seconds,
+                "created": request.created,
+                "secrets": dict(request.secrets),
+            },
+            timeout=timeout,
+        )
+        if reply.get("ok"):
+            return
+        error, message = reply.get("error"), str(reply.get("message", reply))
+        if error == "exists":
+            raise AlreadyExistsError(
+                "job", request.name, f"experiment {request.experiment!r} (already running)"
+            )
+        if error == "capacity":
+            raise CapacityError(self.spec.name, request.node_count, len(self.nodes()))
+        if error == "invalid":
+            raise ValidationError("job", request.key, message)
+        raise BackendError(f"the scheduler of cluster {self.spec.name!r} refused the job: {message}")
+
+    def terminate(self, experiment: str, name: str, *, timeout: float | None = None) -> bool:
+        reply = self.call({"op": "terminate", "experiment": experiment, "name": name}, timeout=timeout)
+        return bool(reply.get("found"))
+
+    def ping(self, *, timeout: float | None = None) -> None:
+        """Make sure the scheduler runs (restarting it if it died) and knows the cluster's nodes."""
+        self.call({"op": "ping"}, timeout=timeout)
+
+    def update_nodes(self, nodes: tuple[Node, ...], *, timeout: float | None = None) -> None:
+        self._nodes = nodes
+        self.call({"op": "nodes"}, timeout=timeout)
+
+    def assignments(self) -> Mapping[str, Assignment]:
+        doc = self.backend.share.read_json_or_none(layout.nodes_record(self.spec.name)) or {}
+        return {
+            node: Assignment(job=str(held.get("job", "")), phase=str(held.get("phase", "running")))
+            for node, held in (doc.get("nodes") or {}).items()
+        }

@@ -1,0 +1,52 @@
+"""Entry point on the nodes: ``python3 <share>/.../batchai_node/__main__.py MODE ...``.
+
+``scheduler STATE_DIR``   the cluster's scheduler daemon (started by ``ctl``)
+``ctl STATE_DIR``         one request to the scheduler (JSON on stdin), reply on stdout
+``launch JOB_DIR``        one job attempt (started by the scheduler)
+``prep CONFIG NODE``      job preparation on a node (secrets as JSON on stdin)
+``rank CONFIG``           one rank (started by mpirun or the launcher)
+``reap TAG``              end every process of a job on this node; prints how many survived
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+if not __package__:  # run as a file on a node: make the folder's parent importable as the package
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    __package__ = os.path.basename(os.path.dirname(os.path.abspath(__file__)))
+
+from importlib import import_module
+
+_pkg = __package__
+
+
+def _mod(name: str):  # type: ignore[no-untyped-def]
+    return import_module(f"{_pkg}.{name}")
+
+
+def main(argv: list[str]) -> int:
+    mode, args = (argv[0], argv[1:]) if argv else ("", [])
+    if mode == "scheduler" and len(args) == 1:
+        return int(_mod("scheduler").run(args[0]))
+    if mode == "ctl" and len(args) == 1:
+        return int(_mod("ctl").main(args[0]))
+    if mode == "launch" and len(args) == 1:
+        return int(_mod("launcher").Launcher(args[0]).main())
+    if mode == "prep" and len(args) == 2:
+        raw = sys.stdin.read() if not sys.stdin.isatty() else ""
+        secrets = json.loads(raw) if raw.strip() else {}
+        return int(_mod("rank").run_prep(args[0], args[1], secrets))
+    if mode == "rank" and len(args) == 1:
+        return int(_mod("rank").run_rank(args[0]))
+    if mode == "reap" and len(args) == 1:
+        print(_mod("procs").reap(args[0]))
+        return 0
+    sys.stderr.write(__doc__ or "")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

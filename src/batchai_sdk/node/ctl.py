@@ -1,0 +1,81 @@
+"""``ctl``: how a client reaches the cluster's scheduler. Run on the head node (directly, or over SSH by
+the client), it reads one JSON request on stdin, starts the scheduler if none answers, passes the
+request over the scheduler's Unix socket and prints the JSON reply. Secrets travel in the request on
+stdin and the socket, never on a command line."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+from .common import write_json_atomic
+
+START_TIMEOUT = 20.0
+
+
+def send(sock_path: str, request: dict[str, Any], timeout: float) -> dict[str, Any] | None:
+    """The scheduler's reply, or None when none answered (not started, or exiting)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(timeout)
+        try:
+            conn.connect(sock_path)
+            conn.sendall(json.dumps(request).encode() + b"\n")
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return None
+                data += chunk
+        except OSError:
+            return None
+    reply: dict[str, Any] = json.loads(data)
+    return reply
+
+
+def start_scheduler(state_dir: str, node_main: str) -> subprocess.Popen[bytes]:
+    log = open(os.path.join(state_dir, "scheduler.log"), "ab")  # noqa: SIM115 - handed to the daemon
+    with log:
+        return subprocess.Popen(
+            [sys.executable, node_main, "scheduler", state_dir],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            close_fds=True,
+        )
+
+
+def main(state_dir: str) -> int:
+    request = json.load(sys.stdin)
+    os.makedirs(state_dir, mode=0o700, exist_ok=True)
+    cluster = request.get("cluster")
+    if cluster:
+        write_json_atomic(os.path.join(state_dir, "cluster.json"), cluster)
+    os.chdir(state_dir)  # connect by the socket's short relative name (AF_UNIX paths are capped at 108 bytes)
+    sock_path = "sched.sock"
+    node_main = cluster["node_main"] if cluster else os.path.abspath(sys.argv[0])
+    deadline = time.monotonic() + START_TIMEOUT
+    started: subprocess.Popen[bytes] | None = None
+    while True:
+        reply = send(sock_path, request, timeout=60)
+        if reply is not None:
+            print(json.dumps(reply))
+            return 0
+        if request.get("op") != "submit" and not os.path.exists(sock_path) and request.get("no_start"):
+            print(json.dumps({"ok": True, "running": False}))
+            return 0
+        if time.monotonic() > deadline:
+            print(
+                json.dumps({"ok": False, "error": "unavailable", "message": "the scheduler did not answer"})
+            )
+            return 0
+        if started is None or started.poll() is not None:  # none started yet, or it gave way to another
+            with contextlib.suppress(OSError):
+                started = start_scheduler(state_dir, node_main)
+        time.sleep(0.02)

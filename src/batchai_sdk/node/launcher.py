@@ -1,0 +1,266 @@
+"""The launcher of one job attempt, started by the cluster's scheduler on the head node.
+
+It runs job preparation once per machine of the nodes the scheduler assigned, then the ranks (mpirun,
+or the command alone for a custom toolkit), and leaves its outcome in ``result.json`` in its node-local
+job folder. It writes nothing the scheduler owns: the scheduler alone records states on the share.
+Its whole environment — and so mpirun's, every rank's and their children's — carries the job's tag.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import shlex
+import signal
+import subprocess
+import time
+from typing import Any
+
+from .common import (
+    hostfile_text,
+    job_env,
+    load,
+    load_or_none,
+    rank_node_ids,
+    read_tail,
+    try_append,
+    write_json_atomic,
+)
+
+POLL = 0.2
+TERM_GRACE = 10.0
+
+
+class Launcher:
+    def __init__(self, job_dir: str) -> None:
+        self.job_dir = job_dir
+        self.assignment: dict[str, Any] = load(os.path.join(job_dir, "assignment.json"))
+        self.config_path: str = self.assignment["launch"]
+        self.cfg: dict[str, Any] = load(self.config_path)
+        self.nodes: list[dict[str, Any]] = self.assignment["nodes"]
+        self.secrets: dict[str, str] = load_or_none(os.path.join(job_dir, "secrets.json")) or {}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.stopping: int | None = None  # the signal the scheduler sent, once it asks the job to stop
+
+    # -- records
+    def log(self, line: str) -> None:
+        for node in self.nodes:
+            try_append(os.path.join(self.cfg["stdouterr_dir"], f"execution-{node['id']}.log"), line)
+
+    def phase(self, name: str) -> None:
+        write_json_atomic(os.path.join(self.job_dir, "phase.json"), {"phase": name, "pid": os.getpid()})
+
+    def on_signal(self, signum: int, _frame: Any) -> None:
+        self.stopping = signum
+
+    # -- steps
+    def node_command(self, node: dict[str, Any], argv: list[str]) -> list[str]:
+        ssh = self.cfg.get("ssh_command")
+        if ssh is None:
+            return argv
+        return [*ssh, node["address"], shlex.join(argv)]
+
+    def prepare_nodes(self) -> str | None:
+        """Job preparation once per distinct machine, in parallel. Returns a failure reason or None."""
+        firsts: dict[str, dict[str, Any]] = {}
+        for node in self.nodes:
+            firsts.setdefault(node["machine"], node)
+        me = [self.cfg["python"], self.assignment["node_main"], "prep", self.config_path]
+        secrets = json.dumps(self.secrets).encode()
+
+        def one(node: dict[str, Any]) -> tuple[str, int, str]:
+            argv = self.node_command(node, [*me, node["id"]])
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+            assert proc.stdin is not None
+            try:
+                proc.stdin.write(secrets)  # never on a command line
+                proc.stdin.close()
+            except OSError:
+                pass
+            while proc.poll() is None:
+                if self.stopping is not None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    return node["id"], -9, ""
+                time.sleep(POLL)
+            err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
+            return node["id"], proc.returncode, err
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(firsts)) as pool:
+            results = list(pool.map(one, firsts.values()))
+        if self.stopping is not None:
+            return None
+        failed = [(n, c, e) for n, c, e in results if c != 0]
+        for node_id, _, err in failed:
+            if err:
+                try_append(os.path.join(self.cfg["stdouterr_dir"], f"stderr-job_prep-{node_id}.txt"), err)
+        if failed and not self.cfg.get("job_preparation"):
+            return "could not set up the job's directories on " + ", ".join(n for n, _, _ in failed)
+        if failed:
+            return "job preparation failed on " + ", ".join(f"{n} (exit code {c})" for n, c, _ in failed)
+        return None
+
+    def launch_argv(self) -> list[str]:
+        if self.cfg["toolkit"] == "custom":
+            return [self.cfg["python"], self.assignment["node_main"], "rank", self.config_path]
+        return list(self.cfg["mpirun_argv"])
+
+    def run_ranks(self) -> tuple[int | None, str | None]:
+        ranks = self.cfg["ranks_per_node"]
+        hostfile = self.cfg["hostfile"]
+        write_json_atomic(hostfile + ".json", self.nodes)  # which nodes this attempt ran on
+        with open(hostfile, "w", encoding="utf-8") as f:
+            f.write(hostfile_text(self.nodes, ranks))
+        env = job_env(self.cfg, self.secrets)
+        env["BATCHAI_RANK_NODES"] = ",".join(rank_node_ids(self.nodes, ranks))
+        env["BATCHAI_JOB_NODES"] = ",".join(n["id"] for n in self.nodes)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        out_dir = self.cfg["stdouterr_dir"]
+        self.log(
+            f"launching {sum(ranks)} process(es) on {', '.join(n['id'] for n in self.nodes)}"
+            f" (attempt {self.assignment.get('attempt', 0)})"
+        )
+        with (
+            open(os.path.join(out_dir, "stdout.txt"), "ab") as out,
+            open(os.path.join(out_dir, "stderr.txt"), "ab") as err,
+        ):
+            self.proc = subprocess.Popen(
+                self.launch_argv(),
+                cwd=self.cfg["wd"],
+                env=env,
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            while self.proc.poll() is None:
+                if self.stopping is not None:
+                    self.stop_ranks()
+                    break
+                time.sleep(POLL)
+            code = self.proc.wait()
+        return code, self.explain(code)
+
+    def stop_ranks(self) -> None:
+        assert self.proc is not None
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + TERM_GRACE
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    # -- why it failed
+    def explain(self, code: int) -> str | None:
+        """The rank that failed for its own reason, else the node that went silent, else mpirun's word."""
+        if code == 0 or self.stopping is not None:
+            return None
+        what = "mpirun" if self.cfg["toolkit"] != "custom" else "the job's command"
+        culprit = find_culprit(self.cfg["stdouterr_dir"], self.nodes, reachable=self.reachable)
+        if culprit:
+            return f"{culprit} ({what} exited with code {code})"
+        tail = read_tail(os.path.join(self.cfg["stdouterr_dir"], "stderr.txt"))
+        for line in tail:
+            if "mpirun noticed that process rank" in line:
+                return line.strip()
+        errors = [ln.strip() for ln in tail if "Error" in ln or "error:" in ln]
+        reason = f"{what} exited with code {code}"
+        return f"{reason}: {errors[-1][:400]}" if errors else reason
+
+    def reachable(self, node: dict[str, Any]) -> bool:
+        if self.cfg.get("ssh_command") is None:
+            return True
+        argv = [*self.cfg["ssh_command"], "-o", "ConnectTimeout=5", node["address"], "true"]
+        try:
+            return subprocess.run(argv, capture_output=True, timeout=10, check=False).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+
+    # -- the attempt
+    def main(self) -> int:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, self.on_signal)
+        self.phase("preparing")
+        result: dict[str, Any] = {"exit_code": None, "reason": None}
+        try:
+            reason = self.prepare_nodes()
+            if reason is not None:
+                result["reason"] = reason
+            elif self.stopping is None:
+                self.phase("running")
+                code, reason = self.run_ranks()
+                result.update(exit_code=code, reason=reason)
+        except Exception as exc:  # the result must say why, whatever broke
+            result["reason"] = f"job launcher error: {exc!r}"
+        result["stopped_by_signal"] = self.stopping
+        write_json_atomic(os.path.join(self.job_dir, "result.json"), result)
+        return 0
+
+
+def rank_events(stdouterr_dir: str, nodes: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, str]]:
+    """(node, rank) → {"start": stamp, "end": stamp, "how": "code 3" | "signal 15", "sent": "15"}."""
+    events: dict[tuple[str, str], dict[str, str]] = {}
+    for node in nodes:
+        for line in read_tail(os.path.join(stdouterr_dir, f"execution-{node['id']}.log")):
+            stamp, _, rest = line.partition(" ")
+            if not rest.startswith("rank "):
+                continue
+            rank, _, what = rest[len("rank ") :].partition(" ")
+            entry = events.setdefault((node["id"], rank), {})
+            if what.startswith("starting "):
+                entry.clear()
+                entry["start"] = stamp
+            elif what.startswith("exited with "):
+                how, _, sent = what[len("exited with ") :].partition(" after it was sent signal ")
+                entry.update(end=stamp, how=how, sent=sent)
+    return events
+
+
+def find_culprit(stdouterr_dir: str, nodes: list[dict[str, Any]], *, reachable: Any) -> str | None:
+    """Name the first rank that failed for its own reason.
+
+    A rank that exited non-zero without having been sent a signal failed by itself; the earliest such
+    one is the culprit. Otherwise a rank that started and never logged its end lost its wrapper or its
+    node (named, with whether the node still answers). Ranks that mpirun stopped during its cleanup
+    (sent SIGTERM) are named only when nothing else explains the failure.
+    """
+    events = rank_events(stdouterr_dir, nodes)
+    own = sorted(
+        (e["end"], node, rank, e["how"])
+        for (node, rank), e in events.items()
+        if "end" in e and not e.get("sent") and e["how"] != "code 0"
+    )
+    if own:
+        _, node, rank, how = own[0]
+        return f"rank {rank} on node {node} exited with {how}"
+    by_id = {n["id"]: n for n in nodes}
+    silent = sorted((e["start"], node, rank) for (node, rank), e in events.items() if "end" not in e)
+    hup = sorted((e["end"], node, rank) for (node, rank), e in events.items() if e.get("sent") in ("1", "9"))
+    for _, node, rank in silent + hup:
+        if not reachable(by_id.get(node, {"id": node, "address": node})):
+            return f"node {node} stopped answering (rank {rank} there ended without an exit code)"
+    if silent:
+        _, node, rank = silent[0]
+        return f"rank {rank} on node {node} ended without reporting an exit (its wrapper was killed)"
+    stopped = sorted(
+        (e["end"], node, rank, e["how"])
+        for (node, rank), e in events.items()
+        if "end" in e and e["how"] != "code 0"
+    )
+    if stopped:
+        _, node, rank, how = stopped[0]
+        return f"rank {rank} on node {node} exited with {how}"
+    return None

@@ -1,0 +1,70 @@
+"""Every process of a job, on one node: found by the ``BATCHAI_JOB_TAG`` in its environment.
+
+The launcher, mpirun, the rank shims, the ranks and whatever they start inherit the tag (mpirun exports
+it to remote ranks), so a job's processes are found even after they left its process group or session
+— the way Slurm's proctrack/linuxproc follows a job's process tree, without depending on the tree.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from .common import TAG_VAR
+
+
+def tagged_pids(tag: str) -> list[int]:
+    """Pids on this node whose environment holds ``BATCHAI_JOB_TAG=tag`` (this process excluded)."""
+    needle = f"{TAG_VAR}={tag}".encode()
+    me = os.getpid()
+    found: list[int] = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                environ = f.read()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            found.append(int(entry))
+    return found
+
+
+def signal_tagged(tag: str, sig: int) -> int:
+    """Send ``sig`` to every process of the job on this node; returns how many were signalled."""
+    count = 0
+    for pid in tagged_pids(tag):
+        try:
+            os.kill(pid, sig)
+            count += 1
+        except (ProcessLookupError, PermissionError):
+            pass
+    return count
+
+
+def reap(tag: str, grace: float = 5.0) -> int:
+    """End every process of the job on this node: SIGTERM, then SIGKILL after ``grace`` seconds.
+
+    Returns how many are left (0 once the node is empty of the job; zombies of other parents count
+    as gone since /proc keeps no environment for them).
+    """
+    if not signal_tagged(tag, signal.SIGTERM):
+        return 0
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if not tagged_pids(tag):
+            return 0
+        time.sleep(0.05)
+    signal_tagged(tag, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        if not tagged_pids(tag):
+            return 0
+        time.sleep(0.05)
+    return len(tagged_pids(tag))

@@ -1,0 +1,221 @@
+"""One process of a job, started by mpirun (or by the launcher for a custom toolkit): sets the rank's
+variables, expands ``$VARS`` in the script path and args on its node, runs the script, relays its output
+in whole lines and logs its start and end to ``execution-<node>.log``.
+
+The log line names the command as written (``$NAME``), never the expanded values: a secret passed as
+``$API_TOKEN`` stays out of the share's logs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+from typing import Any
+
+from .common import expand, job_env, load, try_append
+
+
+def make_node_dirs(cfg: dict[str, Any]) -> None:
+    os.makedirs(cfg["env"]["AZ_BATCHAI_JOB_TEMP"], exist_ok=True)
+    link = cfg.get("mount_link")
+    if link:
+        os.makedirs(os.path.dirname(link["path"]), exist_ok=True)
+        try:
+            os.symlink(link["target"], link["path"])
+        except FileExistsError:
+            pass
+
+
+def relay_lines(source: Any, fd: int) -> None:
+    """Copy a rank's output to ``fd`` in whole lines, one write each.
+
+    mpirun forwards each write of each rank as it comes; an unbuffered Python writes a line's text and its
+    newline separately, so without this two ranks' lines run into one another.
+    """
+    pending = b""
+    while True:
+        chunk = os.read(source.fileno(), 65536)
+        if not chunk:
+            break
+        pending += chunk
+        cut = max(pending.rfind(b"\n"), pending.rfind(b"\r"))
+        try:
+            if cut >= 0:
+                os.write(fd, pending[: cut + 1])
+                pending = pending[cut + 1 :]
+            elif len(pending) >= 65536:
+                os.write(fd, pending)
+                pending = b""
+        except OSError:
+            pending = b""  # the reader went away or the disk is full: keep draining, never block the rank
+    if pending:
+        with contextlib.suppress(OSError):
+            os.write(fd, pending)
+
+
+def container_runtime() -> str | None:
+    """The path of docker or podman when its engine answers (a client alone is not enough)."""
+    for tool in ("docker", "podman"):
+        path = shutil.which(tool)
+        if not path:
+            continue
+        try:
+            ok = subprocess.run([path, "info"], capture_output=True, timeout=20, check=False).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            ok = False
+        if ok:
+            return path
+    return None
+
+
+def container_env(cfg: dict[str, Any], env: dict[str, str]) -> dict[str, str]:
+    """What a rank in a container gets: the job's variables and the MPI runtime's, not the host's PATH."""
+    names = set(cfg["env"]) - {"PATH"} | {"AZ_BATCHAI_TASK_INDEX", "PYTHONUNBUFFERED", "BATCHAI_JOB_TAG"}
+    names |= {k for k in env if k.startswith(("OMPI_", "PMIX_", "OPAL_", "HOROVOD_", "NCCL_"))}
+    names |= set(cfg.get("secret_names", []))
+    return {k: env[k] for k in sorted(names) if k in env and "\n" not in env[k]}
+
+
+def write_env_file(path: str, values: dict[str, str]) -> None:
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)  # may hold secrets
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.writelines(f"{k}={v}\n" for k, v in values.items())
+
+
+def container_argv(
+    runtime: str, image: str, argv: list[str], *, workdir: str, mounts: list[str], env_file: str, gpus: bool
+) -> list[str]:
+    """``docker run`` for one rank: host network, IPC and PIDs (MPI and NCCL talk as on the host), the share
+    and the job's node folders at the same paths, the variables from a 0600 file (never on a command line)."""
+    cmd = [
+        runtime,
+        "run",
+        "--rm",
+        "--network",
+        "host",
+        "--ipc",
+        "host",
+        "--pid",
+        "host",
+        "--env-file",
+        env_file,
+        "-w",
+        workdir,
+    ]
+    if gpus:
+        cmd += ["--gpus", "all"]
+    for mount in dict.fromkeys(mounts):
+        cmd += ["-v", f"{mount}:{mount}"]
+    return [*cmd, image, *argv]
+
+
+def rank_command(cfg: dict[str, Any]) -> list[str]:
+    """The rank's command as written in the job (``$VARS`` unexpanded)."""
+    if cfg["toolkit"] == "horovod":
+        return [cfg["python"], cfg["script"], *cfg["args"]]
+    return ["/bin/sh", "-c", cfg["command_line"]]
+
+
+def in_container(
+    cfg: dict[str, Any], env: dict[str, str], argv: list[str], rank: int, log: str
+) -> tuple[list[str], str | None]:
+    """``argv`` wrapped in ``docker run`` when the job names an image and an engine answers."""
+    image = cfg.get("container_image")
+    if not image:
+        return argv, None
+    runtime = container_runtime()
+    if runtime is None:
+        warning = (
+            f"warning: containerSettings asks for image {image} but no container runtime (docker, "
+            f"podman) answers on {socket.gethostname()}: rank {rank} runs on the host\n"
+        )
+        with contextlib.suppress(OSError):
+            os.write(2, warning.encode())
+        try_append(log, warning.strip())
+        return argv, None
+    if cfg["toolkit"] == "horovod":
+        argv = [cfg.get("container_python") or "python", *argv[1:]]
+    env_file = os.path.join(env["AZ_BATCHAI_JOB_TEMP"], f"rank-{rank}.env")
+    write_env_file(env_file, container_env(cfg, env))
+    mounts = [cfg["share_root"], os.path.dirname(env["AZ_BATCHAI_JOB_TEMP"]), tempfile.gettempdir()]
+    wrapped = container_argv(
+        runtime,
+        image,
+        argv,
+        workdir=cfg["wd"],
+        mounts=mounts,
+        env_file=env_file,
+        gpus=int(env.get("AZ_BATCHAI_NUM_GPUS", "0") or 0) > 0,
+    )
+    return wrapped, env_file
+
+
+def run_rank(config_path: str) -> int:
+    cfg = load(config_path)
+    make_node_dirs(cfg)
+    env = job_env(cfg)
+    rank = int(env.get("OMPI_COMM_WORLD_RANK", env.get("PMI_RANK", "0")))
+    nodes = env.get("BATCHAI_RANK_NODES", "").split(",")
+    node = nodes[rank] if rank < len(nodes) and nodes[rank] else cfg["head"]
+    order = env.get("BATCHAI_JOB_NODES", "").split(",")
+    env["AZ_BATCHAI_TASK_INDEX"] = str(order.index(node) if node in order else 0)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    written = rank_command(cfg)
+    argv = [expand(a, env) for a in written] if cfg["toolkit"] == "horovod" else written
+    log = os.path.join(cfg["stdouterr_dir"], f"execution-{node}.log")
+    argv, env_file = in_container(cfg, env, argv, rank, log)
+    shown = shlex.join(written)
+    try_append(log, f"rank {rank} starting on {socket.gethostname()} (pid {os.getpid()}): {shown}")
+    child = subprocess.Popen(argv, cwd=cfg["wd"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    relays = [
+        threading.Thread(target=relay_lines, args=(child.stdout, 1), daemon=True),
+        threading.Thread(target=relay_lines, args=(child.stderr, 2), daemon=True),
+    ]
+    for t in relays:
+        t.start()
+    received: list[int] = []
+
+    def forward(signum: int, _frame: Any) -> None:
+        received.append(signum)
+        child.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
+    code = child.wait()
+    for t in relays:
+        t.join(timeout=5)
+    if env_file:
+        with contextlib.suppress(OSError):
+            os.unlink(env_file)
+    described = f"signal {-code}" if code < 0 else f"code {code}"
+    stopped = f" after it was sent signal {received[0]}" if received else ""
+    try_append(log, f"rank {rank} exited with {described}{stopped}")
+    return 128 - code if code < 0 else code
+
+
+def run_prep(config_path: str, node: str, secrets: dict[str, str] | None = None) -> int:
+    """On a node: make the job's node-local directories, run the job preparation command once."""
+    cfg = load(config_path)
+    make_node_dirs(cfg)
+    if not cfg.get("job_preparation"):
+        return 0
+    env = job_env(cfg, secrets)
+    out_dir = cfg["stdouterr_dir"]
+    log = os.path.join(out_dir, f"execution-{node}.log")
+    try_append(log, f"job preparation started on {socket.gethostname()}")
+    with (
+        open(os.path.join(out_dir, f"stdout-job_prep-{node}.txt"), "ab") as out,
+        open(os.path.join(out_dir, f"stderr-job_prep-{node}.txt"), "ab") as err,
+    ):
+        code = subprocess.call(
+            ["/bin/sh", "-c", cfg["job_preparation"]], cwd=cfg["wd"], env=env, stdout=out, stderr=err
+        )
+    try_append(log, f"job preparation exited with code {code}")
+    return code

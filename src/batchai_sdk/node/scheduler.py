@@ -1,0 +1,616 @@
+"""The cluster's scheduler: one process per cluster, on its head node, the one authority over its queue.
+
+It keeps the queue and the node assignments in SQLite in a node-local folder that only it opens (never
+on the share: SQLite's locking is unreliable on SMB/NFS), takes requests on a Unix socket beside it
+(``ctl``), starts one launcher per job attempt, watches it, ends every process of a job on every node
+(by the job's tag, procs.py) before its nodes count as free, and publishes each job's status and the
+nodes' assignments to the share for readers. It exits once nothing is queued, running or unpublished.
+
+Queue order: first come, first served. A later job may start earlier (backfill) only when it cannot
+delay the first waiting job: it fits on nodes free now and either ends (by its wall clock limit) before
+the earliest time the first waiting job can start, or uses only nodes that job will not need then.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import fcntl
+import json
+import os
+import re
+import selectors
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from datetime import datetime, timezone
+from typing import Any
+
+from . import procs
+from .common import TAG_VAR, load_or_none, now, write_json_atomic
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+ACTIVE = ("queued", "running", "cleaning")
+LOOP = 0.05
+TERM_GRACE = 10.0  # the launcher's own grace for the ranks, plus a margin before it is killed
+HEARTBEAT = 10.0
+IDLE_EXIT = 2.0
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  key TEXT NOT NULL, experiment TEXT NOT NULL, name TEXT NOT NULL,
+  request_id TEXT UNIQUE,
+  node_count INTEGER NOT NULL, wall REAL,
+  state TEXT NOT NULL,
+  creation_time TEXT, start_time TEXT, end_time TEXT,
+  started REAL,
+  nodes TEXT NOT NULL DEFAULT '[]',
+  tag TEXT, attempt INTEGER NOT NULL DEFAULT 0,
+  launcher_pid INTEGER, phase TEXT,
+  exit_code INTEGER, reason TEXT,
+  stop_state TEXT, stop_reason TEXT, stop_sent REAL,
+  published INTEGER NOT NULL DEFAULT 0, beat REAL NOT NULL DEFAULT 0
+);
+CREATE UNIQUE INDEX IF NOT EXISTS one_active_run ON jobs(key)
+  WHERE state IN ('queued', 'running', 'cleaning');
+"""
+
+
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat()
+
+
+class RequestError(Exception):
+    """A request the scheduler refuses; ``code`` tells the client which typed error to raise."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Scheduler:
+    def __init__(self, state_dir: str) -> None:
+        self.state_dir = state_dir
+        self.cfg: dict[str, Any] = load_or_none(os.path.join(state_dir, "cluster.json")) or {}
+        fresh = not os.path.exists(os.path.join(state_dir, "sched.db"))
+        self.db = sqlite3.connect(os.path.join(state_dir, "sched.db"), isolation_level=None)
+        self.db.row_factory = sqlite3.Row
+        self.db.executescript(SCHEMA)
+        # job id → its launcher, for launchers this process started. Kept referenced: a dropped Popen is
+        # reaped by subprocess's own cleanup, and its exit would go unseen.
+        self.children: dict[int, subprocess.Popen[bytes]] = {}
+        self.cleaning: dict[int, concurrent.futures.Future[int]] = {}
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=4)
+        self.idle_since: float | None = None
+        self.publish_errors: dict[str, str] = {}
+        self.last_nodes_doc: Any = None
+        self.stopping = False
+        self.rebuilt = self.rebuild_from_share() if fresh else 0
+
+    # -- helpers ------------------------------------------------------------------------------------
+    def log(self, line: str) -> None:
+        with contextlib.suppress(OSError):
+            sys.stderr.write(f"{now()} {line}\n")
+            sys.stderr.flush()
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return list(self.cfg.get("nodes", []))
+
+    def job_share_dir(self, experiment: str, name: str) -> str:
+        return os.path.join(self.cfg["meta_root"], "experiments", experiment, "jobs", name)
+
+    def job_state_dir(self, job_id: int) -> str:
+        return os.path.join(self.state_dir, "jobs", str(job_id))
+
+    def rows(self, where: str, *args: Any) -> list[sqlite3.Row]:
+        # ``where`` is always one of this module's literal clauses; values go through parameters
+        return list(self.db.execute(f"SELECT * FROM jobs WHERE {where} ORDER BY id", args))  # noqa: S608
+
+    def update(self, job_id: int, **fields: Any) -> None:
+        fields.setdefault("published", 0)
+        names = ", ".join(f"{k} = ?" for k in fields)
+        self.db.execute(f"UPDATE jobs SET {names} WHERE id = ?", (*fields.values(), job_id))  # noqa: S608
+
+    def held(self) -> dict[str, tuple[int, str]]:
+        """node id → (job id, phase) for every node a job holds (running or being cleaned up)."""
+        out: dict[str, tuple[int, str]] = {}
+        for row in self.rows("state IN ('running', 'cleaning')"):
+            phase = "cleaning" if row["state"] == "cleaning" else (row["phase"] or "preparing")
+            for node in json.loads(row["nodes"]):
+                out[node] = (row["id"], phase)
+        return out
+
+    # -- requests -------------------------------------------------------------------------------------
+    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        if request.get("cluster"):
+            self.set_cluster(request["cluster"])
+        op = request.get("op")
+        if op == "submit":
+            return self.submit(request)
+        if op == "terminate":
+            return self.terminate(request)
+        if op in ("ping", "nodes"):
+            return {"ok": True, "pid": os.getpid()}
+        raise RequestError("invalid", f"unknown request {op!r}")
+
+    def set_cluster(self, cfg: dict[str, Any]) -> None:
+        if cfg == self.cfg:
+            return
+        self.cfg = cfg
+        write_json_atomic(os.path.join(self.state_dir, "cluster.json"), cfg)
+        total = len(self.nodes())
+        for row in self.rows("state = 'queued' AND node_count > ?", total):
+            self.finish(
+                row,
+                "failed",
+                None,
+                f"the cluster was resized to {total} node(s) while the job waited; it needs "
+                f"{row['node_count']} (resize the cluster and submit it again)",
+            )
+
+    def submit(self, request: dict[str, Any]) -> dict[str, Any]:
+        experiment, name = str(request.get("experiment", "")), str(request.get("name", ""))
+        if not NAME.match(experiment) or not NAME.match(name):
+            raise RequestError("invalid", f"invalid job name {experiment!r}/{name!r}")
+        node_count = int(request["node_count"])
+        if node_count < 1:
+            raise RequestError("invalid", f"node_count must be at least 1, not {node_count}")
+        if node_count > len(self.nodes()):
+            raise RequestError(
+                "capacity", f"the job needs {node_count} node(s); the cluster has {len(self.nodes())}"
+            )
+        request_id = str(request.get("request_id") or uuid.uuid4().hex)
+        again = self.rows("request_id = ?", request_id)
+        if again:
+            return {"ok": True, "id": again[0]["id"], "repeated": True}
+        wall = request.get("max_wall_clock_seconds")
+        rebuilt = self.rows("key = ? AND state = 'queued' AND request_id IS NULL", f"{experiment}/{name}")
+        if rebuilt:  # found on the share when this scheduler started: the submit that wrote it adopts it
+            self.db.execute("DELETE FROM jobs WHERE id = ?", (rebuilt[0]["id"],))
+        try:
+            cur = self.db.execute(
+                "INSERT INTO jobs (key, experiment, name, request_id, node_count, wall, state, creation_time)"
+                " VALUES (?, ?, ?, ?, ?, ?, 'queued', ?)",
+                (
+                    f"{experiment}/{name}",
+                    experiment,
+                    name,
+                    request_id,
+                    node_count,
+                    wall,
+                    request.get("created"),
+                ),
+            )
+        except sqlite3.IntegrityError as exc:
+            raise RequestError("exists", f"job {experiment}/{name} is already queued or running") from exc
+        job_id = int(cur.lastrowid or 0)
+        secrets = request.get("secrets") or {}
+        os.makedirs(self.job_state_dir(job_id), mode=0o700, exist_ok=True)
+        if secrets:
+            write_json_atomic(os.path.join(self.job_state_dir(job_id), "secrets.json"), secrets, mode=0o600)
+        self.log(f"queued {experiment}/{name} (id {job_id}, {node_count} node(s))")
+        self.schedule()
+        self.publish()
+        return {"ok": True, "id": job_id}
+
+    def terminate(self, request: dict[str, Any]) -> dict[str, Any]:
+        key = f"{request.get('experiment')}/{request.get('name')}"
+        rows = self.rows(f"key = ? AND state IN {ACTIVE}", key)
+        if not rows:
+            return {"ok": True, "found": False}
+        row = rows[0]
+        if row["state"] == "queued":
+            self.finish(row, "terminated", None, "terminated by the user while queued")
+        elif row["state"] == "running" and row["stop_state"] is None:
+            self.stop(row, "terminated", "terminated by the user")
+        self.publish()
+        return {"ok": True, "found": True}
+
+    # -- job lifecycle --------------------------------------------------------------------------------
+    def schedule(self) -> None:
+        """Start what can start: FIFO, with backfill that delays no earlier job (see the module doc)."""
+        held = self.held()
+        free = [n for n in self.nodes() if n["id"] not in held]
+        shadow: float | None = None
+        extra = 0
+        t = time.time()
+        for row in self.rows("state = 'queued'"):
+            need = row["node_count"]
+            if shadow is None:
+                if need <= len(free):
+                    self.start(row, free[:need])
+                    free = free[need:]
+                else:
+                    shadow, extra = self.reservation(need, len(free))
+                continue
+            if need > len(free):
+                continue
+            ends = t + row["wall"] if row["wall"] else float("inf")
+            before = ends <= shadow and ends != float("inf")
+            if before or need <= extra:
+                if not before:
+                    extra -= need
+                self.start(row, free[:need])
+                free = free[need:]
+
+    def reservation(self, need: int, free: int) -> tuple[float, int]:
+        """When the first waiting job can start at the latest, and how many nodes it leaves spare then."""
+        ends = []
+        for row in self.rows("state IN ('running', 'cleaning')"):
+            end = row["started"] + row["wall"] if row["wall"] and row["started"] else float("inf")
+            ends.append((end, len(json.loads(row["nodes"]))))
+        avail = free
+        for end, count in sorted(ends):
+            avail += count
+            if avail >= need:
+                return end, avail - need
+        return float("inf"), 0
+
+    def start(self, row: sqlite3.Row, nodes: list[dict[str, Any]]) -> None:
+        job_id = row["id"]
+        tag = uuid.uuid4().hex
+        job_dir = self.job_state_dir(job_id)
+        os.makedirs(job_dir, mode=0o700, exist_ok=True)
+        for stale in ("result.json", "phase.json"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(job_dir, stale))
+        share_dir = self.job_share_dir(row["experiment"], row["name"])
+        assignment = {
+            "launch": os.path.join(share_dir, "run", "launch.json"),
+            "nodes": nodes,
+            "tag": tag,
+            "attempt": row["attempt"],
+            "node_main": self.cfg["node_main"],
+        }
+        write_json_atomic(os.path.join(job_dir, "assignment.json"), assignment)
+        env = dict(os.environ)
+        env.update(self.cfg.get("env", {}))
+        env[TAG_VAR] = tag
+        t = time.time()
+        try:
+            with open(os.path.join(job_dir, "launcher.log"), "ab") as out:
+                proc = subprocess.Popen(
+                    [self.cfg["python"], self.cfg["node_main"], "launch", job_dir],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=out,
+                    env=env,
+                    start_new_session=True,
+                )
+        except OSError as exc:
+            self.finish(row, "failed", None, f"could not start the job's launcher: {exc}")
+            return
+        self.children[job_id] = proc
+        self.update(
+            job_id,
+            state="running",
+            started=t,
+            start_time=iso(t),
+            nodes=json.dumps([n["id"] for n in nodes]),
+            tag=tag,
+            launcher_pid=proc.pid,
+            phase="preparing",
+        )
+        self.log(f"started {row['key']} on {', '.join(n['id'] for n in nodes)} (launcher pid {proc.pid})")
+
+    def stop(self, row: sqlite3.Row, state: str, reason: str) -> None:
+        self.update(row["id"], stop_state=state, stop_reason=reason, stop_sent=time.time())
+        if row["launcher_pid"]:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(row["launcher_pid"], signal.SIGTERM)
+
+    def watch(self) -> None:
+        """Launchers that ended, stops that take too long, wall clocks, phases."""
+        for job_id, proc in list(self.children.items()):
+            code = proc.poll()
+            if code is not None:
+                del self.children[job_id]
+                self.launcher_ended(job_id, code)
+        t = time.time()
+        for row in self.rows("state = 'running'"):
+            pid = row["launcher_pid"]
+            if row["id"] not in self.children and not self.alive(pid, row["tag"]):
+                self.launcher_ended(row["id"], None)
+                continue
+            if row["stop_state"] is None and row["wall"] and t - row["started"] > row["wall"]:
+                self.stop(
+                    row, "failed", f"maxWallClockTime of {row['wall']:g}s exceeded; the job was terminated"
+                )
+            elif row["stop_sent"] and t - row["stop_sent"] > TERM_GRACE + 5:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            if row["phase"] != "running":
+                phase = load_or_none(os.path.join(self.job_state_dir(row["id"]), "phase.json")) or {}
+                if phase.get("phase") and phase["phase"] != row["phase"]:
+                    self.update(row["id"], phase=phase["phase"])
+
+    @staticmethod
+    def alive(pid: int | None, tag: str | None) -> bool:
+        return bool(pid and tag and pid in procs.tagged_pids(tag))
+
+    def launcher_ended(self, job_id: int, code: int | None) -> None:
+        """Record what the launcher left, then clean every node of the job before freeing it.
+        ``code`` is its exit status as subprocess gives it (negative: a signal; None: not our child)."""
+        row = self.rows("id = ?", job_id)[0]
+        result = load_or_none(os.path.join(self.job_state_dir(job_id), "result.json"))
+        if result is None:
+            how = f"was killed by signal {-code}" if code is not None and code < 0 else "died"
+            if code is not None and code > 0:
+                how = f"exited with code {code} without a result"
+            result = {
+                "exit_code": None,
+                "reason": f"the job's launcher {how}; every process of the job was stopped",
+            }
+        if row["stop_state"]:
+            state, reason = row["stop_state"], row["stop_reason"]
+        elif result.get("reason") or (result.get("exit_code") not in (None, 0)):
+            state, reason = "failed", result.get("reason") or f"exit code {result.get('exit_code')}"
+        elif result.get("exit_code") is None:
+            state, reason = "failed", "the job ended before its ranks ran"
+        else:
+            state, reason = "succeeded", None
+        self.update(
+            job_id,
+            state="cleaning",
+            exit_code=result.get("exit_code"),
+            reason=json.dumps([state, reason]),
+        )
+        self.cleaning[job_id] = self.pool.submit(self.clean_nodes, row["tag"], json.loads(row["nodes"]))
+
+    def clean_nodes(self, tag: str, node_ids: list[str]) -> int:
+        """End what is left of the job on each of its nodes; returns how many processes survived."""
+        if not tag:
+            return 0
+        if self.cfg.get("ssh_command") is None:
+            return procs.reap(tag)
+        by_id = {n["id"]: n for n in self.nodes()}
+        left = 0
+        for address in {by_id[n]["address"] for n in node_ids if n in by_id}:
+            argv = [
+                *self.cfg["ssh_command"],
+                address,
+                " ".join([self.cfg["python"], self.cfg["node_main"], "reap", tag]),
+            ]
+            try:
+                res = subprocess.run(argv, capture_output=True, timeout=60, check=False)
+                left += int(res.stdout.decode().strip() or "0") if res.returncode == 0 else 0
+            except (OSError, subprocess.TimeoutExpired, ValueError):
+                pass  # an unreachable node cannot run the job's processes for us to see; its work is lost
+        return left
+
+    def reap_cleaned(self) -> None:
+        for job_id, fut in list(self.cleaning.items()):
+            if not fut.done():
+                continue
+            del self.cleaning[job_id]
+            row = self.rows("id = ?", job_id)[0]
+            try:
+                left = fut.result()
+            except Exception as exc:  # pragma: no cover - a bug in cleaning must not stop the scheduler
+                self.log(f"cleaning {row['key']} failed: {exc!r}")
+                left = 0
+            if left:
+                self.log(f"{left} process(es) of {row['key']} survived SIGKILL; trying again")
+                self.cleaning[job_id] = self.pool.submit(
+                    self.clean_nodes, row["tag"], json.loads(row["nodes"])
+                )
+                continue
+            state, reason = json.loads(row["reason"])
+            self.finish(row, state, row["exit_code"], reason)
+
+    def finish(self, row: sqlite3.Row, state: str, exit_code: int | None, reason: str | None) -> None:
+        self.update(row["id"], state=state, exit_code=exit_code, reason=reason, end_time=now(), phase=None)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(self.job_state_dir(row["id"]), "secrets.json"))
+        self.log(f"{row['key']} {state}" + (f": {reason}" if reason else ""))
+
+    # -- what readers see -----------------------------------------------------------------------------
+    def status_doc(self, row: sqlite3.Row) -> dict[str, Any]:
+        state = "running" if row["state"] == "cleaning" else row["state"]
+        doc: dict[str, Any] = {
+            "state": state,
+            "creation_time": row["creation_time"],
+            "heartbeat": now(),
+            "scheduler": {"host": socket.gethostname(), "pid": os.getpid(), "job_id": row["id"]},
+        }
+        if row["start_time"]:
+            doc.update(start_time=row["start_time"], nodes=json.loads(row["nodes"]))
+            doc["preparing"] = state == "running" and row["phase"] == "preparing"
+            doc["attempt"] = row["attempt"]
+        if state not in ("queued", "running"):
+            doc.update(end_time=row["end_time"], exit_code=row["exit_code"], failure_reason=row["reason"])
+        return doc
+
+    def publish(self) -> None:
+        """Write changed job records and node assignments to the share; a failed write is retried later."""
+        t = time.time()
+        due = self.rows(f"published = 0 OR (state IN {ACTIVE} AND beat < ?)", t - HEARTBEAT)
+        for row in due:
+            path = os.path.join(self.job_share_dir(row["experiment"], row["name"]), "status.json")
+            try:
+                write_json_atomic(path, self.status_doc(row))
+            except OSError as exc:
+                if self.publish_errors.get(row["key"]) != str(exc):
+                    self.log(f"cannot write {path} yet ({exc}); the outcome is kept here and retried")
+                    self.publish_errors[row["key"]] = str(exc)
+                continue
+            self.publish_errors.pop(row["key"], None)
+            self.db.execute("UPDATE jobs SET published = 1, beat = ? WHERE id = ?", (t, row["id"]))
+        held = self.held()
+        keys = {r["id"]: r["key"] for r in self.rows(f"state IN {ACTIVE}")}
+        doc = {
+            "nodes": {
+                node: {"job": keys.get(jid, ""), "phase": phase} for node, (jid, phase) in held.items()
+            },
+            "queued": [r["key"] for r in self.rows("state = 'queued'")],
+        }
+        if doc != self.last_nodes_doc:
+            try:
+                write_json_atomic(os.path.join(self.cfg["cluster_dir"], "nodes.json"), doc)
+                self.last_nodes_doc = doc
+            except OSError:
+                pass
+
+    # -- recovery -------------------------------------------------------------------------------------
+    def rebuild_from_share(self) -> int:
+        """A new database on a node that ran jobs before (the head node was replaced): rebuild the queue
+        from the share's records. Queued jobs without secrets wait again; jobs that were running are
+        reported failed (their processes are ended once their tags are found) rather than forgotten."""
+        root = os.path.join(self.cfg.get("meta_root", ""), "experiments")
+        count = 0
+        try:
+            experiments = sorted(os.listdir(root))
+        except OSError:
+            return 0
+        for exp in experiments:
+            try:
+                jobs = sorted(os.listdir(os.path.join(root, exp, "jobs")))
+            except OSError:
+                continue
+            for name in jobs:
+                if not (NAME.match(exp) and NAME.match(name)):
+                    continue
+                base = os.path.join(root, exp, "jobs", name)
+                status = load_or_none(os.path.join(base, "status.json")) or {}
+                record = load_or_none(os.path.join(base, "job.json")) or {}
+                spec = record.get("spec") or {}
+                if spec.get("cluster") != self.cfg.get("cluster") or status.get("state") not in (
+                    "queued",
+                    "running",
+                ):
+                    continue
+                count += 1
+                created = status.get("creation_time")
+                if status["state"] == "queued" and not spec.get("secret_environment"):
+                    self.db.execute(
+                        "INSERT INTO jobs (key, experiment, name, node_count, wall, state, creation_time)"
+                        " VALUES (?, ?, ?, ?, ?, 'queued', ?)",
+                        (
+                            f"{exp}/{name}",
+                            exp,
+                            name,
+                            int(spec.get("node_count", 1)),
+                            spec.get("max_wall_clock_seconds"),
+                            created,
+                        ),
+                    )
+                    continue
+                why = (
+                    "lost with the cluster's head node while it ran"
+                    if status["state"] == "running"
+                    else "lost with the cluster's head node (its secrets were kept only there): submit again"
+                )
+                self.db.execute(
+                    "INSERT INTO jobs (key, experiment, name, node_count, state, creation_time, start_time,"
+                    " end_time, nodes, reason) VALUES (?, ?, ?, ?, 'failed', ?, ?, ?, ?, ?)",
+                    (
+                        f"{exp}/{name}",
+                        exp,
+                        name,
+                        int(spec.get("node_count", 1)),
+                        created,
+                        status.get("start_time"),
+                        now(),
+                        json.dumps(status.get("nodes", [])),
+                        why,
+                    ),
+                )
+        return count
+
+    def adopt(self) -> None:
+        """After a restart on the same node: launchers that outlived the old scheduler are watched again;
+        jobs whose launcher is gone are cleaned up and ended from what the launcher left."""
+        for row in self.rows("state = 'cleaning'"):
+            self.cleaning[row["id"]] = self.pool.submit(
+                self.clean_nodes, row["tag"], json.loads(row["nodes"])
+            )
+        for row in self.rows("state = 'running'"):
+            if not self.alive(row["launcher_pid"], row["tag"]):
+                self.launcher_ended(row["id"], None)
+
+    # -- the loop -------------------------------------------------------------------------------------
+    def idle(self) -> bool:
+        busy = self.rows(f"state IN {ACTIVE} OR published = 0")
+        return not busy and not self.cleaning
+
+    def serve(self, listener: socket.socket) -> int:
+        sel = selectors.DefaultSelector()
+        sel.register(listener, selectors.EVENT_READ)
+        signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
+        self.adopt()
+        while not self.stopping:
+            for _key, _ in sel.select(timeout=LOOP):
+                self.accept(listener)
+            self.watch()
+            self.reap_cleaned()
+            self.schedule()
+            self.publish()
+            if self.idle():
+                self.idle_since = self.idle_since or time.monotonic()
+                if time.monotonic() - self.idle_since > float(self.cfg.get("idle_exit_seconds", IDLE_EXIT)):
+                    break
+            else:
+                self.idle_since = None
+        sel.unregister(listener)
+        return 0
+
+    def accept(self, listener: socket.socket) -> None:
+        try:
+            conn, _ = listener.accept()
+        except BlockingIOError:
+            return
+        with conn:
+            conn.settimeout(10)
+            data = b""
+            try:
+                while not data.endswith(b"\n"):
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                try:
+                    reply = self.handle(json.loads(data))
+                except RequestError as exc:
+                    reply = {"ok": False, "error": exc.code, "message": str(exc)}
+                except (ValueError, KeyError, TypeError) as exc:
+                    reply = {"ok": False, "error": "invalid", "message": f"bad request: {exc!r}"}
+                conn.sendall(json.dumps(reply).encode() + b"\n")
+            except OSError as exc:
+                self.log(f"request failed: {exc!r}")
+
+
+def run(state_dir: str) -> int:
+    """The daemon: one per state folder (an exclusive lock), waiting briefly for an exiting one."""
+    lock = open(os.path.join(state_dir, "sched.lock"), "a+")  # noqa: SIM115 - held for the process's life
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return 0  # another scheduler runs here
+            time.sleep(0.02)
+    os.chdir(state_dir)  # bind the socket by its short relative name: AF_UNIX paths are capped at 108 bytes
+    sock_path = "sched.sock"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(sock_path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(sock_path)
+    os.chmod(sock_path, 0o600)
+    listener.listen(64)
+    listener.setblocking(False)
+    sched = Scheduler(state_dir)
+    sched.log(f"scheduler started (pid {os.getpid()}); rebuilt {sched.rebuilt} job(s) from the share")
+    try:
+        return sched.serve(listener)
+    finally:
+        os.unlink(sock_path)
+        listener.close()
+        sched.publish()
+        sched.log("scheduler exiting: nothing queued or running")
