@@ -68,7 +68,9 @@ class SlurmCluster:
     def env(self) -> dict[str, str]:
         return {"SLURM_CONF": str(self.conf)}
 
-    def command(self, *argv: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    def command(
+        self, *argv: str, check: bool = True, timeout: float = 30
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             list(argv),
             capture_output=True,
@@ -152,7 +154,9 @@ def _wait(check: object, what: str, timeout: float, cluster: SlurmCluster) -> No
             return
         for name, proc in cluster.procs.items():
             if proc.poll() is not None:
-                raise RuntimeError(f"{name} exited with {proc.returncode} before {what}:\n{cluster.log(name)}")
+                raise RuntimeError(
+                    f"{name} exited with {proc.returncode} before {what}:\n{cluster.log(name)}"
+                )
         time.sleep(0.2)
     logs = "\n".join(f"--- {d}\n{cluster.log(d)[-3000:]}" for d in ("munged", "slurmctld", "slurmd"))
     raise RuntimeError(f"timed out after {timeout:g}s waiting for {what}\n{logs}")
@@ -224,4 +228,3 @@ def start_cluster(timeout: float = 60) -> Iterator[SlurmCluster]:
                 proc.kill()
                 proc.wait()
         shutil.rmtree(root, ignore_errors=True)
-

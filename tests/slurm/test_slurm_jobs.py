@@ -114,7 +114,9 @@ def test_unknown_partition_is_a_typed_error(slurm: SlurmCluster, slurm_ws: Works
 
 
 def test_sbatch_missing_is_a_typed_error(slurm: SlurmCluster, tmp_path: Path) -> None:
-    ws = Workspace.slurm("noslurm", share_path=str(tmp_path), partition=slurm.partition, env={"PATH": "/nowhere"})
+    ws = Workspace.slurm(
+        "noslurm", share_path=str(tmp_path), partition=slurm.partition, env={"PATH": "/nowhere"}
+    )
     with pytest.raises(SlurmCommandNotFoundError, match="sinfo: not found on"):
         ws.backend.cluster_status(CLUSTER)
 

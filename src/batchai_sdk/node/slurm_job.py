@@ -259,7 +259,9 @@ class Batch:
             code = run_prep(self.config_path)
         else:
             n = str(len(self.nodes))
-            code = self.call(["srun", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1", *self.me("prep")], env)
+            code = self.call(
+                ["srun", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1", *self.me("prep")], env
+            )
         if code == 0:
             return None
         if self.cfg.get("job_preparation"):
@@ -269,7 +271,13 @@ class Batch:
     def launch_argv(self) -> list[str]:
         if self.cfg["toolkit"] == "horovod":
             ntasks = os.environ.get("SLURM_NTASKS", "1")
-            return ["srun", f"--mpi={self.mpi}", f"--ntasks={ntasks}", "--kill-on-bad-exit=1", *self.me("rank")]
+            return [
+                "srun",
+                f"--mpi={self.mpi}",
+                f"--ntasks={ntasks}",
+                "--kill-on-bad-exit=1",
+                *self.me("rank"),
+            ]
         return ["/bin/sh", "-c", self.cfg["command_line"]]
 
     def first_failed_rank(self) -> str | None:
@@ -310,7 +318,9 @@ class Batch:
                 self.update(preparing=False)
                 self.write_hostfile(env)
                 argv = self.launch_argv()
-                self.log(f"launching {os.environ.get('SLURM_NTASKS', '1')} process(es) on {','.join(self.nodes)}")
+                self.log(
+                    f"launching {os.environ.get('SLURM_NTASKS', '1')} process(es) on {','.join(self.nodes)}"
+                )
                 code = self.call(argv, env)
                 if code < 0:
                     code = 128 - code

@@ -69,7 +69,7 @@ class SlurmBackend(Backend):
         mpi: str = "pmi2",
         constraint: str | None = None,
         gpus_per_node: int = 0,
-        temp_root: str = "/tmp/batchai",
+        temp_root: str = "/tmp/batchai",  # noqa: S108 - a node-local folder on the compute nodes
         sbatch_options: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         connect_kwargs: Mapping[str, Any] | None = None,
@@ -77,7 +77,9 @@ class SlurmBackend(Backend):
         runner: Runner | None = None,
     ) -> None:
         if not isinstance(share_path, str) or not share_path.startswith("/") or share_path.rstrip("/") == "":
-            raise ValidationError("share_path", share_path, "an absolute path below / that every Slurm node sees")
+            raise ValidationError(
+                "share_path", share_path, "an absolute path below / that every Slurm node sees"
+            )
         for field_name, value in (("partition", partition), ("account", account)):
             if value is not None and (not isinstance(value, str) or not _PARTITION_RE.match(value)):
                 raise ValidationError(field_name, value, "a Slurm name of letters, digits, '_', '-' and '.'")
@@ -193,7 +195,9 @@ class SlurmBackend(Backend):
             if state in (NodeState.PREPARING, NodeState.LEAVING, NodeState.UNUSABLE):
                 node_states[info.name] = state
             if why:
-                reasons[info.name] = why + (f": {info.reason}" if info.reason and info.reason != "none" else "")
+                reasons[info.name] = why + (
+                    f": {info.reason}" if info.reason and info.reason != "none" else ""
+                )
         return ClusterStatus(resizing=False, nodes=tuple(nodes), node_states=node_states, reasons=reasons)
 
     def node_counts(self, spec: ClusterSpec) -> NodeCounts:

@@ -104,18 +104,32 @@ def sbatch_error(stderr: str, exit_code: int) -> SlurmRejectedError:
 class SlurmCommands:
     """Slurm's client commands on one machine (the login node, or this one)."""
 
-    def __init__(self, runner: Runner, *, env: Mapping[str, str] | None = None, timeout: float = 60.0) -> None:
+    def __init__(
+        self, runner: Runner, *, env: Mapping[str, str] | None = None, timeout: float = 60.0
+    ) -> None:
         self.runner = runner
         self.env = dict(env or {})
         self.timeout = timeout
 
     def run(
-        self, argv: Sequence[str], *, stdin: str | None = None, timeout: float | None = None, check: bool = True
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: str | None = None,
+        timeout: float | None = None,
+        check: bool = True,
     ) -> CommandResult:
         command = shlex.join(argv)
         if self.env:
-            command = "env " + " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(self.env.items())) + " " + command
-        result = self.runner.run(command, stdin=stdin, timeout=timeout if timeout is not None else self.timeout)
+            command = (
+                "env "
+                + " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(self.env.items()))
+                + " "
+                + command
+            )
+        result = self.runner.run(
+            command, stdin=stdin, timeout=timeout if timeout is not None else self.timeout
+        )
         if result.exit_code == 127 and ("not found" in result.stderr or "No such file" in result.stderr):
             raise SlurmCommandNotFoundError(argv[0], self.runner.node)
         if check and not result.ok:

@@ -75,7 +75,7 @@ class SlurmScheduler(ClusterScheduler):
         run_dir = posixpath.dirname(request.launch_config)
         share.write_bytes(join(run_dir, LAUNCHER_NAME), LAUNCHER_SOURCE.read_bytes())
         node_run_dir = posixpath.join(backend.share_path, run_dir)
-        ntasks = len(cfg.get("ranks_per_node") or []) and sum(cfg["ranks_per_node"]) or request.node_count
+        ntasks = sum(cfg.get("ranks_per_node") or []) or request.node_count
         if cfg.get("toolkit") != "horovod":
             ntasks = max(ntasks, request.node_count)
         sbatch = SbatchRequest(
@@ -116,7 +116,9 @@ class SlurmScheduler(ClusterScheduler):
         ]
         if rivals:
             backend.commands.scancel([job_id])
-            raise AlreadyExistsError("job", request.name, f"Slurm (job {rivals[0].job_id} was submitted first)")
+            raise AlreadyExistsError(
+                "job", request.name, f"Slurm (job {rivals[0].job_id} was submitted first)"
+            )
         status_rel = layout.status_record(request.experiment, request.name)
         record = dict(share.read_json_or_none(status_rel) or {})
         record.update(slurm_job_id=job_id, scheduler="slurm", heartbeat=utcnow().isoformat())
@@ -132,14 +134,16 @@ class SlurmScheduler(ClusterScheduler):
         self.refresh(experiment, name)
 
     def assignments(self) -> Mapping[str, Assignment]:
-        """node → this workspace's job on it (nodes running other users' jobs are absent: they are Slurm's)."""
+        """node → this workspace's job on it (nodes that run other users' jobs are absent)."""
         out: dict[str, Assignment] = {}
         for job in self.backend.commands.squeue(all_states=False):
             parsed = parse_job_name(job.name)
             if parsed is None or parsed[0] != self.backend.workspace:
                 continue
             for node in job.nodes:
-                out[node] = Assignment(job=f"{parsed[1]}/{parsed[2]}", phase=_PHASES.get(job.state, "running"))
+                out[node] = Assignment(
+                    job=f"{parsed[1]}/{parsed[2]}", phase=_PHASES.get(job.state, "running")
+                )
         return out
 
     # -- reconciliation -----------------------------------------------------------------------------------
@@ -150,7 +154,9 @@ class SlurmScheduler(ClusterScheduler):
             found = self.backend.commands.sacct([job_id]) or []
         for job in found:
             if job.job_id == job_id:
-                state, reason = states.job_state(job.state, exit_code=job.exit_code, time_limit=job.time_limit)
+                state, reason = states.job_state(
+                    job.state, exit_code=job.exit_code, time_limit=job.time_limit
+                )
                 return state, reason, job
         return None
 

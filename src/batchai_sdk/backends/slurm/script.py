@@ -66,17 +66,23 @@ class SbatchRequest:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValidationError(name, value, "an integer >= 1")
         if self.ntasks < self.nodes:
-            raise ValidationError("process_count", self.ntasks, f"at least one process per node ({self.nodes})")
+            raise ValidationError(
+                "process_count", self.ntasks, f"at least one process per node ({self.nodes})"
+            )
         gpus = self.gpus_per_node
         if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
             raise ValidationError("gpus_per_node", gpus, "an integer >= 0")
         for name in ("job_name", "stdouterr_dir", "workdir", "partition", "account", "constraint", "comment"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, str) or not value or not _SAFE_VALUE.match(value)):
+            if value is not None and (
+                not isinstance(value, str) or not value or not _SAFE_VALUE.match(value)
+            ):
                 raise ValidationError(name, value, "a non-empty string on one line")
         for i, option in enumerate(self.extra):
             if not option.startswith("--") or not _SAFE_VALUE.match(option):
-                raise ValidationError(f"sbatch_options[{i}]", option, "a long sbatch option such as '--qos=high'")
+                raise ValidationError(
+                    f"sbatch_options[{i}]", option, "a long sbatch option such as '--qos=high'"
+                )
 
 
 def _literal(path: str) -> str:

@@ -10,7 +10,16 @@ from ..._models import JobState, NodeState
 
 __all__ = ["job_state", "node_state"]
 
-_RUNNING = {"RUNNING", "COMPLETING", "CONFIGURING", "RESIZING", "SIGNALING", "STAGE_OUT", "SUSPENDED", "STOPPED"}
+_RUNNING = {
+    "RUNNING",
+    "COMPLETING",
+    "CONFIGURING",
+    "RESIZING",
+    "SIGNALING",
+    "STAGE_OUT",
+    "SUSPENDED",
+    "STOPPED",
+}
 _QUEUED = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"}
 _FAILED = {
     "FAILED": "the job's batch script exited with a non-zero code",
@@ -73,7 +82,12 @@ def node_state(raw: str) -> tuple[NodeState, str | None]:
         return NodeState.UNUSABLE, f"not responding to slurmctld ({text})"
     if word in ("down", "drained", "draining", "fail", "failing", "inval", "not_responding"):
         return NodeState.UNUSABLE, f"Slurm node state {text}"
-    if "#" in flags or "@" in flags or "^" in flags or word in ("configuring", "reboot", "powering_up", "unknown"):
+    if (
+        "#" in flags
+        or "@" in flags
+        or "^" in flags
+        or word in ("configuring", "reboot", "powering_up", "unknown")
+    ):
         return NodeState.PREPARING, None
     if "%" in flags or "!" in flags or word in ("completing", "powering_down"):
         return NodeState.LEAVING, None
