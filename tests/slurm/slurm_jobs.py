@@ -11,7 +11,7 @@ import textwrap
 import time
 from typing import Any
 
-from batchai_sdk._models import ClusterSpec, JobSpec, JobStatus, utcnow
+from batchai_sdk._models import ClusterSpec, JobSpec, JobStatus, heartbeat_timeout, utcnow
 from batchai_sdk.backends.base import JobRequest
 from batchai_sdk.backends.slurm import SlurmBackend, SlurmScheduler
 from batchai_sdk.launch import JobPaths, launch_config, on_node
@@ -61,8 +61,9 @@ def submit(ws: Workspace, name: str, script: str | None = None, **spec: Any) -> 
 
 
 def status(ws: Workspace, name: str) -> JobStatus:
+    """As a reader sees it: refreshed from Slurm, a job whose heartbeat stopped taken for lost."""
     record = scheduler(ws).refresh("exp", name)
-    return JobStatus.from_record(record)
+    return JobStatus.from_record(record, timeout=heartbeat_timeout())
 
 
 def wait(ws: Workspace, name: str, *, timeout: float = 60, until: str | None = None) -> JobStatus:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -79,13 +80,16 @@ def test_terminate_running_job(slurm: SlurmCluster, slurm_ws: Workspace) -> None
 
 
 def test_job_pends_behind_a_full_node_then_terminate_while_queued(
-    slurm: SlurmCluster, slurm_ws: Workspace
+    slurm: SlurmCluster, slurm_ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     submit(slurm_ws, "hog", "import time\ntime.sleep(300)\n", process_count=2)  # both CPUs
     wait(slurm_ws, "hog", until="running")
     submit(slurm_ws, "behind", "print('ran')\n")
-    time.sleep(2)  # several scheduling passes (sched_interval=1)
-    assert status(slurm_ws, "behind").state is JobState.QUEUED
+    monkeypatch.setenv("BATCHAI_HEARTBEAT_TIMEOUT", "1")
+    time.sleep(2.5)  # several scheduling passes (sched_interval=1), past the heartbeat timeout
+    behind = status(slurm_ws, "behind")
+    assert (behind.state, behind.lost) == (JobState.QUEUED, False)  # pending in Slurm is not lost
+    assert slurm.command("squeue", "-h", "-n", "batchai.slurmws.exp.behind", "-o", "%T").stdout == "PENDING\n"
     scheduler(slurm_ws).terminate("exp", "behind")
     st = status(slurm_ws, "behind")
     assert st.state is JobState.TERMINATED  # written from Slurm's state: the launcher never ran
@@ -136,3 +140,32 @@ def test_wall_clock_limit_is_slurms_timeout(slurm: SlurmCluster, slurm_ws: Works
     assert st.state is JobState.FAILED
     assert st.failure_reason is not None and "wall clock limit" in st.failure_reason
     assert "TIME LIMIT" in read(slurm_ws, "slow", "stderr.txt")
+
+
+@pytest.mark.train
+def test_horovod_two_ranks_through_srun_pmix(slurm: SlurmCluster, tmp_path: Path) -> None:
+    """Horovod over Open MPI started by ``srun --mpi=pmix`` (Debian's Open MPI speaks PMIx, not PMI2)."""
+    pytest.importorskip("horovod.tensorflow")
+    slurm.wait_idle()
+    ws = Workspace.slurm(
+        "hvd", share_path=str(tmp_path), partition=slurm.partition, python=sys.executable, mpi="pmix"
+    )
+    src = "import horovod.tensorflow as hvd\nhvd.init()\nprint('hvd', hvd.rank(), hvd.size(), flush=True)\n"
+    submit(ws, "hvd2", src, process_count=2)
+    st = wait(ws, "hvd2", timeout=180)
+    assert st.state is JobState.SUCCEEDED, (st.failure_reason, read(ws, "hvd2", "stderr.txt")[-2000:])
+    lines = sorted(ln for ln in read(ws, "hvd2", "stdout.txt").splitlines() if ln.startswith("hvd "))
+    assert lines == ["hvd 0 2", "hvd 1 2"]
+
+
+def test_secret_reaches_the_ranks_but_not_the_share(slurm: SlurmCluster, slurm_ws: Workspace) -> None:
+    value = "s3cret-Value-42"
+    src = f"import os\nprint('token ok' if os.environ.get('API_TOKEN') == {value!r} else 'token missing')\n"
+    submit(slurm_ws, "secret", src, environment={"API_TOKEN": value}, secret_environment=("API_TOKEN",))
+    st = wait(slurm_ws, "secret")
+    assert st.state is JobState.SUCCEEDED, st.failure_reason
+    assert read(slurm_ws, "secret", "stdout.txt") == "token ok\n"
+    share_root = Path(slurm_ws.backend.share_path)  # type: ignore[attr-defined]
+    files = [p for p in share_root.rglob("*") if p.is_file()]
+    assert any(p.name == "job.sbatch" for p in files)
+    assert not [p for p in files if value.encode() in p.read_bytes()]

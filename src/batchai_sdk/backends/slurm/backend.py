@@ -66,7 +66,7 @@ class SlurmBackend(Backend):
         known_hosts: str | os.PathLike[str] | None = None,
         trust_on_first_use: bool = False,
         python: str = "python3",
-        mpi: str = "pmi2",
+        mpi: str = "pmix",
         constraint: str | None = None,
         gpus_per_node: int = 0,
         temp_root: str = "/tmp/batchai",  # noqa: S108 - a node-local folder on the compute nodes
