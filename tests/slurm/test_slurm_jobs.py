@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import sys
 import time
 from pathlib import Path
@@ -160,7 +161,12 @@ def test_horovod_two_ranks_through_srun_pmix(slurm: SlurmCluster, tmp_path: Path
 
 def test_secret_reaches_the_ranks_but_not_the_share(slurm: SlurmCluster, slurm_ws: Workspace) -> None:
     value = "s3cret-Value-42"
-    src = f"import os\nprint('token ok' if os.environ.get('API_TOKEN') == {value!r} else 'token missing')\n"
+    digest = hashlib.sha256(value.encode()).hexdigest()  # the script must not hold the value itself
+    src = (
+        "import hashlib, os\n"
+        "seen = hashlib.sha256(os.environ.get('API_TOKEN', '').encode()).hexdigest()\n"
+        f"print('token ok' if seen == {digest!r} else 'token missing')\n"
+    )
     submit(slurm_ws, "secret", src, environment={"API_TOKEN": value}, secret_environment=("API_TOKEN",))
     st = wait(slurm_ws, "secret")
     assert st.state is JobState.SUCCEEDED, st.failure_reason
