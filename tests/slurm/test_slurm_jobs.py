@@ -124,6 +124,9 @@ def test_sbatch_missing_is_a_typed_error(slurm: SlurmCluster, tmp_path: Path) ->
     )
     with pytest.raises(SlurmCommandNotFoundError, match="sinfo: not found on"):
         ws.backend.cluster_status(CLUSTER)
+    with pytest.raises(SlurmCommandNotFoundError, match="sbatch: not found on") as err:
+        ws.backend.commands.sbatch("#!/bin/sh\ntrue\n")  # type: ignore[attr-defined]
+    assert (err.value.command, err.value.code) == ("sbatch", "missing")
 
 
 def test_resize_is_slurms_and_create_checks_the_partition(slurm: SlurmCluster, slurm_ws: Workspace) -> None:
