@@ -15,7 +15,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -147,10 +147,10 @@ def slurm_conf(root: Path, node: str, *, ctld_port: int, slurmd_port: int, munge
     )
 
 
-def _wait(check: object, what: str, timeout: float, cluster: SlurmCluster) -> None:
+def _wait(check: Callable[[], bool], what: str, timeout: float, cluster: SlurmCluster) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if check():  # type: ignore[operator]
+        if check():
             return
         for name, proc in cluster.procs.items():
             if proc.poll() is not None:

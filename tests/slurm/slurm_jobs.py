@@ -23,7 +23,7 @@ CLUSTER = ClusterSpec(name="cpu", vm_size="slurm", nodes=1)
 
 def scheduler(ws: Workspace) -> SlurmScheduler:
     assert isinstance(ws.backend, SlurmBackend)
-    return ws.backend.scheduler(CLUSTER)  # type: ignore[no-any-return]
+    return ws.backend.scheduler(CLUSTER)
 
 
 def stage(ws: Workspace, spec: JobSpec, script: str | None = None) -> JobRequest:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from slurm_jobs import CLUSTER, read, scheduler, stage, status, submit, wait
 
 from batchai_sdk import Workspace
 from batchai_sdk._models import ClusterSpec, JobSpec, JobState, NodeCounts
+from batchai_sdk.backends.base import JobRequest
 from batchai_sdk.exceptions import (
     AlreadyExistsError,
     NotFoundError,
@@ -178,3 +180,35 @@ def test_secret_reaches_the_ranks_but_not_the_share(slurm: SlurmCluster, slurm_w
     files = [p for p in share_root.rglob("*") if p.is_file()]
     assert any(p.name == "job.sbatch" for p in files)
     assert not [p for p in files if value.encode() in p.read_bytes()]
+
+
+def test_one_name_submitted_at_once_runs_once(slurm: SlurmCluster, slurm_ws: Workspace) -> None:
+    """4 clients submit one name at the same moment, 3 rounds: one job each round, the others refused."""
+    for round_ in range(3):
+        name = f"race{round_}"
+        request = stage(slurm_ws, JobSpec(name=name, experiment="exp", cluster="cpu", python_script="job.py"))
+        slurm_ws.share.write_text(f".batchai/experiments/exp/jobs/{name}/wd/job.py", "print('ran')\n")
+        barrier = threading.Barrier(4)
+        outcomes: list[str] = []
+
+        def client(
+            req: JobRequest = request, gate: threading.Barrier = barrier, out: list[str] = outcomes
+        ) -> None:
+            gate.wait()
+            try:
+                scheduler(slurm_ws).submit(req)
+                out.append("submitted")
+            except AlreadyExistsError:
+                out.append("refused")
+
+        threads = [threading.Thread(target=client) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(outcomes) == ["refused"] * 3 + ["submitted"]
+        st = wait(slurm_ws, name)
+        assert st.state is JobState.SUCCEEDED, st.failure_reason
+        assert read(slurm_ws, name, "stdout.txt") == "ran\n"  # once
+        jobs = slurm.command("squeue", "-h", "-t", "all", "-n", f"batchai.slurmws.exp.{name}", "-o", "%T")
+        assert sorted(jobs.stdout.split()) == ["CANCELLED"] * jobs.stdout.count("CANCELLED") + ["COMPLETED"]

@@ -13,7 +13,7 @@ import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..._models import ClusterSpec, Node, NodeCounts, NodeState, count_nodes
 from ...exceptions import NotFoundError, NotSupportedError, ValidationError
@@ -25,6 +25,9 @@ from ..base import Backend, ClusterStatus, LaunchTarget
 from ..local import default_root
 from . import states
 from .commands import NodeInfo, SlurmCommands
+
+if TYPE_CHECKING:
+    from .scheduler import SlurmScheduler
 
 _PARTITION_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 _MPI_TYPES = ("pmi2", "pmix", "pmix_v3", "pmix_v4", "pmix_v5", "none")
@@ -227,7 +230,8 @@ class SlurmBackend(Backend):
         """The login node (jobs start through sbatch there, never directly on a compute node)."""
         return _Borrowed(self.runner)
 
-    def scheduler(self, spec: ClusterSpec) -> Any:
+    def scheduler(self, spec: ClusterSpec) -> SlurmScheduler:
+        """The cluster's scheduler: Slurm itself (sbatch, scancel, squeue)."""
         from .scheduler import SlurmScheduler
 
         return SlurmScheduler(self, spec)
