@@ -19,6 +19,9 @@ command -v mpirun >/dev/null 2>&1 || need_apt+=(openmpi-bin)
 command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
 command -v ssh >/dev/null 2>&1 || need_apt+=(openssh-client)
 command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
+# A real Slurm for tests/slurm (slurmctld, slurmd, munged started by the test fixture)
+command -v slurmctld >/dev/null 2>&1 || [ -x /usr/sbin/slurmctld ] || need_apt+=(slurm-wlm)
+command -v munged >/dev/null 2>&1 || [ -x /usr/sbin/munged ] || need_apt+=(munge)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
   log "installing system packages: ${need_apt[*]}"

@@ -168,3 +168,42 @@ class MissingExtraError(BatchAIError, ImportError):
         self.package = package
         self.extra = extra
         super().__init__(f"{package} is not installed; install it with: pip install 'batchai_sdk[{extra}]'")
+
+
+class SlurmError(BackendError):
+    """A Slurm command failed on the login node; ``command`` names it, ``stderr`` is Slurm's own message.
+
+    ``code``: ``missing`` (the command is not installed there), ``partition`` or ``account`` (Slurm does
+    not know it), ``rejected`` (sbatch refused the request), ``failed`` (anything else).
+    """
+
+    def __init__(self, command: str, message: str, *, code: str, stderr: str = "") -> None:
+        self.command = command
+        self.stderr = stderr
+        super().__init__(f"{command}: {message}", code=code)
+
+
+class SlurmCommandNotFoundError(SlurmError):
+    """``sbatch``/``squeue``/... is not installed (or not on PATH) where the SDK runs Slurm's commands."""
+
+    def __init__(self, command: str, host: str) -> None:
+        self.host = host
+        super().__init__(
+            command,
+            f"not found on {host}; install Slurm's client commands there or point login_host at a login node",
+            code="missing",
+        )
+
+
+class SlurmRejectedError(SlurmError):
+    """Slurm refused a request (an unknown partition or account, an impossible resource request)."""
+
+
+class NotSupportedError(BatchAIError):
+    """The backend does not do this operation; ``hint`` says what does."""
+
+    def __init__(self, operation: str, backend: str, hint: str) -> None:
+        self.operation = operation
+        self.backend = backend
+        self.hint = hint
+        super().__init__(f"{operation} is not supported by the {backend} backend: {hint}")

@@ -98,6 +98,39 @@ class Workspace:
             )
         )
 
+    @classmethod
+    def slurm(
+        cls,
+        name: str,
+        *,
+        share_path: str,
+        partition: str | None = None,
+        account: str | None = None,
+        login_host: str | None = None,
+        user: str | None = None,
+        key_file: str | os.PathLike[str] | None = None,
+        **options: Any,
+    ) -> Workspace:
+        """An existing Slurm cluster: a cluster is a ``partition``, jobs go through ``sbatch``.
+
+        Slurm's commands run on ``login_host`` over SSH, or on this machine when it is a login node
+        (``login_host=None``). ``share_path`` is a directory every Slurm node sees. See docs/slurm.md.
+        """
+        from .backends.slurm import SlurmBackend
+
+        return cls(
+            SlurmBackend(
+                validate_name(name, "workspace name"),
+                share_path=share_path,
+                partition=partition,
+                account=account,
+                login_host=login_host,
+                user=user,
+                key_file=key_file,
+                **options,
+            )
+        )
+
     # -- properties -----------------------------------------------------------------------------------
     @property
     def name(self) -> str:
