@@ -313,6 +313,8 @@ class Job:
     @property
     def status(self) -> JobStatus:
         self._require_submitted()
+        if self.workspace.backend.kind == "slurm":  # Slurm's own queue says what our records cannot
+            self._scheduler().refresh(self.experiment.name, self.name)
         record = self.workspace.share.read_json_or_none(self.paths.status)
         return JobStatus.from_record(record, timeout=heartbeat_timeout())
 

@@ -112,6 +112,10 @@ class ClusterScheduler(ABC):
     def assignments(self) -> Mapping[str, Assignment]:
         """node id → the job holding it (nodes absent are free)."""
 
+    def refresh(self, experiment: str, name: str) -> object:
+        """Bring the job's status record up to date where the scheduler does not publish it by itself."""
+        return None
+
     def update_nodes(self, nodes: tuple[Node, ...], *, timeout: float | None = None) -> None:  # noqa: B027
         """Tell the scheduler the cluster's nodes changed (resize): queued jobs that no longer fit fail."""
 

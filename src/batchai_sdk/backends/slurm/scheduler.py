@@ -126,12 +126,13 @@ class SlurmScheduler(ClusterScheduler):
         share.write_json(status_rel, record)
         backend.commands.release(job_id)
 
-    def terminate(self, experiment: str, name: str, *, timeout: float | None = None) -> None:
+    def terminate(self, experiment: str, name: str, *, timeout: float | None = None) -> bool:
         """scancel every queued or running Slurm job of that name; the record says terminated."""
         ids = [j.job_id for j in self._jobs(experiment, name) if _active(j)]
         if ids:
             self.backend.commands.scancel(ids, timeout=timeout)
         self.refresh(experiment, name)
+        return bool(ids)
 
     def assignments(self) -> Mapping[str, Assignment]:
         """node → this workspace's job on it (nodes that run other users' jobs are absent)."""
