@@ -3,6 +3,7 @@ share a node, a name runs once, and nothing of a job outlives its reported end."
 
 from __future__ import annotations
 
+import itertools
 import json
 import multiprocessing
 import os
@@ -61,7 +62,7 @@ def test_fifty_jobs_on_two_nodes_run_once_each_and_never_share_a_node(ws: Worksp
             by_node.setdefault(node, []).append((run["start"], run["end"], run["job"]))
     for node, spans in by_node.items():
         spans.sort()
-        for (_, end, a), (start, _, b) in zip(spans, spans[1:], strict=False):
+        for (_, end, a), (start, _, b) in itertools.pairwise(spans):
             assert end <= start, f"{a} and {b} overlapped on {node}"
     # first come, first served: a 2-node job is never overtaken by later 1-node jobs without wall clocks
     starts = {r["job"]: r["start"] for r in runs}
@@ -167,7 +168,7 @@ def test_killing_a_rank_wrapper_stops_its_script_and_names_that_rank(
     ws: Workspace, script: Script, tmp_path: Path
 ) -> None:
     job, pid, tag = _start_sleeper(ws, script, tmp_path, "shim")
-    shim = os.getppid() if False else int(Path(f"/proc/{pid}/stat").read_text().split(") ")[1].split()[1])
+    shim = int(Path(f"/proc/{pid}/stat").read_text().split(") ")[1].split()[1])  # the script's parent
     os.kill(shim, signal.SIGKILL)
     assert job.wait(timeout=60) is JobState.FAILED  # type: ignore[attr-defined]
     reason = job.status.failure_reason or ""  # type: ignore[attr-defined]
@@ -185,7 +186,7 @@ def test_terminate_ends_every_process_and_frees_the_node(ws: Workspace, script: 
 def test_a_killed_scheduler_is_restarted_and_picks_its_running_job_up_again(
     ws: Workspace, script: Script, tmp_path: Path
 ) -> None:
-    job, pid, tag = _start_sleeper(ws, script, tmp_path, "adopted")
+    job, pid, _ = _start_sleeper(ws, script, tmp_path, "adopted")
     state = ws.backend.root / "tmp" / "scheduler" / "c"  # type: ignore[attr-defined]
     sched = [
         p

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -63,6 +64,59 @@ CREATE UNIQUE INDEX IF NOT EXISTS one_active_run ON jobs(key)
 
 def iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).isoformat()
+
+
+@dataclass(frozen=True)
+class Waiting:
+    job_id: int
+    nodes: int
+    wall: float | None  # the job's wall clock limit in seconds, if it has one
+
+
+@dataclass(frozen=True)
+class Holding:
+    nodes: int
+    ends_by: float | None  # when its wall clock limit ends it at the latest; None: unknown
+
+
+def plan(queued: list[Waiting], running: list[Holding], free: int, now: float) -> list[tuple[int, int]]:
+    """Which queued jobs start now, in queue order: (job id, node count).
+
+    First come, first served: jobs start in order while they fit. The first job that does not fit gets a
+    reservation — the earliest time enough nodes are free for it, from the running jobs' wall clock
+    limits (never, if one has none) — and how many nodes are spare then. A later job may start before it
+    (backfill) only if it fits now and either ends by its own wall clock limit before that time, or
+    needs no more than the spare nodes: either way the first job starts no later than it would have.
+    """
+    starts: list[tuple[int, int]] = []
+    shadow: float | None = None
+    extra = 0
+    ends = sorted((h.ends_by if h.ends_by is not None else float("inf"), h.nodes) for h in running)
+    for job in queued:
+        if shadow is None:
+            if job.nodes <= free:
+                starts.append((job.job_id, job.nodes))
+                free -= job.nodes
+                ends = sorted([*ends, (now + job.wall if job.wall else float("inf"), job.nodes)])
+                continue
+            shadow, extra = float("inf"), 0
+            avail = free
+            for end, count in ends:
+                avail += count
+                if avail >= job.nodes:
+                    shadow, extra = end, avail - job.nodes
+                    break
+            continue
+        if job.nodes > free:
+            continue
+        finish = now + job.wall if job.wall else float("inf")
+        before = finish <= shadow and finish != float("inf")
+        if before or job.nodes <= extra:
+            if not before:
+                extra -= job.nodes
+            starts.append((job.job_id, job.nodes))
+            free -= job.nodes
+    return starts
 
 
 class RequestError(Exception):
@@ -213,43 +267,20 @@ class Scheduler:
 
     # -- job lifecycle --------------------------------------------------------------------------------
     def schedule(self) -> None:
-        """Start what can start: FIFO, with backfill that delays no earlier job (see the module doc)."""
+        """Start what can start now (see ``plan``)."""
         held = self.held()
         free = [n for n in self.nodes() if n["id"] not in held]
-        shadow: float | None = None
-        extra = 0
-        t = time.time()
-        for row in self.rows("state = 'queued'"):
-            need = row["node_count"]
-            if shadow is None:
-                if need <= len(free):
-                    self.start(row, free[:need])
-                    free = free[need:]
-                else:
-                    shadow, extra = self.reservation(need, len(free))
-                continue
-            if need > len(free):
-                continue
-            ends = t + row["wall"] if row["wall"] else float("inf")
-            before = ends <= shadow and ends != float("inf")
-            if before or need <= extra:
-                if not before:
-                    extra -= need
-                self.start(row, free[:need])
-                free = free[need:]
-
-    def reservation(self, need: int, free: int) -> tuple[float, int]:
-        """When the first waiting job can start at the latest, and how many nodes it leaves spare then."""
-        ends = []
-        for row in self.rows("state IN ('running', 'cleaning')"):
-            end = row["started"] + row["wall"] if row["wall"] and row["started"] else float("inf")
-            ends.append((end, len(json.loads(row["nodes"]))))
-        avail = free
-        for end, count in sorted(ends):
-            avail += count
-            if avail >= need:
-                return end, avail - need
-        return float("inf"), 0
+        rows = {r["id"]: r for r in self.rows("state = 'queued'")}
+        queued = [Waiting(r["id"], r["node_count"], r["wall"]) for r in rows.values()]
+        running = [
+            Holding(
+                len(json.loads(r["nodes"])), r["started"] + r["wall"] if r["wall"] and r["started"] else None
+            )
+            for r in self.rows("state IN ('running', 'cleaning')")
+        ]
+        for job_id, count in plan(queued, running, len(free), time.time()):
+            self.start(rows[job_id], free[:count])
+            free = free[count:]
 
     def start(self, row: sqlite3.Row, nodes: list[dict[str, Any]]) -> None:
         job_id = row["id"]

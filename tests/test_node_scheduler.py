@@ -1,0 +1,259 @@
+"""The node code in-process on tmp_path: the queue policy as a pure function, and the scheduler driven
+by hand (requests, then its loop's steps) with real launchers and ranks as child processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import batchai_sdk.node
+from batchai_sdk.node import procs
+from batchai_sdk.node.scheduler import Holding, RequestError, Scheduler, Waiting, plan
+
+NODE_MAIN = str(Path(batchai_sdk.node.__file__).parent / "__main__.py")
+NOW = 1000.0
+
+
+# -- the queue policy ---------------------------------------------------------------------------------
+def test_jobs_start_in_order_while_they_fit() -> None:
+    assert plan([Waiting(1, 2, None), Waiting(2, 1, None)], [], free=3, now=NOW) == [(1, 2), (2, 1)]
+
+
+def test_a_later_job_never_overtakes_a_waiting_one_without_a_wall_clock() -> None:
+    # job 1 needs both nodes; one is busy for an unknown time: job 2 would hold the free one
+    assert plan([Waiting(1, 2, None), Waiting(2, 1, None)], [Holding(1, None)], free=1, now=NOW) == []
+
+
+def test_a_later_job_may_use_nodes_the_first_one_will_not_need() -> None:
+    # 3 nodes, 2 busy: job 1 needs 2 (gets them when the 2 free up), 1 node stays spare for job 2
+    queued = [Waiting(1, 2, None), Waiting(2, 1, None), Waiting(3, 1, None)]
+    assert plan(queued, [Holding(2, None)], free=1, now=NOW) == [(2, 1)]
+
+
+def test_backfill_by_wall_clock_only_when_it_ends_before_the_reservation() -> None:
+    running = [Holding(1, NOW + 100)]
+    assert plan([Waiting(1, 2, None), Waiting(2, 1, 50)], running, free=1, now=NOW) == [(2, 1)]
+    assert plan([Waiting(1, 2, None), Waiting(2, 1, 500)], running, free=1, now=NOW) == []
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 4), st.one_of(st.none(), st.floats(1, 1000))), max_size=8),
+    st.lists(st.tuples(st.integers(1, 4), st.one_of(st.none(), st.floats(NOW, NOW + 1000))), max_size=4),
+    st.integers(0, 6),
+)
+def test_plan_properties(
+    queued: list[tuple[int, float | None]], running: list[tuple[int, float | None]], free: int
+) -> None:
+    jobs = [Waiting(i, n, w) for i, (n, w) in enumerate(queued)]
+    starts = plan(jobs, [Holding(n, e) for n, e in running], free, NOW)
+    assert sum(n for _, n in starts) <= free  # never more nodes than are free
+    assert [j for j, _ in starts] == sorted(j for j, _ in starts)  # in queue order
+    if jobs and jobs[0].nodes <= free:
+        assert starts[0] == (0, jobs[0].nodes)  # the first job starts whenever it fits
+    started = {j for j, _ in starts}
+    for i, job in enumerate(jobs):  # a job that fits in what its predecessors left is never skipped
+        if i not in started and all(k in started for k in range(i)):
+            assert job.nodes > free - sum(n for j, n in starts if j < i)
+
+
+# -- the scheduler, driven by hand --------------------------------------------------------------------
+class Harness:
+    def __init__(self, root: Path, nodes: int = 2) -> None:
+        self.root = root
+        self.share = root / "share"
+        self.state = root / "state"
+        self.state.mkdir(parents=True)
+        self.cfg: dict[str, Any] = {
+            "cluster": "c",
+            "nodes": [
+                {"id": f"n{i}", "address": "localhost", "machine": "m", "slots": 1} for i in range(nodes)
+            ],
+            "ssh_command": None,
+            "python": sys.executable,
+            "node_main": NODE_MAIN,
+            "meta_root": str(self.share / ".batchai"),
+            "cluster_dir": str(self.share / ".batchai" / "clusters" / "c"),
+            "env": {},
+            "idle_exit_seconds": 0,
+        }
+        (self.state / "cluster.json").write_text(json.dumps(self.cfg))
+        Path(self.cfg["cluster_dir"]).mkdir(parents=True)
+        self.sched = Scheduler(str(self.state))
+
+    def job_dir(self, name: str) -> Path:
+        return self.share / ".batchai" / "experiments" / "e" / "jobs" / name
+
+    def stage(self, name: str, command: str, nodes: int = 1) -> None:
+        base = self.job_dir(name)
+        for sub in ("run", "wd", "stdouterr"):
+            (base / sub).mkdir(parents=True, exist_ok=True)
+        launch = {
+            "job": f"e/{name}",
+            "toolkit": "custom",
+            "python": sys.executable,
+            "command_line": command,
+            "env": {"AZ_BATCHAI_JOB_TEMP": str(self.root / "tmp" / name)},
+            "expand_env": [],
+            "stdouterr_dir": str(base / "stdouterr"),
+            "wd": str(base / "wd"),
+            "run_dir": str(base / "run"),
+            "hostfile": str(base / "run" / "hostfile"),
+            "ranks_per_node": [1] * nodes,
+            "head": "n0",
+            "ssh_command": None,
+            "job_preparation": None,
+            "share_root": str(self.share),
+            "node_count": nodes,
+        }
+        (base / "run" / "launch.json").write_text(json.dumps(launch))
+        (base / "status.json").write_text(json.dumps({"state": "queued"}))
+
+    def submit(self, name: str, command: str, nodes: int = 1, **extra: Any) -> dict[str, Any]:
+        self.stage(name, command, nodes)
+        return self.sched.handle(
+            {"op": "submit", "experiment": "e", "name": name, "node_count": nodes, **extra}
+        )
+
+    def status(self, name: str) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.job_dir(name) / "status.json").read_text())
+        return data
+
+    def pump(self, until: Callable[[], bool], timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while not until():
+            if time.monotonic() > deadline:
+                raise AssertionError("timed out")
+            self.sched.watch()
+            self.sched.reap_cleaned()
+            self.sched.schedule()
+            self.sched.publish()
+            time.sleep(0.02)
+
+    def ended(self, name: str) -> Callable[[], bool]:
+        return lambda: self.status(name)["state"] in ("succeeded", "failed", "terminated")
+
+    def row(self, name: str) -> Any:
+        return self.sched.rows("key = ?", f"e/{name}")[-1]
+
+
+@pytest.fixture
+def h(tmp_path: Path) -> Iterator[Harness]:
+    harness = Harness(tmp_path)
+    yield harness
+    for row in harness.sched.rows("tag IS NOT NULL"):
+        procs.reap(row["tag"], grace=1)
+
+
+def test_queue_assignment_and_published_records(h: Harness) -> None:
+    h.submit("a", "sleep 0.5", nodes=2)
+    h.submit("b", "exit 3")
+    h.submit("c", "true")
+    assert h.row("a")["state"] == "running" and json.loads(h.row("a")["nodes"]) == ["n0", "n1"]
+    held = json.loads((Path(h.cfg["cluster_dir"]) / "nodes.json").read_text())
+    assert set(held["nodes"]) == {"n0", "n1"} and held["queued"] == ["e/b", "e/c"]
+    h.pump(lambda: all(h.ended(n)() for n in "abc"))
+    assert h.status("a")["state"] == "succeeded"
+    b = h.status("b")
+    assert b["state"] == "failed" and "exited with code 3" in b["failure_reason"]
+    assert h.row("b")["started"] >= h.row("a")["started"]
+    assert h.sched.idle()
+
+
+def test_a_name_runs_once_and_a_repeated_request_is_not_a_second_job(h: Harness) -> None:
+    first = h.submit("x", "sleep 5", request_id="r1")
+    again = h.sched.handle(
+        {"op": "submit", "experiment": "e", "name": "x", "node_count": 1, "request_id": "r1"}
+    )
+    assert again == {"ok": True, "id": first["id"], "repeated": True}
+    with pytest.raises(RequestError) as err:
+        h.sched.handle({"op": "submit", "experiment": "e", "name": "x", "node_count": 1, "request_id": "r2"})
+    assert err.value.code == "exists"
+    with pytest.raises(RequestError) as bad:
+        h.sched.handle({"op": "submit", "experiment": "e", "name": "../x", "node_count": 1})
+    assert bad.value.code == "invalid"
+    with pytest.raises(RequestError) as big:
+        h.sched.handle({"op": "submit", "experiment": "e", "name": "y", "node_count": 3})
+    assert big.value.code == "capacity"
+
+
+def test_terminate_queued_and_running_jobs(h: Harness) -> None:
+    h.submit("run", "sleep 60", nodes=2)
+    h.submit("wait", "true")
+    h.pump(lambda: h.row("run")["phase"] == "running" and procs.tagged_pids(h.row("run")["tag"]) != [])
+    assert h.sched.handle({"op": "terminate", "experiment": "e", "name": "wait"})["found"]
+    assert h.status("wait")["state"] == "terminated"
+    h.sched.handle({"op": "terminate", "experiment": "e", "name": "run"})
+    h.pump(h.ended("run"))
+    assert h.status("run")["state"] == "terminated"
+    assert procs.tagged_pids(h.row("run")["tag"]) == []
+    assert h.sched.handle({"op": "terminate", "experiment": "e", "name": "gone"}) == {
+        "ok": True,
+        "found": False,
+    }
+
+
+def test_wall_clock_limit_ends_the_job(h: Harness) -> None:
+    h.submit("slow", "sleep 60", max_wall_clock_seconds=0.5)
+    h.pump(h.ended("slow"))
+    status = h.status("slow")
+    assert status["state"] == "failed" and "maxWallClockTime of 0.5s exceeded" in status["failure_reason"]
+    assert procs.tagged_pids(h.row("slow")["tag"]) == []
+
+
+def test_a_killed_launcher_fails_the_job_and_its_processes_are_ended(h: Harness) -> None:
+    h.submit("lost", "sleep 60")
+    h.pump(lambda: h.row("lost")["phase"] == "running" and len(procs.tagged_pids(h.row("lost")["tag"])) >= 3)
+    os.kill(h.row("lost")["launcher_pid"], signal.SIGKILL)
+    h.pump(h.ended("lost"))
+    assert "launcher was killed by signal 9" in h.status("lost")["failure_reason"]
+    assert procs.tagged_pids(h.row("lost")["tag"]) == []
+
+
+def test_an_unwritable_share_keeps_the_outcome_until_it_can_be_written(h: Harness) -> None:
+    h.submit("late", "sleep 0.3; exit 7")
+    h.pump(lambda: h.row("late")["phase"] == "running")
+    hidden = h.job_dir("late").with_name("late.away")
+    h.job_dir("late").rename(hidden)  # the share loses the job's folder: every write there fails
+    h.pump(lambda: h.row("late")["state"] == "failed")
+    assert h.row("late")["published"] == 0 and not h.sched.idle()
+    hidden.rename(h.job_dir("late"))
+    h.pump(lambda: h.row("late")["published"] == 1)
+    status = h.status("late")
+    assert status["state"] == "failed" and status["exit_code"] == 7
+
+
+def test_a_restarted_scheduler_adopts_a_running_launcher(h: Harness) -> None:
+    h.submit("long", "sleep 1")
+    h.pump(lambda: h.row("long")["phase"] == "running")
+    h.sched.db.close()
+    h.sched = Scheduler(str(h.state))  # the old one is gone; its launcher is not its child any more
+    h.sched.adopt()
+    h.pump(h.ended("long"), timeout=30)
+    assert h.status("long")["state"] == "succeeded"
+
+
+def test_a_new_database_rebuilds_the_queue_from_the_share(tmp_path: Path) -> None:
+    first = Harness(tmp_path / "one")
+    first.stage("q1", "true")
+    (first.job_dir("q1") / "job.json").write_text(json.dumps({"spec": {"cluster": "c", "node_count": 1}}))
+    first.stage("r1", "true")
+    (first.job_dir("r1") / "job.json").write_text(json.dumps({"spec": {"cluster": "c", "node_count": 1}}))
+    (first.job_dir("r1") / "status.json").write_text(json.dumps({"state": "running", "nodes": ["n0"]}))
+    (first.state / "sched.db").unlink()  # the head node was replaced: its local state is gone
+    rebuilt = Scheduler(str(first.state))
+    assert rebuilt.rebuilt == 2
+    first.sched = rebuilt
+    first.pump(lambda: first.ended("q1")() and first.ended("r1")())
+    assert first.status("q1")["state"] == "succeeded"
+    r1 = first.status("r1")
+    assert r1["state"] == "failed" and "lost with the cluster's head node" in r1["failure_reason"]
