@@ -12,11 +12,11 @@ import pytest
 from sshd import DEAD_ADDRESS, NODE_ADDRESSES, SSHNode, SSHNodes, keygen
 
 from _helpers import pid_alive
+from batchai_sdk.backends.ssh.share import SFTPShare
 from batchai_sdk.exceptions import BatchAIError, NodeError, NotFoundError, ShareError
 from batchai_sdk.exceptions import TimeoutError as BatchAITimeout
 from batchai_sdk.remote.base import run_on_all
 from batchai_sdk.remote.host_keys import HostKeyStore
-from batchai_sdk.backends.ssh.share import SFTPShare
 from batchai_sdk.remote.ssh import SSHError, SSHRunner
 
 pytestmark = pytest.mark.ssh
