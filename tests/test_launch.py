@@ -111,8 +111,8 @@ def test_node_command_quotes_every_part() -> None:
     cmd = node_command(
         "/opt/py thon", "/mnt/share/x y/__main__.py", "ctl", "/tmp/s d", env={"PATH": "/a b:/usr/bin"}
     )
-    assert cmd == "env 'PATH=/a b:/usr/bin' '/opt/py thon' '/mnt/share/x y/__main__.py' ctl '/tmp/s d'"
-    assert node_command("python3", "/m.py", "reap", "x; rm -rf /") == "python3 /m.py reap 'x; rm -rf /'"
+    assert cmd == "env 'PATH=/a b:/usr/bin' '/opt/py thon' -S '/mnt/share/x y/__main__.py' ctl '/tmp/s d'"
+    assert node_command("python3", "/m.py", "reap", "x; rm -rf /") == "python3 -S /m.py reap 'x; rm -rf /'"
 
 
 def test_share_relative_paths() -> None:

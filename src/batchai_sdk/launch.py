@@ -261,14 +261,17 @@ def launch_config(
             processes=sum(ranks),
             hostfile=hostfile,
             export=export,
-            rank_command=[python, node_main, "rank", config_path],
+            rank_command=[python, "-S", node_main, "rank", config_path],
         ),
     }
 
 
 def node_command(python: str, node_main: str, *args: str, env: Mapping[str, str] | None = None) -> str:
-    """The shell command that runs the node code (``python node_main ARGS``), every part quoted."""
+    """The shell command that runs the node code (``python -S node_main ARGS``), every part quoted.
+
+    ``-S``: the node code needs only the standard library, and starts in half the time without site.
+    """
     prefix = ""
     if env:
         prefix = "env " + " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(env.items())) + " "
-    return prefix + " ".join(shlex.quote(a) for a in (python, node_main, *args))
+    return prefix + " ".join(shlex.quote(a) for a in (python, "-S", node_main, *args))

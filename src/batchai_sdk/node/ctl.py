@@ -42,7 +42,7 @@ def start_scheduler(state_dir: str, node_main: str) -> subprocess.Popen[bytes]:
     log = open(os.path.join(state_dir, "scheduler.log"), "ab")  # noqa: SIM115 - handed to the daemon
     with log:
         return subprocess.Popen(
-            [sys.executable, node_main, "scheduler", state_dir],
+            [sys.executable, "-S", node_main, "scheduler", state_dir],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,

@@ -27,6 +27,7 @@ from .common import (
     try_append,
     write_json_atomic,
 )
+from .rank import run_prep
 
 POLL = 0.2
 TERM_GRACE = 10.0
@@ -66,10 +67,15 @@ class Launcher:
         firsts: dict[str, dict[str, Any]] = {}
         for node in self.nodes:
             firsts.setdefault(node["machine"], node)
-        me = [self.cfg["python"], self.assignment["node_main"], "prep", self.config_path]
+        me = [self.cfg["python"], "-S", self.assignment["node_main"], "prep", self.config_path]
         secrets = json.dumps(self.secrets).encode()
 
         def one(node: dict[str, Any]) -> tuple[str, int, str]:
+            if self.cfg.get("ssh_command") is None:  # every node is this machine: no process to start
+                try:
+                    return node["id"], run_prep(self.config_path, node["id"], self.secrets), ""
+                except OSError as exc:
+                    return node["id"], 1, str(exc)
             argv = self.node_command(node, [*me, node["id"]])
             proc = subprocess.Popen(
                 argv,
@@ -109,7 +115,7 @@ class Launcher:
 
     def launch_argv(self) -> list[str]:
         if self.cfg["toolkit"] == "custom":
-            return [self.cfg["python"], self.assignment["node_main"], "rank", self.config_path]
+            return [self.cfg["python"], "-S", self.assignment["node_main"], "rank", self.config_path]
         return list(self.cfg["mpirun_argv"])
 
     def run_ranks(self) -> tuple[int | None, str | None]:
@@ -140,12 +146,16 @@ class Launcher:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
-            while self.proc.poll() is None:
+            while True:
+                try:
+                    code = self.proc.wait(timeout=0.02)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
                 if self.stopping is not None:
                     self.stop_ranks()
+                    code = self.proc.wait()
                     break
-                time.sleep(POLL)
-            code = self.proc.wait()
         return code, self.explain(code)
 
     def stop_ranks(self) -> None:

@@ -20,6 +20,7 @@ import json
 import os
 import re
 import selectors
+import shlex
 import signal
 import socket
 import sqlite3
@@ -306,7 +307,7 @@ class Scheduler:
         try:
             with open(os.path.join(job_dir, "launcher.log"), "ab") as out:
                 proc = subprocess.Popen(
-                    [self.cfg["python"], self.cfg["node_main"], "launch", job_dir],
+                    [self.cfg["python"], "-S", self.cfg["node_main"], "launch", job_dir],
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=out,
@@ -391,6 +392,9 @@ class Scheduler:
             exit_code=result.get("exit_code"),
             reason=json.dumps([state, reason]),
         )
+        if self.cfg.get("ssh_command") is None and row["tag"] and not procs.tagged_pids(row["tag"]):
+            self.finish(self.rows("id = ?", job_id)[0], state, result.get("exit_code"), reason)
+            return  # nothing of it is left on this machine: its nodes are free at once
         self.cleaning[job_id] = self.pool.submit(self.clean_nodes, row["tag"], json.loads(row["nodes"]))
 
     def clean_nodes(self, tag: str, node_ids: list[str]) -> int:
@@ -405,7 +409,7 @@ class Scheduler:
             argv = [
                 *self.cfg["ssh_command"],
                 address,
-                " ".join([self.cfg["python"], self.cfg["node_main"], "reap", tag]),
+                shlex.join([self.cfg["python"], "-S", self.cfg["node_main"], "reap", tag]),
             ]
             try:
                 res = subprocess.run(argv, capture_output=True, timeout=60, check=False)
