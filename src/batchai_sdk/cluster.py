@@ -16,8 +16,7 @@ from ._models import (
     validate_node_target,
 )
 from .backends.base import ClusterStatus
-from .exceptions import ClusterBusyError, NotFoundError
-from .exceptions import TimeoutError as BatchAITimeout
+from .exceptions import BatchAITimeoutError, ClusterBusyError, NotFoundError
 
 if TYPE_CHECKING:
     from .job import Job
@@ -140,7 +139,7 @@ class Cluster:
                 if self._state_of(st) is ClusterState.STEADY:
                     break
                 if deadline is not None and time.monotonic() > deadline:
-                    raise BatchAITimeout(f"cluster {self.name!r} to become steady", timeout or 0)
+                    raise BatchAITimeoutError(f"cluster {self.name!r} to become steady", timeout or 0)
                 counts = count_nodes(list(self.node_states(st).values()))
                 update(f"resizing to {self._spec.nodes} node(s): {counts}")
                 time.sleep(poll_interval)

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 from . import _layout as layout
 from ._models import ExperimentSpec, JobSpec, Toolkit
 from .exceptions import AlreadyExistsError, NotFoundError
+from .job import Job
 
 if TYPE_CHECKING:
     from .cluster import Cluster
-    from .job import Job
     from .workspace import Workspace
 
 
@@ -86,8 +86,6 @@ class Experiment:
 
     def job_from_spec(self, spec: JobSpec) -> Job:
         """A Job for ``spec`` (checked against the workspace: cluster, capacity, name, script)."""
-        from .job import Job
-
         if spec.experiment != self.name:
             spec = spec.replace(experiment=self.name)
         if self.workspace.share.exists(layout.job_record(self.name, spec.name)):
@@ -97,13 +95,9 @@ class Experiment:
         return job
 
     def get_job(self, name: str) -> Job:
-        from .job import Job
-
         return Job.attach(self, name)
 
     def list_jobs(self) -> list[Job]:
-        from .job import Job
-
         try:
             entries = self.workspace.share.list(layout.jobs_dir(self.name))
         except NotFoundError:
@@ -118,8 +112,13 @@ class Experiment:
         return jobs
 
     def delete_job(self, name: str, *, force: bool = False) -> None:
-        """Delete a job's records and logs. A job that has not ended is refused unless ``force``."""
-        self.get_job(name).delete(force=force)
+        """Delete a job's records and logs. A job that has not ended is refused unless ``force``. No error
+        if already gone."""
+        try:
+            job = self.get_job(name)
+        except NotFoundError:
+            return
+        job.delete(force=force)
 
     def to_dict(self) -> dict[str, Any]:
         return {

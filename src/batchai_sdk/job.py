@@ -32,6 +32,7 @@ from .backends.head_scheduler import ensure_node_code
 from .exceptions import (
     AlreadyExistsError,
     BatchAIError,
+    BatchAITimeoutError,
     CapacityError,
     JobFailedError,
     NodeError,
@@ -39,7 +40,6 @@ from .exceptions import (
     ShareError,
     ValidationError,
 )
-from .exceptions import TimeoutError as BatchAITimeout
 from .launch import JobPaths, launch_config, on_node, share_relative
 from .share import join
 
@@ -51,6 +51,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("batchai_sdk")
 
 STDOUTERR = "stdouterr"
+STALE_AFTER = 30.0  # seconds without a refreshed record after which wait() checks on the scheduler
+
+
+def _stale(status: JobStatus) -> bool:
+    beat = status.heartbeat or status.creation_time
+    return beat is not None and (utcnow() - beat).total_seconds() > STALE_AFTER
 
 
 def resolve_local_script(script: str) -> Path | None:
@@ -350,18 +356,32 @@ class Job:
             for line in self.stream(name, follow=True, poll_interval=poll_interval, timeout=timeout):
                 print(line, file=stream)
         started = time.monotonic()
+        next_check = started + STALE_AFTER
         with _progress.status(f"job {self.name}", False if show_output else show_progress) as update:
             while True:
                 status = self.status
                 if status.state.ended:
                     break
                 if deadline is not None and time.monotonic() > deadline:
-                    raise BatchAITimeout(f"job {self.name!r} to end (state {status.state})", timeout or 0)
+                    raise BatchAITimeoutError(
+                        f"job {self.name!r} to end (state {status.state})", timeout or 0
+                    )
+                if time.monotonic() > next_check and _stale(status):
+                    self._revive_scheduler()
+                    next_check = time.monotonic() + STALE_AFTER
                 update(f"{status.state} for {time.monotonic() - started:.0f}s")
                 time.sleep(poll_interval)
         if raise_on_failure and status.state is not JobState.SUCCEEDED:
             raise JobFailedError(self.name, status.state.value, status.exit_code, status.failure_reason)
         return status.state
+
+    def _revive_scheduler(self) -> None:
+        """The job's records stopped being refreshed: start its cluster's scheduler again if it died (it
+        then picks the job up, or records how it ended)."""
+        try:
+            self._scheduler().ensure_running()
+        except BatchAIError as exc:
+            log.warning("could not reach the scheduler of cluster %s: %s", self.spec.cluster, exc)
 
     def terminate(self, *, timeout: float | None = 60, wait: bool = True) -> JobState:
         """Stop the job, queued or running: the cluster's scheduler signals every process of it on every
@@ -504,7 +524,7 @@ class Job:
                     yield pending.decode("utf-8", errors="replace").rstrip("\r")
                 return
             if deadline is not None and time.monotonic() > deadline:
-                raise BatchAITimeout(f"job {self.name!r} file {name!r}", timeout or 0)
+                raise BatchAITimeoutError(f"job {self.name!r} file {name!r}", timeout or 0)
             time.sleep(poll_interval)
 
     def tail(self, name: str = "stdout.txt", lines: int = 20, *, directory: str | None = None) -> list[str]:

@@ -174,8 +174,12 @@ class Workspace:
         ]
 
     def delete_experiment(self, name: str, *, force: bool = False) -> None:
-        """Delete an experiment and its jobs; refused while one has not ended unless ``force``."""
-        exp = self.get_experiment(name)
+        """Delete an experiment and its jobs; refused while one has not ended unless ``force``. No error if
+        already gone."""
+        try:
+            exp = self.get_experiment(name)
+        except NotFoundError:
+            return
         jobs = exp.list_jobs()
         for job in jobs:
             if not job.state.ended and not force:

@@ -13,8 +13,7 @@ from sshd import DEAD_ADDRESS, NODE_ADDRESSES, SSHNode, SSHNodes, keygen
 
 from _helpers import pid_alive
 from batchai_sdk.backends.ssh.share import SFTPShare
-from batchai_sdk.exceptions import BatchAIError, NodeError, NotFoundError, ShareError
-from batchai_sdk.exceptions import TimeoutError as BatchAITimeout
+from batchai_sdk.exceptions import BatchAIError, BatchAITimeoutError, NodeError, NotFoundError, ShareError
 from batchai_sdk.remote.base import run_on_all
 from batchai_sdk.remote.host_keys import HostKeyStore
 from batchai_sdk.remote.ssh import SSHError, SSHRunner
@@ -60,7 +59,7 @@ def test_timeout_kills_the_command_and_raises(make_runner: MakeRunner, tmp_path:
     runner = make_runner()
     pid_file = tmp_path / "pid"
     start = time.monotonic()
-    with pytest.raises(BatchAITimeout) as err:
+    with pytest.raises(BatchAITimeoutError) as err:
         runner.run(f"echo $$ > {pid_file}; sleep 30 & wait", timeout=1)
     assert time.monotonic() - start < 5
     assert isinstance(err.value, builtins.TimeoutError) and isinstance(err.value, BatchAIError)

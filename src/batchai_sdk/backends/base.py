@@ -112,6 +112,9 @@ class ClusterScheduler(ABC):
     def assignments(self) -> Mapping[str, Assignment]:
         """node id → the job holding it (nodes absent are free)."""
 
+    def ensure_running(self) -> None:  # noqa: B027 - Slurm's daemons are not ours to start
+        """Start the scheduler again if it died (it then resumes its queue)."""
+
     def refresh(self, experiment: str, name: str) -> object:
         """Bring the job's status record up to date where the scheduler does not publish it by itself."""
         return None

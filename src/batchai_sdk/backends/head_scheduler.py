@@ -134,9 +134,9 @@ class HeadNodeScheduler(ClusterScheduler):
         reply = self.call({"op": "terminate", "experiment": experiment, "name": name}, timeout=timeout)
         return bool(reply.get("found"))
 
-    def ping(self, *, timeout: float | None = None) -> None:
+    def ensure_running(self) -> None:
         """Make sure the scheduler runs (restarting it if it died) and knows the cluster's nodes."""
-        self.call({"op": "ping"}, timeout=timeout)
+        self.call({"op": "ping"})
 
     def update_nodes(self, nodes: tuple[Node, ...], *, timeout: float | None = None) -> None:
         self._nodes = nodes

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from ..exceptions import TimeoutError as BatchAITimeout
+from ..exceptions import BatchAITimeoutError
 from .base import CommandResult, Runner
 
 
@@ -26,7 +26,7 @@ class LocalRunner(Runner):
                 check=False,
             )
         except subprocess.TimeoutExpired:
-            raise BatchAITimeout(f"command on {self.node}", timeout or 0) from None
+            raise BatchAITimeoutError(f"command on {self.node}", timeout or 0) from None
         return CommandResult(self.node, proc.returncode, proc.stdout, proc.stderr)
 
     def start_detached(self, command: str, *, log_path: str) -> None:

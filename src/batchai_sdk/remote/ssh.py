@@ -22,8 +22,7 @@ from typing import Any
 import paramiko
 import tenacity
 
-from ..exceptions import BackendError, HostKeyError, SSHError
-from ..exceptions import TimeoutError as BatchAITimeout
+from ..exceptions import BackendError, BatchAITimeoutError, HostKeyError, SSHError
 from .base import CommandResult, Runner
 from .host_keys import HostKeyStore, changed_key_error, fingerprint, known_hosts_name
 
@@ -225,7 +224,7 @@ class SSHRunner(Runner):
             channel.close()
         if code is None:
             self._kill_group(pid)
-            raise BatchAITimeout(f"command on {self.node}", timeout or 0)
+            raise BatchAITimeoutError(f"command on {self.node}", timeout or 0)
         return CommandResult(self.node, code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
 
     def _collect(
