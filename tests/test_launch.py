@@ -5,16 +5,15 @@ from __future__ import annotations
 import pytest
 
 from batchai_sdk import JobSpec, ValidationError
+from batchai_sdk._layout import JobPaths, share_relative
 from batchai_sdk._models import Node
 from batchai_sdk.backends.base import LaunchTarget
 from batchai_sdk.launch import (
-    JobPaths,
     job_environment,
     launch_config,
     mpirun_argv,
     node_command,
     ranks_per_node,
-    share_relative,
 )
 from batchai_sdk.node.common import hostfile_text, rank_node_ids
 

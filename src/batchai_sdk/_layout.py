@@ -20,8 +20,16 @@ the same nesting Batch AI used under stdOutErrPathPrefix.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
 from .exceptions import ValidationError
 from .share import join, normalize
+
+if TYPE_CHECKING:
+    from ._models import JobSpec
 
 META = ".batchai"
 STDOUTERR = "stdouterr"
@@ -105,3 +113,93 @@ def require_job_path(path: str, experiment: str, job: str) -> str:
     if not rel or ".." in parts or not inside:
         raise ValidationError("path", path, f"a folder of job {experiment}/{job}")
     return rel
+
+
+_VAR = r"\$(?:\{%s\}|%s\b)"
+
+
+def share_relative(path: str, *, mount_path: str | None, share_name: str) -> str | None:
+    """The share-relative form of a node path written with Batch AI's variables, or None if not on the share.
+
+    ``$AZ_BATCHAI_JOB_MOUNT_ROOT/<mount_path>/x`` (or ``$AZ_BATCHAI_JOB_MOUNT_ROOT/x`` when the job
+    mounts the share at its job mount root) and ``$AZ_BATCHAI_MOUNT_ROOT/<share>/x`` are on the share.
+    """
+    job_root = re.compile("^" + _VAR % ("AZ_BATCHAI_JOB_MOUNT_ROOT", "AZ_BATCHAI_JOB_MOUNT_ROOT") + "(/.*)?$")
+    mount_root = re.compile("^" + _VAR % ("AZ_BATCHAI_MOUNT_ROOT", "AZ_BATCHAI_MOUNT_ROOT") + "(/.*)?$")
+    m = job_root.match(path)
+    if m:
+        rest = (m.group(1) or "").lstrip("/")
+        if mount_path:
+            head, _, tail = rest.partition("/")
+            if head != mount_path.strip("/"):
+                return None
+            rest = tail
+        return normalize(rest)
+    m = mount_root.match(path)
+    if m:
+        head, _, tail = (m.group(1) or "").lstrip("/").partition("/")
+        return normalize(tail) if head == share_name else None
+    return None
+
+
+def require_share_relative(path: str, field: str, *, mount_path: str | None, share_name: str) -> str:
+    rel = share_relative(path, mount_path=mount_path, share_name=share_name)
+    if rel is None:
+        where = f"$AZ_BATCHAI_JOB_MOUNT_ROOT/{mount_path}" if mount_path else "$AZ_BATCHAI_JOB_MOUNT_ROOT"
+        raise ValidationError(field, path, f"a path on the workspace share, starting with {where}/")
+    return rel
+
+
+@dataclass(frozen=True)
+class JobPaths:
+    """Share-relative paths of one job (see _layout)."""
+
+    job_dir: str
+    record: str
+    status: str
+    wd: str
+    run_dir: str
+    stdouterr: str
+    prefix: str | None
+    outputs: Mapping[str, str]
+
+    @classmethod
+    def for_spec(cls, spec: JobSpec, share_name: str) -> JobPaths:
+        prefix = (
+            require_share_relative(
+                spec.std_out_err_path_prefix,
+                "std_out_err_path_prefix",
+                mount_path=spec.mount_path,
+                share_name=share_name,
+            )
+            if spec.std_out_err_path_prefix
+            else None
+        )
+        outputs = {}
+        for out_id, path_prefix in spec.output_directories.items():
+            base = require_share_relative(
+                path_prefix, f"output_directories.{out_id}", mount_path=spec.mount_path, share_name=share_name
+            )
+            outputs[out_id] = output_dir(base or None, spec.experiment, spec.name, out_id)
+        return cls(
+            job_dir=job_dir(spec.experiment, spec.name),
+            record=job_record(spec.experiment, spec.name),
+            status=status_record(spec.experiment, spec.name),
+            wd=job_wd(spec.experiment, spec.name),
+            run_dir=job_run_dir(spec.experiment, spec.name),
+            stdouterr=stdouterr_dir(prefix, spec.experiment, spec.name),
+            prefix=prefix,
+            outputs=outputs,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job_dir": self.job_dir,
+            "record": self.record,
+            "status": self.status,
+            "wd": self.wd,
+            "run_dir": self.run_dir,
+            "stdouterr": self.stdouterr,
+            "prefix": self.prefix,
+            "outputs": dict(self.outputs),
+        }

@@ -16,6 +16,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from . import _layout as layout
 from . import _progress
+from ._layout import JobPaths, share_relative
 from ._models import (
     JobSpec,
     JobState,
@@ -40,7 +41,7 @@ from .exceptions import (
     ShareError,
     ValidationError,
 )
-from .launch import JobPaths, launch_config, on_node, share_relative
+from .launch import launch_config, on_node
 from .share import join
 
 if TYPE_CHECKING:

@@ -6,26 +6,21 @@ tested on its exact output.
 from __future__ import annotations
 
 import posixpath
-import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from . import _layout as layout
+from ._layout import JobPaths
 from ._models import JobSpec
 from .backends.base import LaunchTarget
-from .exceptions import ValidationError
-from .share import normalize
 
 __all__ = [
-    "JobPaths",
     "job_environment",
     "launch_config",
     "mpirun_argv",
     "node_command",
+    "on_node",
     "ranks_per_node",
-    "share_relative",
 ]
 
 ALWAYS_EXPORTED = (
@@ -43,96 +38,6 @@ def ranks_per_node(node_count: int, process_count: int | None) -> list[int]:
     total = node_count if process_count is None else process_count
     base, extra = divmod(total, node_count)
     return [base + (1 if i < extra else 0) for i in range(node_count)]
-
-
-_VAR = r"\$(?:\{%s\}|%s\b)"
-
-
-def share_relative(path: str, *, mount_path: str | None, share_name: str) -> str | None:
-    """The share-relative form of a node path written with Batch AI's variables, or None if not on the share.
-
-    ``$AZ_BATCHAI_JOB_MOUNT_ROOT/<mount_path>/x`` (or ``$AZ_BATCHAI_JOB_MOUNT_ROOT/x`` when the job
-    mounts the share at its job mount root) and ``$AZ_BATCHAI_MOUNT_ROOT/<share>/x`` are on the share.
-    """
-    job_root = re.compile("^" + _VAR % ("AZ_BATCHAI_JOB_MOUNT_ROOT", "AZ_BATCHAI_JOB_MOUNT_ROOT") + "(/.*)?$")
-    mount_root = re.compile("^" + _VAR % ("AZ_BATCHAI_MOUNT_ROOT", "AZ_BATCHAI_MOUNT_ROOT") + "(/.*)?$")
-    m = job_root.match(path)
-    if m:
-        rest = (m.group(1) or "").lstrip("/")
-        if mount_path:
-            head, _, tail = rest.partition("/")
-            if head != mount_path.strip("/"):
-                return None
-            rest = tail
-        return normalize(rest)
-    m = mount_root.match(path)
-    if m:
-        head, _, tail = (m.group(1) or "").lstrip("/").partition("/")
-        return normalize(tail) if head == share_name else None
-    return None
-
-
-def require_share_relative(path: str, field: str, *, mount_path: str | None, share_name: str) -> str:
-    rel = share_relative(path, mount_path=mount_path, share_name=share_name)
-    if rel is None:
-        where = f"$AZ_BATCHAI_JOB_MOUNT_ROOT/{mount_path}" if mount_path else "$AZ_BATCHAI_JOB_MOUNT_ROOT"
-        raise ValidationError(field, path, f"a path on the workspace share, starting with {where}/")
-    return rel
-
-
-@dataclass(frozen=True)
-class JobPaths:
-    """Share-relative paths of one job (see _layout)."""
-
-    job_dir: str
-    record: str
-    status: str
-    wd: str
-    run_dir: str
-    stdouterr: str
-    prefix: str | None
-    outputs: Mapping[str, str]
-
-    @classmethod
-    def for_spec(cls, spec: JobSpec, share_name: str) -> JobPaths:
-        prefix = (
-            require_share_relative(
-                spec.std_out_err_path_prefix,
-                "std_out_err_path_prefix",
-                mount_path=spec.mount_path,
-                share_name=share_name,
-            )
-            if spec.std_out_err_path_prefix
-            else None
-        )
-        outputs = {}
-        for out_id, path_prefix in spec.output_directories.items():
-            base = require_share_relative(
-                path_prefix, f"output_directories.{out_id}", mount_path=spec.mount_path, share_name=share_name
-            )
-            outputs[out_id] = layout.output_dir(base or None, spec.experiment, spec.name, out_id)
-        return cls(
-            job_dir=layout.job_dir(spec.experiment, spec.name),
-            record=layout.job_record(spec.experiment, spec.name),
-            status=layout.status_record(spec.experiment, spec.name),
-            wd=layout.job_wd(spec.experiment, spec.name),
-            run_dir=layout.job_run_dir(spec.experiment, spec.name),
-            stdouterr=layout.stdouterr_dir(prefix, spec.experiment, spec.name),
-            prefix=prefix,
-            outputs=outputs,
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "job_dir": self.job_dir,
-            "record": self.record,
-            "status": self.status,
-            "wd": self.wd,
-            "run_dir": self.run_dir,
-            "stdouterr": self.stdouterr,
-            "prefix": self.prefix,
-            "outputs": dict(self.outputs),
-        }
 
 
 def on_node(target: LaunchTarget, share_path: str) -> str:

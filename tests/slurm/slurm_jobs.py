@@ -11,10 +11,11 @@ import textwrap
 import time
 from typing import Any
 
+from batchai_sdk._layout import JobPaths
 from batchai_sdk._models import ClusterSpec, JobSpec, JobStatus, heartbeat_timeout, utcnow
 from batchai_sdk.backends.base import JobRequest
 from batchai_sdk.backends.slurm import SlurmBackend, SlurmScheduler
-from batchai_sdk.launch import JobPaths, launch_config, on_node
+from batchai_sdk.launch import launch_config, on_node
 from batchai_sdk.share import join
 from batchai_sdk.workspace import Workspace
 
