@@ -25,7 +25,7 @@ Script = Callable[[str, str], Path]
 
 # A custom-toolkit job that records which nodes the scheduler gave it and when it ran there.
 RECORD = (
-    "python3 -c \"import json,os,time; s=time.time(); time.sleep({secs}); "
+    'python3 -c "import json,os,time; s=time.time(); time.sleep({secs}); '
     "open(os.path.join('{out}', '{name}.json'),'w').write(json.dumps("
     "{{'job':'{name}','nodes':os.environ['BATCHAI_JOB_NODES'].split(','),'start':s,'end':time.time()}}))\""
 )
@@ -134,9 +134,13 @@ def _job_pids(job_dir: Path) -> tuple[int, str]:
 
 def _start_sleeper(ws: Workspace, script: Script, tmp_path: Path, name: str) -> tuple[object, int, str]:
     exp = ws.get_experiment("e") if ws.list_experiments() else ws.create_experiment("e")
-    cluster = ws.get_cluster("c") if ws.list_clusters() else ws.create_cluster("c", vm_size="Standard_NC6", nodes=1)
+    cluster = (
+        ws.get_cluster("c") if ws.list_clusters() else ws.create_cluster("c", vm_size="Standard_NC6", nodes=1)
+    )
     path = script("sleepy.py", SLEEPER)
-    job = exp.create_job(name, cluster=cluster, python_script=str(path), args=[str(tmp_path / "pid")]).submit()
+    job = exp.create_job(
+        name, cluster=cluster, python_script=str(path), args=[str(tmp_path / "pid")]
+    ).submit()
     wait_for(lambda: (tmp_path / "pid").exists() and job.tail() == ["up"], what="the job to run")
     pid, tag = _job_pids(tmp_path)
     return job, pid, tag
@@ -176,7 +180,9 @@ def test_killing_a_rank_wrapper_stops_its_script_and_names_that_rank(
     assert not pid_alive(pid) and procs.tagged_pids(tag) == []
 
 
-def test_terminate_ends_every_process_and_frees_the_node(ws: Workspace, script: Script, tmp_path: Path) -> None:
+def test_terminate_ends_every_process_and_frees_the_node(
+    ws: Workspace, script: Script, tmp_path: Path
+) -> None:
     job, pid, tag = _start_sleeper(ws, script, tmp_path, "stopme")
     assert job.terminate(timeout=60) is JobState.TERMINATED  # type: ignore[attr-defined]
     assert not pid_alive(pid) and procs.tagged_pids(tag) == []
@@ -191,7 +197,8 @@ def test_a_killed_scheduler_is_restarted_and_picks_its_running_job_up_again(
     sched = [
         p
         for p in os.listdir("/proc")
-        if p.isdigit() and Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[2:4] == [b"scheduler", bytes(state)]
+        if p.isdigit()
+        and Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[2:4] == [b"scheduler", bytes(state)]
     ]
     assert len(sched) == 1
     os.kill(int(sched[0]), signal.SIGKILL)
@@ -200,3 +207,28 @@ def test_a_killed_scheduler_is_restarted_and_picks_its_running_job_up_again(
     assert job.terminate(timeout=60) is JobState.TERMINATED  # type: ignore[attr-defined]
     assert not pid_alive(pid)
     assert queued.wait(timeout=60) is JobState.SUCCEEDED
+
+
+def test_resize_fails_queued_jobs_that_no_longer_fit_and_nonsense_is_refused(ws: Workspace) -> None:
+    from batchai_sdk import ValidationError
+
+    exp = ws.create_experiment("e")
+    cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=2)
+    hold = exp.create_job("hold", cluster=cluster, node_count=2, command_line="sleep 60").submit()
+    wide = exp.create_job("wide", cluster=cluster, node_count=2, command_line="true").submit()
+    narrow = exp.create_job("narrow", cluster=cluster, node_count=1, command_line="true").submit()
+    wait_for(lambda: hold.state is JobState.RUNNING, what="the first job to run")
+    cluster.resize(1)
+    assert wide.wait(timeout=30) is JobState.FAILED
+    assert "resized to 1 node(s)" in (wide.status.failure_reason or "")
+    assert narrow.state is JobState.QUEUED  # it still fits: it waits for the node
+    hold.terminate()
+    assert narrow.wait(timeout=60) is JobState.SUCCEEDED
+    for bad in (
+        {"max_wall_clock_time": float("inf")},
+        {"max_wall_clock_time": -1},
+        {"process_count": 0},
+        {"mount_path": "../x"},
+    ):
+        with pytest.raises(ValidationError):
+            exp.create_job("bad", cluster=cluster, command_line="true", **bad)  # type: ignore[arg-type]

@@ -304,8 +304,19 @@ class JobSpec:
             for key in dirs:
                 if not OUTPUT_ID_RE.fullmatch(str(key)):
                     raise ValidationError(kind, key, "ids of 1-32 letters, digits and '_'")
-        if self.max_wall_clock_seconds is not None and not self.max_wall_clock_seconds > 0:
-            raise ValidationError("max_wall_clock_seconds", self.max_wall_clock_seconds, "a number > 0")
+        wall = self.max_wall_clock_seconds
+        if wall is not None and (
+            isinstance(wall, bool) or not isinstance(wall, int | float) or not 0 < wall < float("inf")
+        ):
+            raise ValidationError("max_wall_clock_seconds", wall, "a finite number of seconds > 0")
+        if self.mount_path is not None and (
+            not self.mount_path.strip("/")
+            or ".." in self.mount_path.split("/")
+            or self.mount_path.startswith("/")
+        ):
+            raise ValidationError(
+                "mount_path", self.mount_path, "a folder name under the job's mount root, without '..'"
+            )
 
     def __repr__(self) -> str:
         shown = ", ".join(
