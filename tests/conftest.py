@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,6 +18,26 @@ from batchai_sdk import Workspace
 def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Never touch the real ~/.batchai from a test."""
     monkeypatch.setenv("BATCHAI_HOME", str(tmp_path_factory.mktemp("batchai_home")))
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_processes(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test, end what it left running from its temp folder (a scheduler, a launcher, ranks),
+    so that a failed test does not leave them to the next ones."""
+    yield
+    if "tmp_path" not in request.fixturenames:
+        return
+    root = str(request.getfixturevalue("tmp_path")).encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if root in cmdline:
+            with contextlib.suppress(OSError):
+                os.kill(int(entry), signal.SIGKILL)
 
 
 @pytest.fixture

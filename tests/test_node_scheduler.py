@@ -222,11 +222,12 @@ def test_a_killed_launcher_fails_the_job_and_its_processes_are_ended(h: Harness)
 def test_an_unwritable_share_keeps_the_outcome_until_it_can_be_written(h: Harness) -> None:
     h.submit("late", "sleep 0.3; exit 7")
     h.pump(lambda: h.row("late")["phase"] == "running")
-    hidden = h.job_dir("late").with_name("late.away")
-    h.job_dir("late").rename(hidden)  # the share loses the job's folder: every write there fails
+    experiments = h.share / ".batchai" / "experiments"
+    hidden = experiments.with_name("experiments.away")
+    experiments.rename(hidden)  # the share's folders are unreachable: every write there fails
     h.pump(lambda: h.row("late")["state"] == "failed")
     assert h.row("late")["published"] == 0 and not h.sched.idle()
-    hidden.rename(h.job_dir("late"))
+    hidden.rename(experiments)
     h.pump(lambda: h.row("late")["published"] == 1)
     status = h.status("late")
     assert status["state"] == "failed" and status["exit_code"] == 7
@@ -257,3 +258,13 @@ def test_a_new_database_rebuilds_the_queue_from_the_share(tmp_path: Path) -> Non
     assert first.status("q1")["state"] == "succeeded"
     r1 = first.status("r1")
     assert r1["state"] == "failed" and "lost with the cluster's head node" in r1["failure_reason"]
+
+
+def test_a_job_deleted_from_the_share_is_not_published_for_ever(h: Harness) -> None:
+    import shutil
+
+    h.submit("gone", "sleep 0.3")
+    h.pump(lambda: h.row("gone")["phase"] == "running")
+    shutil.rmtree(h.job_dir("gone"))
+    h.pump(lambda: h.row("gone")["state"] != "running" and h.row("gone")["published"] == 1)
+    assert h.sched.idle()

@@ -461,6 +461,15 @@ class Scheduler:
             doc.update(end_time=row["end_time"], exit_code=row["exit_code"], failure_reason=row["reason"])
         return doc
 
+    def deleted(self, row: sqlite3.Row) -> bool:
+        jobs = os.path.join(self.cfg["meta_root"], "experiments", row["experiment"], "jobs")
+        return os.path.isdir(jobs) and not os.path.exists(self.job_share_dir(row["experiment"], row["name"]))
+
+    def note_publish_error(self, row: sqlite3.Row, path: str, exc: OSError) -> None:
+        if self.publish_errors.get(row["key"]) != str(exc):
+            self.log(f"cannot write {path} yet ({exc}); the outcome is kept here and retried")
+            self.publish_errors[row["key"]] = str(exc)
+
     def publish(self) -> None:
         """Write changed job records and node assignments to the share; a failed write is retried later."""
         t = time.time()
@@ -469,10 +478,14 @@ class Scheduler:
             path = os.path.join(self.job_share_dir(row["experiment"], row["name"]), "status.json")
             try:
                 write_json_atomic(path, self.status_doc(row))
+            except FileNotFoundError as exc:
+                if self.deleted(row):  # the job's folder was removed from a share that is there
+                    self.db.execute("UPDATE jobs SET published = 1, beat = ? WHERE id = ?", (t, row["id"]))
+                    continue
+                self.note_publish_error(row, path, exc)
+                continue
             except OSError as exc:
-                if self.publish_errors.get(row["key"]) != str(exc):
-                    self.log(f"cannot write {path} yet ({exc}); the outcome is kept here and retried")
-                    self.publish_errors[row["key"]] = str(exc)
+                self.note_publish_error(row, path, exc)
                 continue
             self.publish_errors.pop(row["key"], None)
             self.db.execute("UPDATE jobs SET published = 1, beat = ? WHERE id = ?", (t, row["id"]))
@@ -578,7 +591,13 @@ class Scheduler:
         sel.register(listener, selectors.EVENT_READ)
         signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
         self.adopt()
+        checked = time.monotonic()
         while not self.stopping:
+            if time.monotonic() - checked > 1.0:
+                checked = time.monotonic()
+                if not os.path.exists(os.path.join(self.state_dir, "sched.db")):
+                    self.log("this scheduler's folder was removed: exiting")
+                    break
             for _key, _ in sel.select(timeout=LOOP):
                 self.accept(listener)
             self.watch()
