@@ -21,13 +21,11 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
 
 
 @pytest.fixture(autouse=True)
-def _no_leftover_processes(request: pytest.FixtureRequest) -> Iterator[None]:
+def _no_leftover_processes(tmp_path: Path) -> Iterator[None]:
     """After each test, end what it left running from its temp folder (a scheduler, a launcher, ranks),
     so that a failed test does not leave them to the next ones."""
     yield
-    if "tmp_path" not in request.fixturenames:
-        return
-    root = str(request.getfixturevalue("tmp_path")).encode()
+    root = str(tmp_path).encode()
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
