@@ -215,7 +215,7 @@ def test_job_json_errors_name_the_json_path(tutorial: CLI, tmp_path: Path) -> No
     # nodeCount 4 exceeds the 2-node cluster: the SDK refuses before anything runs
     code, _, err = tutorial(*create, "--storage-account-name", "mystorageaccount")
     assert code == 1
-    assert "node_count 4 exceeds cluster 'nc6cluster'" in one_error_line(err)
+    assert "the job needs 4 node(s) but cluster 'nc6cluster' has 2" in one_error_line(err)
     code, _, err = tutorial(*create[:-2], "--config-file", str(tmp_path / "missing.json"))
     assert code == 1
     assert "not found" in one_error_line(err)

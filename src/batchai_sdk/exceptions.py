@@ -39,12 +39,15 @@ class NotFoundError(BatchAIError, LookupError):
 
 
 class AlreadyExistsError(BatchAIError):
-    def __init__(self, kind: str, name: str, where: str | None = None) -> None:
+    """A name is taken; ``hint`` says the way out (get it, or pass ``exist_ok=True``)."""
+
+    def __init__(self, kind: str, name: str, where: str | None = None, hint: str | None = None) -> None:
         self.kind = kind
         self.name = name
         self.where = where
+        self.hint = hint
         suffix = f" in {where}" if where else ""
-        super().__init__(f"{kind} {name!r} already exists{suffix}")
+        super().__init__(f"{kind} {name!r} already exists{suffix}" + (f": {hint}" if hint else ""))
 
 
 class ClusterBusyError(BatchAIError):
@@ -67,8 +70,8 @@ class CapacityError(BatchAIError):
         self.requested = requested
         self.available = available
         super().__init__(
-            f"node_count {requested} exceeds cluster {cluster!r}'s {available} node(s); "
-            f"resize the cluster or ask for fewer nodes"
+            f"the job needs {requested} node(s) but cluster {cluster!r} has {available}: "
+            f"resize it (cluster.resize({requested})) or ask for fewer nodes"
         )
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import secrets
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from . import _layout as layout
@@ -14,6 +16,15 @@ from .job import Job
 if TYPE_CHECKING:
     from .cluster import Cluster
     from .workspace import Workspace
+
+
+def unique_job_name() -> str:
+    """``job-20261123-101500-3fa2``: the time, in UTC, and 4 random hex digits."""
+    return f"job-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def job_hint(name: str) -> str:
+    return f"attach with experiment.get_job({name!r}), choose another name, or pass exist_ok=True"
 
 
 class Experiment:
@@ -27,7 +38,7 @@ class Experiment:
 
     def create_job(
         self,
-        name: str,
+        name: str | None = None,
         *,
         cluster: Cluster | str,
         node_count: int = 1,
@@ -46,6 +57,7 @@ class Experiment:
         output_directories: Mapping[str, str] | None = None,
         container_image: str | None = None,
         max_wall_clock_time: float | None = None,
+        exist_ok: bool = False,
     ) -> Job:
         """Describe a job (nothing runs until ``Job.submit``).
 
@@ -55,6 +67,12 @@ class Experiment:
         ``secrets`` are environment variables never written to records or logs.
         """
 
+        if name is None:
+            name = unique_job_name()
+        elif exist_ok and self.workspace.share.exists(layout.job_record(self.name, name)):
+            job = Job.attach(self, name)
+            job.reattached = True  # submit() returns it as it is: the script ran this far before
+            return job
         cluster_name = cluster if isinstance(cluster, str) else cluster.name
         env = dict(environment or {})
         env.update(secrets or {})
@@ -89,7 +107,7 @@ class Experiment:
         if spec.experiment != self.name:
             spec = spec.replace(experiment=self.name)
         if self.workspace.share.exists(layout.job_record(self.name, spec.name)):
-            raise AlreadyExistsError("job", spec.name, f"experiment {self.name!r}")
+            raise AlreadyExistsError("job", spec.name, f"experiment {self.name!r}", job_hint(spec.name))
         job = Job(self, spec)
         job.check()
         return job

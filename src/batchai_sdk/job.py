@@ -87,6 +87,7 @@ class Job:
         self.experiment = experiment
         self.workspace = experiment.workspace
         self.spec = spec
+        self.reattached = False  # from create_job(exist_ok=True): submit() leaves it as it is
         self._record = dict(record) if record else None
         # Paths come from the validated names, never from a record's contents.
         self.paths = JobPaths.for_spec(spec, self.workspace.share.name)
@@ -182,6 +183,11 @@ class Job:
         reached, or a share that refuses a write, fail the call and leave nothing behind.
         """
         if self.submitted:
+            if self.reattached:
+                log.info(
+                    "job %s/%s was submitted before: not submitted again", self.experiment.name, self.name
+                )
+                return self
             raise AlreadyExistsError(
                 "job", self.name, f"experiment {self.experiment.name!r} (already submitted)"
             )
@@ -227,8 +233,8 @@ class Job:
             raise AlreadyExistsError(
                 "job",
                 self.name,
-                f"experiment {self.experiment.name!r}; pick another name, or attach to it with "
-                f"experiment.get_job({self.name!r})",
+                f"experiment {self.experiment.name!r}",
+                f"attach with experiment.get_job({self.name!r}), choose another name, or pass exist_ok=True",
             ) from None
         except OSError as exc:
             raise ShareError(

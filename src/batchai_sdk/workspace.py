@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -13,6 +14,8 @@ from .cluster import Cluster
 from .exceptions import AlreadyExistsError, NotFoundError
 from .experiment import Experiment
 from .share import Share
+
+log = logging.getLogger("batchai_sdk")
 
 
 class Workspace:
@@ -148,7 +151,12 @@ class Workspace:
         if existing is not None:
             if exist_ok:
                 return Experiment(self, ExperimentSpec.from_dict(existing))
-            raise AlreadyExistsError("experiment", name, f"workspace {self.name!r}")
+            raise AlreadyExistsError(
+                "experiment",
+                name,
+                f"workspace {self.name!r}",
+                f"use workspace.get_experiment({name!r}), or create_experiment(..., exist_ok=True)",
+            )
         self.share.write_json(record, spec.to_dict())
         return Experiment(self, spec)
 
@@ -214,9 +222,18 @@ class Workspace:
         )
         existing = self.share.read_json_or_none(layout.cluster_record(name))
         if existing is not None:
-            if exist_ok:
-                return Cluster(self, ClusterSpec.from_dict(existing))
-            raise AlreadyExistsError("cluster", name, f"workspace {self.name!r}")
+            if not exist_ok:
+                raise AlreadyExistsError(
+                    "cluster",
+                    name,
+                    f"workspace {self.name!r}",
+                    f"use workspace.get_cluster({name!r}), or create_cluster(..., exist_ok=True)",
+                )
+            cluster = Cluster(self, ClusterSpec.from_dict(existing))
+            if cluster.target_nodes < nodes:  # e.g. resized to 0 by the last run: grow it back, never shrink
+                log.info("cluster %s has %d node(s); resizing it to %d", name, cluster.target_nodes, nodes)
+                cluster.resize(nodes, timeout=timeout)
+            return cluster
         self.backend.create_cluster(spec, timeout=timeout)
         self.share.write_json(layout.cluster_record(name), spec.to_dict())
         return Cluster(self, spec)

@@ -181,7 +181,7 @@ class Launcher:
         what = "mpirun" if self.cfg["toolkit"] != "custom" else "the job's command"
         culprit = find_culprit(self.cfg["stdouterr_dir"], self.nodes, reachable=self.reachable)
         if culprit:
-            return f"{culprit} ({what} exited with code {code})"
+            return f"{culprit} ({what} exited with code {code}; the full output is in stderr.txt)"
         tail = read_tail(os.path.join(self.cfg["stdouterr_dir"], "stderr.txt"))
         for line in tail:
             if "mpirun noticed that process rank" in line:
@@ -233,6 +233,8 @@ def rank_events(stdouterr_dir: str, nodes: list[dict[str, Any]]) -> dict[tuple[s
             if what.startswith("starting "):
                 entry.clear()
                 entry["start"] = stamp
+            elif what.startswith("said: "):
+                entry["said"] = what[len("said: ") :]
             elif what.startswith("exited with "):
                 how, _, sent = what[len("exited with ") :].partition(" after it was sent signal ")
                 entry.update(end=stamp, how=how, sent=sent)
@@ -249,13 +251,13 @@ def find_culprit(stdouterr_dir: str, nodes: list[dict[str, Any]], *, reachable: 
     """
     events = rank_events(stdouterr_dir, nodes)
     own = sorted(
-        (e["end"], node, rank, e["how"])
+        (e["end"], node, rank, e["how"], e.get("said"))
         for (node, rank), e in events.items()
         if "end" in e and not e.get("sent") and e["how"] != "code 0"
     )
     if own:
-        _, node, rank, how = own[0]
-        return f"rank {rank} on node {node} exited with {how}"
+        _, node, rank, how, said = own[0]
+        return f"rank {rank} on node {node} exited with {how}" + (f": {said}" if said else "")
     by_id = {n["id"]: n for n in nodes}
     silent = sorted((e["start"], node, rank) for (node, rank), e in events.items() if "end" not in e)
     hup = sorted((e["end"], node, rank) for (node, rank), e in events.items() if e.get("sent") in ("1", "9"))

@@ -33,8 +33,8 @@ def make_node_dirs(cfg: dict[str, Any]) -> None:
             pass
 
 
-def relay_lines(source: Any, fd: int) -> None:
-    """Copy a rank's output to ``fd`` in whole lines, one write each.
+def relay_lines(source: Any, fd: int, last: list[bytes] | None = None) -> None:
+    """Copy a rank's output to ``fd`` in whole lines, one write each; keep its last lines in ``last``.
 
     mpirun forwards each write of each rank as it comes; an unbuffered Python writes a line's text and its
     newline separately, so without this two ranks' lines run into one another.
@@ -44,6 +44,8 @@ def relay_lines(source: Any, fd: int) -> None:
         chunk = os.read(source.fileno(), 65536)
         if not chunk:
             break
+        if last is not None:
+            last[:] = (b"".join(last[-1:]) + chunk).splitlines()[-40:]
         pending += chunk
         cut = max(pending.rfind(b"\n"), pending.rfind(b"\r"))
         try:
@@ -174,9 +176,10 @@ def run_rank(config_path: str) -> int:
     shown = shlex.join(written)
     try_append(log, f"rank {rank} starting on {socket.gethostname()} (pid {os.getpid()}): {shown}")
     child = subprocess.Popen(argv, cwd=cfg["wd"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    last_err: list[bytes] = []
     relays = [
         threading.Thread(target=relay_lines, args=(child.stdout, 1), daemon=True),
-        threading.Thread(target=relay_lines, args=(child.stderr, 2), daemon=True),
+        threading.Thread(target=relay_lines, args=(child.stderr, 2, last_err), daemon=True),
     ]
     for t in relays:
         t.start()
@@ -196,8 +199,24 @@ def run_rank(config_path: str) -> int:
             os.unlink(env_file)
     described = f"signal {-code}" if code < 0 else f"code {code}"
     stopped = f" after it was sent signal {received[0]}" if received else ""
+    if code != 0 and not received:
+        line = last_error_line(last_err)
+        if line:
+            try_append(log, f"rank {rank} said: {line}")
     try_append(log, f"rank {rank} exited with {described}{stopped}")
     return 128 - code if code < 0 else code
+
+
+def last_error_line(lines: list[bytes]) -> str | None:
+    """The line that says why a rank failed: its last exception or ``error:`` line, else its last line."""
+    text = [ln.decode(errors="replace").strip() for ln in lines if ln.strip()]
+    for line in reversed(text):
+        head = line.split(":", 1)[0]
+        if (
+            head.endswith(("Error", "Exception", "Interrupt", "Exit")) and " " not in head
+        ) or line.startswith("error:"):
+            return line[:300]
+    return text[-1][:300] if text else None
 
 
 def run_prep(config_path: str, node: str, secrets: dict[str, str] | None = None) -> int:

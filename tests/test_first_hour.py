@@ -1,0 +1,78 @@
+"""What a new user meets first: scripts that run twice, failures that say why, errors that name the way out."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from batchai_sdk import AlreadyExistsError, CapacityError, JobFailedError, JobState, Workspace
+
+pytestmark = pytest.mark.mpi
+Script = Callable[[str, str], Path]
+
+
+def tutorial_run(ws: Workspace, script: Path) -> JobState:
+    """The README's snippet, as a user runs it again and again."""
+    exp = ws.create_experiment("cifar", exist_ok=True)
+    cluster = ws.create_cluster("nc6cluster", vm_size="Standard_NC6", nodes=2, exist_ok=True)
+    job = exp.create_job("cifar_distributed", cluster=cluster, node_count=2, python_script=str(script),
+                         exist_ok=True)  # fmt: skip
+    job.submit()
+    state = job.wait(timeout=120, raise_on_failure=True)
+    cluster.resize(0)
+    return state
+
+
+def test_the_readme_snippet_runs_twice(ws: Workspace, script: Script) -> None:
+    path = script("hello.py", "print('hello', flush=True)")
+    assert tutorial_run(ws, path) is JobState.SUCCEEDED
+    assert tutorial_run(ws, path) is JobState.SUCCEEDED  # the same job, re-attached; the cluster grown back
+    assert ws.get_cluster("nc6cluster").target_nodes == 0
+
+
+def test_errors_name_the_way_out(ws: Workspace, script: Script) -> None:
+    exp = ws.create_experiment("e")
+    with pytest.raises(AlreadyExistsError, match=r"get_experiment\('e'\).*exist_ok=True"):
+        ws.create_experiment("e")
+    cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=1)
+    with pytest.raises(AlreadyExistsError, match=r"get_cluster\('c'\).*exist_ok=True"):
+        ws.create_cluster("c", vm_size="Standard_NC6", nodes=1)
+    exp.create_job("j", cluster=cluster, command_line="true").submit().wait(timeout=60)
+    with pytest.raises(AlreadyExistsError, match=r"get_job\('j'\).*exist_ok=True"):
+        exp.create_job("j", cluster=cluster, command_line="true")
+    with pytest.raises(CapacityError) as err:
+        exp.create_job("big", cluster=cluster, node_count=3, command_line="true")
+    assert str(err.value) == (
+        "the job needs 3 node(s) but cluster 'c' has 1: resize it (cluster.resize(3)) or ask for fewer nodes"
+    )
+
+
+def test_a_job_without_a_name_gets_a_unique_one(ws: Workspace) -> None:
+    exp = ws.create_experiment("e")
+    cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=1)
+    first = exp.create_job(cluster=cluster, command_line="true").submit()
+    second = exp.create_job(cluster=cluster, command_line="true").submit()
+    assert first.name != second.name and first.name.startswith("job-")
+    assert {j.name for j in exp.list_jobs()} == {first.name, second.name}
+
+
+def test_the_failure_reason_carries_the_failing_ranks_own_message(ws: Workspace, script: Script) -> None:
+    exp = ws.create_experiment("e")
+    cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=2)
+    path = script(
+        "boom.py",
+        """
+        import os, sys
+        if os.environ["OMPI_COMM_WORLD_RANK"] == "1":
+            raise FileNotFoundError("could not find cifar-10-batches-py; pass --data-dir")
+        import time; time.sleep(30)
+    """,
+    )
+    job = exp.create_job("boom", cluster=cluster, node_count=2, python_script=str(path)).submit()
+    with pytest.raises(JobFailedError) as err:
+        job.wait(timeout=90, raise_on_failure=True)
+    reason = job.status.failure_reason or ""
+    assert "rank 1 on node" in reason and "FileNotFoundError: could not find cifar-10-batches-py" in reason
+    assert "stderr.txt" in reason and reason in str(err.value)
