@@ -14,6 +14,7 @@ from typing import Any
 from batchai_sdk._layout import JobPaths
 from batchai_sdk._models import ClusterSpec, JobSpec, JobStatus, heartbeat_timeout, utcnow
 from batchai_sdk.backends.base import JobRequest
+from batchai_sdk.backends.head_scheduler import ensure_node_code
 from batchai_sdk.backends.slurm import SlurmBackend, SlurmScheduler
 from batchai_sdk.launch import launch_config, on_node
 from batchai_sdk.share import join
@@ -38,8 +39,9 @@ def stage(ws: Workspace, spec: JobSpec, script: str | None = None) -> JobRequest
         rel = join(paths.wd, "job.py")
         share.write_text(rel, textwrap.dedent(script))
         script_on_node = on_node(target, rel)
+    node_main = on_node(target, join(ensure_node_code(backend), "__main__.py"))
     config = launch_config(
-        spec, target, paths, share_name=share.name, script_on_node=script_on_node, secret_env_file=None
+        spec, target, paths, share_name=share.name, script_on_node=script_on_node, node_main=node_main
     )
     share.write_json(join(paths.run_dir, "launch.json"), config)
     share.write_json(paths.status, {"state": "queued", "creation_time": utcnow().isoformat()})
