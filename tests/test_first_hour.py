@@ -76,3 +76,18 @@ def test_the_failure_reason_carries_the_failing_ranks_own_message(ws: Workspace,
     reason = job.status.failure_reason or ""
     assert "rank 1 on node" in reason and "FileNotFoundError: could not find cifar-10-batches-py" in reason
     assert "stderr.txt" in reason and reason in str(err.value)
+
+
+def test_a_notebook_opens_the_workspace_the_cli_made(tmp_path: Path, script: Script) -> None:
+    from batchai_sdk.cli import main
+
+    assert main(["group", "create", "-n", "g", "-l", "eastus"]) == 0
+    assert main(["workspace", "create", "-g", "g", "-w", "w"]) == 0
+    assert main(["experiment", "create", "-g", "g", "-w", "w", "-n", "e"]) == 0
+    ws = Workspace.from_cli("g", "w")
+    assert [e.name for e in ws.list_experiments()] == ["e"]
+    cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=1)
+    ws.get_experiment("e").create_job("from-notebook", cluster=cluster, command_line="true").submit()
+    assert main(["job", "wait", "-g", "g", "-w", "w", "-e", "e", "-n", "from-notebook"]) == 0
+    with pytest.raises(Exception, match="workspace 'nope' not found"):
+        Workspace.from_cli("g", "nope")

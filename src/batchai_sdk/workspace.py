@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from . import _layout as layout
 from ._models import ClusterSpec, ExperimentSpec, utcnow, validate_name
 from .backends.base import Backend
 from .cluster import Cluster
-from .exceptions import AlreadyExistsError, NotFoundError
+from .exceptions import AlreadyExistsError, BatchAIError, NotFoundError
 from .experiment import Experiment
 from .share import Share
 
@@ -42,6 +42,36 @@ class Workspace:
         from .backends.local import LocalBackend
 
         return cls(LocalBackend(root, name=validate_name(name, "workspace name")))
+
+    @classmethod
+    def from_cli(cls, resource_group: str, workspace: str) -> Workspace:
+        """The workspace the ``batchai`` CLI created as ``-g resource_group -w workspace``, on the backend
+        it was created with: a notebook and a terminal then follow the same jobs.
+
+        ``batchai workspace create -g g -w w`` in a terminal, then ``Workspace.from_cli("g", "w")`` here.
+        """
+        from ._cli_state import Registry, batchai_home, validate_group
+
+        registry = Registry(batchai_home())
+        entry = registry.workspace_entry(
+            validate_group(resource_group), validate_name(workspace, "workspace name")
+        )
+        return cls.from_registry_entry(entry, resource_group, workspace)
+
+    @classmethod
+    def from_registry_entry(cls, entry: Mapping[str, Any], group: str, name: str) -> Workspace:
+        """The workspace a CLI registry entry describes (its backend and that backend's options)."""
+        kind = entry.get("backend")
+        options = dict(entry.get("options") or {})
+        if kind == "local":
+            return cls.local(root=options.pop("root"), name=name)
+        if kind == "ssh":
+            return cls.ssh(name, **options)
+        if kind == "azure":
+            return cls.azure(name, resource_group=group, **options)
+        if kind == "slurm":
+            return cls.slurm(name, **options)
+        raise BatchAIError(f"workspace {name!r} in resource group {group!r} has an unknown backend {kind!r}")
 
     @classmethod
     def ssh(
