@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from .exceptions import ValidationError
+from .exceptions import BatchAIJsonError, ValidationError
+from .node.autoscale import AutoScaleError, AutoScaleSettings, parse_batchai_autoscale
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 OUTPUT_ID_RE = re.compile(r"[A-Za-z0-9_]{1,32}")
@@ -169,6 +170,8 @@ class ClusterSpec:
     node_setup: str | None = None
     created: datetime = field(default_factory=utcnow)
     extra: Mapping[str, Any] = field(default_factory=dict)
+    price_per_hour: float | None = None  # per node, set by the user (local/SSH: 0 when unset)
+    autoscale: AutoScaleSettings | None = None
 
     def __post_init__(self) -> None:
         validate_name(self.name, "cluster name")
@@ -176,6 +179,7 @@ class ClusterSpec:
             raise ValidationError("vm_size", self.vm_size, "a VM size such as 'Standard_NC6'")
         validate_node_target(self.nodes, "nodes")
         object.__setattr__(self, "vm_priority", _priority(self.vm_priority))
+        object.__setattr__(self, "price_per_hour", validate_price(self.price_per_hour))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -187,6 +191,8 @@ class ClusterSpec:
             "node_setup": self.node_setup,
             "created": self.created.isoformat(),
             "extra": dict(self.extra),
+            "price_per_hour": self.price_per_hour,
+            "autoscale": self.autoscale.to_dict() if self.autoscale else None,
         }
 
     @classmethod
@@ -200,7 +206,56 @@ class ClusterSpec:
             node_setup=data.get("node_setup"),
             created=parse_time(data.get("created")) or utcnow(),
             extra=data.get("extra") or {},
+            price_per_hour=data.get("price_per_hour"),
+            autoscale=autoscale_from_dict(data.get("autoscale")),
         )
+
+
+def validate_price(value: object, field_name: str = "price_per_hour") -> float | None:
+    """A price per node-hour: a finite number >= 0, or None (unknown)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+        raise ValidationError(field_name, value, "a price per node-hour >= 0, or None")
+    return float(value)
+
+
+def autoscale_settings(
+    min_nodes: object,
+    max_nodes: object,
+    initial_nodes: object = None,
+    idle_seconds_before_scaledown: object = 600.0,
+) -> AutoScaleSettings:
+    """Validated autoscale settings; a bad value raises ValidationError naming the argument."""
+    try:
+        return AutoScaleSettings(
+            min_nodes,  # type: ignore[arg-type]  # validated by AutoScaleSettings
+            max_nodes,  # type: ignore[arg-type]
+            initial_nodes,  # type: ignore[arg-type]
+            idle_seconds_before_scaledown,  # type: ignore[arg-type]
+        )
+    except AutoScaleError as exc:
+        raise ValidationError(exc.field, exc.value, exc.expected) from None
+
+
+def autoscale_from_dict(data: Mapping[str, Any] | None) -> AutoScaleSettings | None:
+    if not data:
+        return None
+    try:
+        return AutoScaleSettings.from_dict(data)
+    except AutoScaleError as exc:
+        raise ValidationError(f"autoscale.{exc.field}", exc.value, exc.expected) from None
+
+
+def autoscale_from_batchai(
+    data: Mapping[str, Any] | None, *, idle_seconds_before_scaledown: float | None = 600.0
+) -> AutoScaleSettings | None:
+    """Batch AI's autoScaleSettings (the object, or a cluster body holding it) or None; a bad value
+    raises BatchAIJsonError naming the JSON field (``autoScaleSettings.maximumNodeCount``)."""
+    try:
+        return parse_batchai_autoscale(data, idle_seconds_before_scaledown=idle_seconds_before_scaledown)
+    except AutoScaleError as exc:
+        raise BatchAIJsonError(exc.field, exc.value, exc.expected) from None
 
 
 def validate_node_target(value: object, field_name: str) -> int:

@@ -27,6 +27,17 @@ class ValidationError(BatchAIError, ValueError):
         super().__init__(f"invalid {field}: {shown}; expected {expected}")
 
 
+class UnsupportedVMSizeError(ValidationError):
+    """A VM size Azure no longer offers (retired): ``size``, ``retired`` (ISO date), ``suggestions``."""
+
+    def __init__(self, size: str, retired: str, suggestions: tuple[str, ...]) -> None:
+        self.size = size
+        self.retired = retired
+        self.suggestions = suggestions
+        instead = f"a current size such as {', '.join(suggestions)}" if suggestions else "a current size"
+        super().__init__("vm_size", size, f"{instead} ({size} was retired by Azure on {retired})")
+
+
 class NotFoundError(BatchAIError, LookupError):
     """A named resource (experiment, cluster, job, file) does not exist."""
 
