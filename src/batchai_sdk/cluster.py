@@ -20,6 +20,7 @@ from .exceptions import BatchAITimeoutError, ClusterBusyError, NotFoundError
 
 if TYPE_CHECKING:
     from .job import Job
+    from .pricing import Price
     from .workspace import Workspace
 
 
@@ -49,6 +50,14 @@ class Cluster:
     @property
     def target_nodes(self) -> int:
         return self._spec.nodes
+
+    @property
+    def price_per_hour(self) -> Price | None:
+        """Per node-hour: the user's ``price_per_hour``, else 0 on local/SSH, the Azure Retail Prices
+        API's on Azure; None when unknown (see cost.py)."""
+        from .cost import price_of_cluster
+
+        return price_of_cluster(self)
 
     def refresh(self) -> Cluster:
         data = self.workspace.share.read_json_or_none(layout.cluster_record(self.name))

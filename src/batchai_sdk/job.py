@@ -339,6 +339,13 @@ class Job:
     def exit_code(self) -> int | None:
         return self.status.exit_code
 
+    @property
+    def cost(self) -> float | None:
+        """Estimated cost so far (price per node-hour × nodes × hours run); None when unknown."""
+        from .cost import cost_of_job
+
+        return cost_of_job(self)
+
     def wait(
         self,
         timeout: float | None = None,

@@ -238,9 +238,11 @@ class Workspace:
         node_setup: str | None = None,
         exist_ok: bool = False,
         timeout: float | None = None,
+        price_per_hour: float | None = None,
         **extra: Any,
     ) -> Cluster:
-        """Create a cluster of ``nodes`` machines of ``vm_size`` (state ``resizing`` until they are ready)."""
+        """Create a cluster of ``nodes`` machines of ``vm_size`` (state ``resizing`` until they are ready).
+        ``price_per_hour``: per node, for cost estimates (default: 0 on local/SSH, Azure's retail price)."""
         spec = ClusterSpec(
             name=name,
             vm_size=vm_size,
@@ -249,6 +251,7 @@ class Workspace:
             image=image,
             node_setup=node_setup,
             extra=extra,
+            price_per_hour=price_per_hour,
         )
         existing = self.share.read_json_or_none(layout.cluster_record(name))
         if existing is not None:
