@@ -99,6 +99,11 @@ class FakeArm:
         self.auth_headers: list[str | None] = []
         self.injected: list[Injected] = []
         self.storage_keys = ["c3RvcmFnZS1rZXktMS1zZWNyZXQ=", "c3RvcmFnZS1rZXktMi1zZWNyZXQ="]
+        self.role_assignments: dict[str, dict[str, Any]] = {}  # lower-case id → REST JSON
+        self.accepted_tokens: set[str] | None = None  # None: any bearer token; else only these
+        self.imds_token = "eyJ0eXAiOiJKV1QifQ.eyJvaWQiOiJ2bXNzLWlkZW50aXR5In0.aW1kcy1zaWduYXR1cmU"
+        self.imds_calls: list[dict[str, str]] = []
+        self._httpd: Any = None
         self._lock = threading.RLock()
         self._next_instance: dict[str, itertools.count[int]] = {}
 
@@ -164,10 +169,13 @@ class FakeArm:
                         self.injected.remove(inj)
                     text = inj.body if isinstance(inj.body, str) else json.dumps(inj.body) if inj.body else ""
                     return inj.status, {"Content-Type": "application/json", **inj.headers}, text
-            if not request.headers.get("Authorization", "").startswith("Bearer "):
+            auth = request.headers.get("Authorization", "")
+            if not auth.startswith("Bearer "):
                 return self._error(
                     401, "AuthenticationFailed", "Authentication failed. The Authorization header is missing."
                 )
+            if self.accepted_tokens is not None and auth[len("Bearer ") :] not in self.accepted_tokens:
+                return self._error(401, "InvalidAuthenticationToken", "The access token is invalid.")
             try:
                 return self._route(request.method, path, query, data)
             except KeyError:
@@ -235,6 +243,8 @@ class FakeArm:
                 if op.result is not None
                 else (204, {}, "")
             )
+        if "/providers/microsoft.authorization/roleassignments/" in low:
+            return self._role_assignment(method, path, data)
         m = re.match(r"^/subscriptions/[^/]+/resourcegroups/([^/]+)(/.*)?$", low)
         if not m:
             return self._error(404, "InvalidResourceType", "not faked")
@@ -443,6 +453,11 @@ class FakeArm:
             resource.update(id=rid, name=name, type="Microsoft.Compute/virtualMachineScaleSets")
             resource["properties"]["provisioningState"] = "Creating" if not existed else "Updating"
             resource["properties"]["uniqueId"] = str(uuid.uuid4())
+            identity = resource.get("identity") or {}
+            if "SystemAssigned" in str(identity.get("type", "")):
+                old_identity = (self.resources.get(key) or {}).get("identity") or {}
+                identity["principalId"] = old_identity.get("principalId") or str(uuid.uuid4())
+                identity["tenantId"] = "72f988bf-86f1-41af-91ab-2d7cd011db47"
             self.resources[key] = resource
             self._set_capacity(rid, int(data["sku"]["capacity"]))
             async_op, _ = self._new_op("Microsoft.Compute", data["location"], lambda: self._settle(key))
@@ -476,6 +491,150 @@ class FakeArm:
             async_op, location = self._new_op("Microsoft.Compute", "eastus", gone)
             return 202, {"Azure-AsyncOperation": async_op, "Location": location, "Retry-After": "0"}, ""
         return self._error(405, "MethodNotAllowed", method)
+
+    # -- role assignments (Microsoft.Authorization, 2022-04-01) ------------------------------------------------
+    def _role_assignment(self, method: str, path: str, data: Any) -> Reply:
+        scope, _, name = path.rpartition("/providers/Microsoft.Authorization/roleAssignments/")
+        if not scope:
+            low = path.lower()
+            i = low.index("/providers/microsoft.authorization/roleassignments/")
+            scope, name = path[:i], path.rsplit("/", 1)[1]
+        rid = f"{scope}/providers/Microsoft.Authorization/roleAssignments/{name}"
+        key = rid.lower()
+        if method == "GET":
+            return self._json(200, self.role_assignments[key])
+        if method == "PUT":
+            props = (data or {}).get("properties") or {}
+            for field_name in ("roleDefinitionId", "principalId"):
+                if not props.get(field_name):
+                    return self._error(400, "InvalidRoleAssignmentRequest", f"{field_name} is required")
+            if scope.lower() not in self.resources:
+                return self._error(404, "ResourceNotFound", f"The Resource '{scope}' was not found.")
+            principals = {
+                str(((r.get("identity") or {}).get("principalId")) or "") for r in self.resources.values()
+            }
+            if props["principalId"] not in principals:
+                return self._error(
+                    400,
+                    "PrincipalNotFound",
+                    f"Principal {props['principalId']} does not exist in the directory.",
+                )
+            existing = self.role_assignments.get(key)
+            if existing is not None:
+                if existing["properties"]["principalId"] != props["principalId"]:
+                    return self._error(
+                        409,
+                        "RoleAssignmentUpdateNotPermitted",
+                        "Tenant ID, application ID, principal ID, and scope are not allowed to be updated.",
+                    )
+                return self._error(409, "RoleAssignmentExists", "The role assignment already exists.")
+            for other in self.role_assignments.values():
+                o = other["properties"]
+                if (
+                    o["scope"].lower() == scope.lower()
+                    and o["principalId"] == props["principalId"]
+                    and o["roleDefinitionId"].lower() == props["roleDefinitionId"].lower()
+                ):
+                    return self._error(409, "RoleAssignmentExists", "The role assignment already exists.")
+            stamp = now()
+            body = {
+                "properties": {
+                    "roleDefinitionId": props["roleDefinitionId"],
+                    "principalId": props["principalId"],
+                    "principalType": props.get("principalType", "User"),
+                    "scope": scope,
+                    "condition": None,
+                    "conditionVersion": None,
+                    "createdOn": stamp,
+                    "updatedOn": stamp,
+                    "createdBy": None,
+                    "updatedBy": "f3a5e1b2-0c4d-4e6f-8a9b-1c2d3e4f5a6b",
+                    "delegatedManagedIdentityResourceId": None,
+                    "description": props.get("description"),
+                },
+                "id": rid,
+                "type": "Microsoft.Authorization/roleAssignments",
+                "name": name,
+            }
+            self.role_assignments[key] = body
+            return self._json(201, body)
+        if method == "DELETE":
+            gone = self.role_assignments.pop(key, None)
+            return (204, {}, "") if gone is None else self._json(200, gone)
+        return self._error(405, "MethodNotAllowed", method)
+
+    # -- served over real HTTP (for the stdlib helpers that run on the nodes) -----------------------------
+    def serve(self) -> str:
+        """Serve this fake on 127.0.0.1 over HTTP (plus IMDS's token endpoint under ``/metadata/``);
+        returns the base URL, which becomes ``self.base``. ``close()`` stops it."""
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        fake = self
+
+        class _Request:
+            def __init__(self, method: str, url: str, headers: dict[str, str], body: bytes) -> None:
+                self.method, self.url, self.headers, self.body = method, url, headers, body
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _any(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                if self.path.startswith("/metadata/"):
+                    status, headers, text = fake._imds(self.command, self.path, dict(self.headers.items()))
+                else:
+                    req = _Request(self.command, fake.base + self.path, dict(self.headers.items()), body)
+                    status, headers, text = fake._handle(req)
+                data = text.encode() if isinstance(text, str) else text
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_PUT = do_POST = do_PATCH = do_DELETE = _any
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        return self.base
+
+    def close(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    def _imds(self, method: str, path: str, headers: dict[str, str]) -> Reply:
+        """IMDS's managed identity token endpoint (``/metadata/identity/oauth2/token``)."""
+        url = urlsplit(path)
+        query = {k: v[0] for k, v in parse_qs(url.query).items()}
+        with self._lock:
+            self.imds_calls.append(query)
+        if {k.lower(): v for k, v in headers.items()}.get("metadata") != "true":
+            return self._json(
+                400,
+                {"error": "invalid_request", "error_description": "Required metadata header not specified"},
+            )
+        if url.path != "/metadata/identity/oauth2/token" or method != "GET":
+            return self._json(404, {"error": "not_found"})
+        expires = int(datetime.now(timezone.utc).timestamp()) + 86399
+        return self._json(
+            200,
+            {
+                "access_token": self.imds_token,
+                "client_id": "a3b1c2d4-5e6f-4a7b-8c9d-0e1f2a3b4c5d",
+                "expires_in": "86399",
+                "expires_on": str(expires),
+                "ext_expires_in": "86399",
+                "not_before": str(expires - 86399),
+                "resource": query.get("resource", ""),
+                "token_type": "Bearer",
+            },
+        )
 
     def _instances_ready(self, key: str) -> bool:
         """A scale set's create/update completes when its VMs (extensions included) are provisioned."""

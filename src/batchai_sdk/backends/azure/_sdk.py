@@ -18,6 +18,7 @@ _PACKAGES = {
     "azure.mgmt.compute": "azure-mgmt-compute",
     "azure.mgmt.network": "azure-mgmt-network",
     "azure.mgmt.storage": "azure-mgmt-storage",
+    "azure.mgmt.authorization": "azure-mgmt-authorization",
     "azure.storage.fileshare": "azure-storage-file-share",
 }
 
@@ -57,6 +58,10 @@ def network() -> ModuleType:
 
 def storage() -> ModuleType:
     return load("azure.mgmt.storage")
+
+
+def authorization() -> ModuleType:
+    return load("azure.mgmt.authorization")
 
 
 def fileshare() -> ModuleType:

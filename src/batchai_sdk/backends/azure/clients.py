@@ -108,8 +108,12 @@ class AzureClients:
     def storage(self) -> Any:
         return self._make(_sdk.storage().StorageManagementClient)
 
+    @cached_property
+    def authorization(self) -> Any:
+        return self._make(_sdk.authorization().AuthorizationManagementClient)
+
     def close(self) -> None:
-        for name in ("resource", "compute", "network", "storage"):
+        for name in ("resource", "compute", "network", "storage", "authorization"):
             client = self.__dict__.pop(name, None)
             if client is not None:
                 client.close()

@@ -12,7 +12,10 @@ import base64
 import gzip
 import hashlib
 import ipaddress
+import logging
 import re
+import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +25,8 @@ from ...exceptions import AzureError, ValidationError
 from .clients import AzureClients
 from .errors import azure_call, call_or_none
 from .states import SETUP_EXTENSION
+
+log = logging.getLogger(__name__)
 
 TAG_WORKSPACE = "batchai-workspace"
 TAG_CLUSTER = "batchai-cluster"
@@ -278,10 +283,12 @@ def scale_set_body(
     public_key: str,
     setup_script: str,
     os_disk_gb: int = 128,
+    managed_identity: bool = True,
 ) -> dict[str, Any]:
     """The VMSS PUT body: Uniform, manual upgrades, no overprovisioning, a public IP per instance, the
     workspace's SSH key, node setup as a CustomScript extension whose script (it holds the storage key)
-    travels in ``protectedSettings`` — encrypted, never returned by a GET."""
+    travels in ``protectedSettings`` — encrypted, never returned by a GET. ``managed_identity``: a
+    system-assigned identity, through which the head node scales the set (``grant_scale_set_role``)."""
     profile: dict[str, Any] = {
         "osProfile": {
             "computerNamePrefix": computer_name_prefix(spec.name),
@@ -352,7 +359,7 @@ def scale_set_body(
         profile.update(priority="Spot", evictionPolicy="Delete", billingProfile={"maxPrice": -1})
     else:
         profile["priority"] = "Regular"
-    return {
+    body: dict[str, Any] = {
         "location": names.location,
         "tags": names.tags(spec.name),
         "sku": {"name": spec.vm_size, "tier": "Standard", "capacity": spec.nodes},
@@ -364,6 +371,101 @@ def scale_set_body(
             "virtualMachineProfile": profile,
         },
     }
+    if managed_identity:
+        body["identity"] = {"type": "SystemAssigned"}
+    return body
+
+
+# -- the scale set's own identity: scale-down without the client (docs/azure.md, "Autoscale") ----------
+# Virtual Machine Contributor (built-in role id), granted on the scale set's own resource id only.
+VM_CONTRIBUTOR = "9980e02c-c2be-4d73-94e8-173b1dc7cf3c"
+ROLE_ATTEMPTS = 4  # a just-created identity may not have reached the directory yet (PrincipalNotFound)
+
+
+def scale_set_id(names: WorkspaceNames, vmss: str) -> str:
+    return (
+        f"/subscriptions/{names.subscription_id}/resourceGroups/{names.resource_group}"
+        f"/providers/Microsoft.Compute/virtualMachineScaleSets/{vmss}"
+    )
+
+
+def role_definition_id(names: WorkspaceNames, role: str = VM_CONTRIBUTOR) -> str:
+    return f"/subscriptions/{names.subscription_id}/providers/Microsoft.Authorization/roleDefinitions/{role}"
+
+
+def role_assignment_name(scope: str, principal_id: str, role: str = VM_CONTRIBUTOR) -> str:
+    """A GUID derived from scope, principal and role: the same grant has the same name on every call."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"batchai:{scope.lower()}|{principal_id}|{role}"))
+
+
+def scale_set_principal(clients: AzureClients, names: WorkspaceNames, vmss: str) -> str | None:
+    """The principal id of the scale set's system-assigned identity (None: no identity or no set)."""
+    found = get_scale_set(clients, names, vmss)
+    identity = (found or {}).get("identity") or {}
+    principal = identity.get("principal_id") or identity.get("principalId")
+    return str(principal) if principal else None
+
+
+def grant_scale_set_role(
+    clients: AzureClients, names: WorkspaceNames, vmss: str, *, retry_delay: float = 5.0
+) -> bool:
+    """Give the scale set's identity Virtual Machine Contributor on that scale set only, so that its
+    head node can delete instances and change capacity with no client up. Idempotent.
+
+    Returns False (and logs why) when the caller may not assign roles (it needs Owner or User Access
+    Administrator on the scale set: ``AuthorizationFailed``) or the set has no identity; the cluster then
+    scales only from the client. Other failures raise AzureError.
+    """
+    principal = scale_set_principal(clients, names, vmss)
+    if principal is None:
+        log.warning("scale set %s has no managed identity: it cannot scale itself down", vmss)
+        return False
+    scope = scale_set_id(names, vmss)
+    body = {
+        "properties": {
+            "roleDefinitionId": role_definition_id(names),
+            "principalId": principal,
+            "principalType": "ServicePrincipal",  # no directory lookup: a new identity works at once
+            "description": f"batchai_sdk: cluster {vmss} scales itself (workspace {names.workspace})",
+        }
+    }
+    name = role_assignment_name(scope, principal)
+    for attempt in range(ROLE_ATTEMPTS):
+        try:
+            with azure_call(f"grant scale set {vmss}'s identity Virtual Machine Contributor on it"):
+                clients.authorization.role_assignments.create(scope, name, body)
+            return True
+        except AzureError as exc:
+            if exc.code == "RoleAssignmentExists":
+                return True
+            if exc.code in ("AuthorizationFailed", "LinkedAuthorizationFailed"):
+                log.warning(
+                    "cluster %s cannot scale itself down: %s (assigning roles needs Owner or User Access "
+                    "Administrator on the scale set); it scales only from the client",
+                    vmss,
+                    exc,
+                )
+                return False
+            if exc.code == "PrincipalNotFound" and attempt < ROLE_ATTEMPTS - 1:
+                time.sleep(retry_delay)
+                continue
+            raise
+    return False  # pragma: no cover - the loop returns or raises
+
+
+def revoke_scale_set_role(clients: AzureClients, names: WorkspaceNames, vmss: str) -> None:
+    """Remove the grant of ``grant_scale_set_role`` (before deleting the scale set: ARM keeps role
+    assignments of deleted resources). No error when there is none."""
+    principal = scale_set_principal(clients, names, vmss)
+    if principal is None:
+        return
+    scope = scale_set_id(names, vmss)
+    call_or_none(
+        f"remove the role of scale set {vmss}'s identity",
+        clients.authorization.role_assignments.delete,
+        scope,
+        role_assignment_name(scope, principal),
+    )
 
 
 def get_scale_set(clients: AzureClients, names: WorkspaceNames, vmss: str) -> dict[str, Any] | None:
