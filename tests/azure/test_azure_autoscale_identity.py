@@ -298,3 +298,17 @@ def test_ids_and_metadata() -> None:
     )
     with pytest.raises(CapacityError, match="vmScaleSetName"):
         ScaleSetRef.from_instance_metadata({"compute": {"subscriptionId": "s", "resourceGroupName": "rg"}})
+
+
+# -- wired into the backend ------------------------------------------------------------------------------
+def test_backend_grants_at_create_and_revokes_at_delete(make_backend: Any, arm: FakeArm) -> None:
+    from batchai_sdk import Workspace
+
+    ws = Workspace(make_backend())
+    cluster = ws.create_cluster("auto", vm_size="Standard_NC4as_T4_v3", nodes=1)
+    scope = prov.scale_set_id(ws.backend.names, "auto")  # type: ignore[attr-defined]
+    [assignment] = arm.role_assignments.values()
+    assert assignment["properties"]["scope"] == scope
+    assert arm.resources[scope.lower()]["identity"]["type"] == "SystemAssigned"
+    cluster.delete()
+    assert not arm.role_assignments

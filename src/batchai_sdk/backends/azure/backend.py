@@ -299,6 +299,7 @@ class AzureBackend(Backend):
             os_disk_gb=disk,
         )
         poller = prov.begin_create_scale_set(self.clients, self.names, self._vmss(spec), body)
+        prov.grant_scale_set_role(self.clients, self.names, self._vmss(spec))  # it scales itself down
         self._track(spec, poller, timeout, f"create scale set {spec.name}")
 
     def _track(self, spec: ClusterSpec, poller: Any, timeout: float | None, operation: str) -> None:
@@ -367,6 +368,7 @@ class AzureBackend(Backend):
     def delete_cluster(self, spec: ClusterSpec) -> None:
         """Start deleting the scale set — its VMs, NICs, public IPs and OS disks go with it; the
         workspace's network and share stay. No error when it is already gone."""
+        prov.revoke_scale_set_role(self.clients, self.names, self._vmss(spec))  # ARM would keep it
         prov.begin_delete_scale_set(self.clients, self.names, self._vmss(spec))
         with self._lock:
             self._pending.pop(spec.name, None)
