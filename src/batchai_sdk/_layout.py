@@ -5,6 +5,8 @@
     .batchai/workspace.json
     .batchai/clusters/<cluster>/cluster.json           spec and target size
     .batchai/clusters/<cluster>/nodes.json             which job holds each node (the cluster's scheduler)
+    .batchai/clusters/<cluster>/size.json              with autoscale: the nodes up now (the scheduler)
+    .batchai/clusters/<cluster>/events.jsonl           every scaling decision: time, from, to, why
     .batchai/node/<hash>/batchai_node/                 the node code (scheduler, launcher, rank shim)
     .batchai/experiments/<exp>/experiment.json
     .batchai/experiments/<exp>/jobs/<job>/job.json     the job spec as submitted (secrets redacted)
@@ -49,6 +51,14 @@ def cluster_dir(cluster: str) -> str:
 
 def cluster_record(cluster: str) -> str:
     return join(cluster_dir(cluster), "cluster.json")
+
+
+def cluster_size_record(cluster: str) -> str:
+    return join(cluster_dir(cluster), "size.json")
+
+
+def cluster_events_record(cluster: str) -> str:
+    return join(cluster_dir(cluster), "events.jsonl")
 
 
 def nodes_record(cluster: str) -> str:

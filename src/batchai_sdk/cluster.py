@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from . import _layout as layout
@@ -12,11 +15,14 @@ from ._models import (
     ClusterState,
     NodeCounts,
     NodeState,
+    autoscale_settings,
     count_nodes,
+    utcnow,
     validate_node_target,
 )
 from .backends.base import ClusterStatus
 from .exceptions import BatchAITimeoutError, ClusterBusyError, NotFoundError
+from .node.autoscale import DEFAULT_IDLE_SECONDS
 
 if TYPE_CHECKING:
     from .job import Job
@@ -37,7 +43,54 @@ class Cluster:
 
     @property
     def spec(self) -> ClusterSpec:
-        return self._spec
+        """The cluster's spec, ``nodes`` being its size now (with autoscale, as its scheduler set it)."""
+        auto = self._spec.autoscale
+        if auto is None:
+            return self._spec
+        size = self.workspace.share.read_json_or_none(layout.cluster_size_record(self.name))
+        nodes = len(size["nodes"]) if size and isinstance(size.get("nodes"), list) else auto.initial
+        return replace(self._spec, nodes=nodes)
+
+    @property
+    def max_nodes(self) -> int:
+        """The most nodes a job may ask for: the size, or max_nodes with autoscale."""
+        auto = self._spec.autoscale
+        return auto.max_nodes if auto is not None else self._spec.nodes
+
+    def set_autoscale(
+        self,
+        *,
+        min_nodes: int,
+        max_nodes: int,
+        initial_nodes: int | None = None,
+        idle_seconds_before_scaledown: float | None = DEFAULT_IDLE_SECONDS,
+    ) -> Cluster:
+        """Let the cluster's scheduler size it: grow for queued jobs up to ``max_nodes``, let nodes idle for
+        ``idle_seconds_before_scaledown`` go down to ``min_nodes`` (no client needs to stay up)."""
+        auto = autoscale_settings(min_nodes, max_nodes, initial_nodes, idle_seconds_before_scaledown)
+        self._spec = replace(self._spec, autoscale=auto)
+        self.workspace.share.write_json(layout.cluster_record(self.name), self._spec.to_dict())
+        self._event({"to": self.spec.nodes, "reason": f"autoscale set by the user: {auto.to_dict()}"})
+        self.workspace.backend.scheduler(self.spec).ensure_running()
+        return self
+
+    def events(self) -> list[dict[str, Any]]:
+        """Every scaling decision, oldest first: time, from → to, nodes removed, why."""
+        try:
+            text = self.workspace.share.read_text(layout.cluster_events_record(self.name))
+        except NotFoundError:
+            return []
+        out = []
+        for line in text.splitlines():
+            with contextlib.suppress(ValueError):
+                out.append(json.loads(line))
+        return out
+
+    def _event(self, fields: dict[str, Any]) -> None:
+        path = layout.cluster_events_record(self.name)
+        old = self.workspace.share.read_text(path) if self.workspace.share.exists(path) else ""
+        line = json.dumps({"time": utcnow().isoformat(), **fields}, sort_keys=True)
+        self.workspace.share.write_text(path, old + line + "\n")
 
     @property
     def vm_size(self) -> str:
@@ -49,7 +102,7 @@ class Cluster:
 
     @property
     def target_nodes(self) -> int:
-        return self._spec.nodes
+        return self.spec.nodes
 
     @property
     def price_per_hour(self) -> Price | None:
@@ -58,6 +111,26 @@ class Cluster:
         from .cost import price_of_cluster
 
         return price_of_cluster(self)
+
+    @property
+    def cost_so_far(self) -> float | None:
+        """Estimated cost since creation: price per node-hour × node-hours, from the cluster's size over
+        time (its creation, then every scaling event); None when the price is unknown."""
+        from datetime import datetime
+
+        from .cost import cluster_cost_so_far, node_hours
+
+        points = [
+            (
+                self._spec.created,
+                self._spec.nodes if not self._spec.autoscale else self._spec.autoscale.initial,
+            )
+        ]
+        for event in self.events():
+            if "to" in event and "time" in event:
+                points.append((datetime.fromisoformat(event["time"]), int(event["to"])))
+        price = self.price_per_hour
+        return cluster_cost_so_far(price.value if price is not None else None, node_hours(points))
 
     def refresh(self) -> Cluster:
         data = self.workspace.share.read_json_or_none(layout.cluster_record(self.name))
@@ -68,10 +141,10 @@ class Cluster:
 
     # -- state ------------------------------------------------------------------------------------------
     def _status(self) -> ClusterStatus:
-        return self.workspace.backend.cluster_status(self._spec)
+        return self.workspace.backend.cluster_status(self.spec)
 
     def _state_of(self, st: ClusterStatus) -> ClusterState:
-        if st.resizing or len(st.nodes) != self._spec.nodes:
+        if st.resizing or len(st.nodes) != self.spec.nodes:
             return ClusterState.RESIZING
         return ClusterState.STEADY
 
@@ -111,13 +184,16 @@ class Cluster:
 
     # -- operations -------------------------------------------------------------------------------------
     def resize(self, nodes: int, *, timeout: float | None = None, wait: bool = False) -> Cluster:
-        """Set the target node count (0 releases every node); with ``wait``, block until steady."""
+        """Set the target node count (0 releases every node); with ``wait``, block until steady.
+        On a cluster with autoscale, an explicit size turns autoscale off (``set_autoscale`` turns it on)."""
         validate_node_target(nodes, "nodes")
-        old = self._spec
-        new = ClusterSpec.from_dict({**old.to_dict(), "nodes": nodes})
+        old = self.spec
+        new = replace(self._spec, nodes=nodes, autoscale=None)
         self.workspace.backend.resize_cluster(old, nodes, timeout=timeout)
         self.workspace.share.write_json(layout.cluster_record(self.name), new.to_dict())
         self._spec = new
+        why = "resized by the user" + (" (autoscale off)" if old.autoscale else "")
+        self._event({"from": old.nodes, "to": nodes, "reason": why})
         if self.active_jobs():  # queued jobs that no longer fit are failed by the scheduler, with why
             status = self._status()
             usable = tuple(n for n in status.nodes if n.id not in status.node_states)

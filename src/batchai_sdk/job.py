@@ -11,6 +11,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -154,8 +155,8 @@ class Job:
     def _checked(self) -> tuple[Cluster, Path | None, str | None]:
         """``check()``'s findings: the cluster, and the script to upload or already on the share."""
         cluster = self.workspace.get_cluster(self.spec.cluster)
-        if self.spec.node_count > cluster.target_nodes:
-            raise CapacityError(cluster.name, self.spec.node_count, cluster.target_nodes)
+        if self.spec.node_count > cluster.max_nodes:
+            raise CapacityError(cluster.name, self.spec.node_count, cluster.max_nodes)
         if self.spec.toolkit is Toolkit.HOROVOD:
             return (cluster, *self._script_source())
         return cluster, None, None
@@ -206,7 +207,11 @@ class Job:
 
     def _pick_nodes(self, cluster: Cluster) -> tuple[Node, ...]:
         """The cluster's usable nodes; a typed error when too few of them are up for the job."""
-        status = self.workspace.backend.cluster_status(cluster.spec)
+        backend = self.workspace.backend
+        spec = cluster.spec
+        if spec.autoscale is not None and backend.scale_set(spec) is None:
+            spec = replace(spec, nodes=cluster.max_nodes)  # the scheduler grows into these for the job
+        status = backend.cluster_status(spec)
         nodes = tuple(n for n in status.nodes if n.id not in status.node_states)
         if len(nodes) >= self.spec.node_count:
             return nodes

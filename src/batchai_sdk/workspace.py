@@ -8,11 +8,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from . import _layout as layout
-from ._models import ClusterSpec, ExperimentSpec, utcnow, validate_name
+from ._models import ClusterSpec, ExperimentSpec, autoscale_settings, utcnow, validate_name
 from .backends.base import Backend
 from .cluster import Cluster
-from .exceptions import AlreadyExistsError, BatchAIError, NotFoundError
+from .exceptions import AlreadyExistsError, BatchAIError, NotFoundError, ValidationError
 from .experiment import Experiment
+from .node.autoscale import DEFAULT_IDLE_SECONDS
 from .share import Share
 
 log = logging.getLogger("batchai_sdk")
@@ -232,21 +233,43 @@ class Workspace:
         name: str,
         *,
         vm_size: str,
-        nodes: int,
+        nodes: int | None = None,
         vm_priority: str = "dedicated",
         image: str | None = None,
         node_setup: str | None = None,
         exist_ok: bool = False,
         timeout: float | None = None,
         price_per_hour: float | None = None,
+        min_nodes: int | None = None,
+        max_nodes: int | None = None,
+        initial_nodes: int | None = None,
+        idle_seconds_before_scaledown: float | None = DEFAULT_IDLE_SECONDS,
         **extra: Any,
     ) -> Cluster:
         """Create a cluster of ``nodes`` machines of ``vm_size`` (state ``resizing`` until they are ready).
-        ``price_per_hour``: per node, for cost estimates (default: 0 on local/SSH, Azure's retail price)."""
+
+        Or, with ``min_nodes`` and ``max_nodes`` instead of ``nodes``, a cluster its own scheduler sizes:
+        it starts with ``initial_nodes`` (default ``min_nodes``), grows for queued jobs up to ``max_nodes``
+        and lets nodes idle for ``idle_seconds_before_scaledown`` go, down to ``min_nodes``; no client needs
+        to stay up. ``price_per_hour``: per node, for cost estimates (default: 0 on local/SSH, Azure's
+        retail price)."""
+        auto = None
+        if min_nodes is not None or max_nodes is not None:
+            if min_nodes is None or max_nodes is None:
+                raise ValidationError(
+                    "max_nodes" if max_nodes is None else "min_nodes", None, "both min_nodes and max_nodes"
+                )
+            auto = autoscale_settings(min_nodes, max_nodes, initial_nodes, idle_seconds_before_scaledown)
+            if nodes is not None and nodes != auto.initial:
+                raise ValidationError("nodes", nodes, "omitted with min_nodes/max_nodes (use initial_nodes)")
+            nodes = auto.initial
+        if nodes is None:
+            raise ValidationError("nodes", None, "a node count, or min_nodes and max_nodes for autoscale")
         spec = ClusterSpec(
             name=name,
             vm_size=vm_size,
             nodes=nodes,
+            autoscale=auto,
             vm_priority=vm_priority,  # type: ignore[arg-type]
             image=image,
             node_setup=node_setup,
@@ -263,7 +286,9 @@ class Workspace:
                     f"use workspace.get_cluster({name!r}), or create_cluster(..., exist_ok=True)",
                 )
             cluster = Cluster(self, ClusterSpec.from_dict(existing))
-            if cluster.target_nodes < nodes:  # e.g. resized to 0 by the last run: grow it back, never shrink
+            if (
+                auto is None and cluster.target_nodes < nodes
+            ):  # e.g. resized to 0 by the last run: grow it back, never shrink
                 log.info("cluster %s has %d node(s); resizing it to %d", name, cluster.target_nodes, nodes)
                 cluster.resize(nodes, timeout=timeout)
             return cluster

@@ -165,6 +165,10 @@ class Backend(ABC):
     def head_runner(self, spec: ClusterSpec, nodes: tuple[Node, ...]) -> Runner:
         """A runner on the job's head node, where the wrapper starts detached."""
 
+    def scale_set(self, spec: ClusterSpec) -> dict[str, str] | None:
+        """Where the head node can change the cluster's capacity itself (Azure: the scale set), or None."""
+        return None
+
     def scheduler(self, spec: ClusterSpec) -> ClusterScheduler:
         """The authority that queues and places the cluster's jobs: by default our scheduler on the
         cluster's head node; a Slurm backend returns Slurm."""

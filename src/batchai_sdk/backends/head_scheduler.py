@@ -10,6 +10,7 @@ import json
 import posixpath
 import uuid
 from collections.abc import Mapping
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,7 @@ class HeadNodeScheduler(ClusterScheduler):
         return self._nodes
 
     def target(self) -> LaunchTarget:
-        return self.backend.launch_target(self.spec, self.nodes())
+        return self.backend.launch_target(self.spec, self.nodes() or self.pool())
 
     def node_main(self, target: LaunchTarget) -> str:
         return on_node(target, posixpath.join(ensure_node_code(self.backend), "__main__.py"))
@@ -68,13 +69,24 @@ class HeadNodeScheduler(ClusterScheduler):
     def state_dir(self, target: LaunchTarget) -> str:
         return posixpath.join(target.temp_root, "scheduler", self.spec.name)
 
+    def pool(self) -> tuple[Node, ...]:
+        """Every node the scheduler may use: with autoscale, the nodes up to max_nodes (local, SSH)."""
+        auto = self.spec.autoscale
+        if auto is None or self.backend.scale_set(self.spec) is not None:
+            return self.nodes()
+        return self.backend.cluster_status(replace(self.spec, nodes=auto.max_nodes)).nodes
+
     def cluster_config(self, target: LaunchTarget) -> dict[str, Any]:
+        def described(nodes: tuple[Node, ...]) -> list[dict[str, Any]]:
+            return [{"id": n.id, "address": n.address, "machine": n.machine, "slots": n.slots} for n in nodes]
+
+        auto = self.spec.autoscale
         return {
             "cluster": self.spec.name,
-            "nodes": [
-                {"id": n.id, "address": n.address, "machine": n.machine, "slots": n.slots}
-                for n in self.nodes()
-            ],
+            "nodes": described(self.nodes()),
+            "pool": described(self.pool()),
+            "autoscale": auto.to_dict() if auto is not None else None,
+            "azure": self.backend.scale_set(self.spec) if auto is not None else None,
             "ssh_command": list(target.ssh_command) if target.ssh_command is not None else None,
             "python": target.python,
             "node_main": self.node_main(target),
@@ -89,7 +101,7 @@ class HeadNodeScheduler(ClusterScheduler):
         command = node_command(
             target.python, request["cluster"]["node_main"], "ctl", self.state_dir(target), env=target.env
         )
-        with self.backend.head_runner(self.spec, self.nodes()) as runner:
+        with self.backend.head_runner(self.spec, self.nodes() or self.pool()) as runner:
             result = runner.run(command, timeout=timeout or 120, stdin=json.dumps(request))
         if not result.ok:
             raise BackendError(

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from . import procs
+from . import autoscale, procs
 from .common import TAG_VAR, load_or_none, now, write_json_atomic
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -140,11 +140,16 @@ class Scheduler:
         # reaped by subprocess's own cleanup, and its exit would go unseen.
         self.children: dict[int, subprocess.Popen[bytes]] = {}
         self.cleaning: dict[int, concurrent.futures.Future[int]] = {}
-        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=4)
+        self.pool_exec = concurrent.futures.ThreadPoolExecutor(max_workers=4)
         self.idle_since: float | None = None
         self.publish_errors: dict[str, str] = {}
         self.last_nodes_doc: Any = None
         self.stopping = False
+        # autoscale: the nodes up now (a subset of the pool), and since when each free node is idle
+        self.active: list[str] | None = None
+        self.free_since: dict[str, float] = {}
+        self.next_review: float | None = None
+        self.scaling: concurrent.futures.Future[None] | None = None
         self.rebuilt = self.rebuild_from_share() if fresh else 0
 
     # -- helpers ------------------------------------------------------------------------------------
@@ -153,8 +158,26 @@ class Scheduler:
             sys.stderr.write(f"{now()} {line}\n")
             sys.stderr.flush()
 
+    def settings(self) -> autoscale.AutoScaleSettings | None:
+        data = self.cfg.get("autoscale")
+        return autoscale.AutoScaleSettings.from_dict(data) if data else None
+
+    def pool(self) -> list[dict[str, Any]]:
+        """Every node the cluster may have: its nodes, or with autoscale every node up to max_nodes."""
+        return list(self.cfg.get("pool") or self.cfg.get("nodes", []))
+
     def nodes(self) -> list[dict[str, Any]]:
-        return list(self.cfg.get("nodes", []))
+        """The nodes up now."""
+        if self.settings() is None:
+            return list(self.cfg.get("nodes", []))
+        if self.active is None:
+            self.active = [n["id"] for n in self.cfg.get("nodes", [])]
+        return [n for n in self.pool() if n["id"] in self.active]
+
+    def capacity(self) -> int:
+        """The most nodes a job may ask for: the cluster's size, or max_nodes with autoscale."""
+        settings = self.settings()
+        return settings.max_nodes if settings is not None else len(self.nodes())
 
     def job_share_dir(self, experiment: str, name: str) -> str:
         return os.path.join(self.cfg["meta_root"], "experiments", experiment, "jobs", name)
@@ -198,7 +221,12 @@ class Scheduler:
             return
         self.cfg = cfg
         write_json_atomic(os.path.join(self.state_dir, "cluster.json"), cfg)
-        total = len(self.nodes())
+        if self.settings() is None:
+            self.active = None
+        elif self.active is not None:  # ours is the truth of which nodes are up; drop what left the pool
+            pool = {n["id"] for n in self.pool()}
+            self.active = [n for n in self.active if n in pool]
+        total = self.capacity()
         for row in self.rows("state = 'queued' AND node_count > ?", total):
             self.finish(
                 row,
@@ -215,9 +243,9 @@ class Scheduler:
         node_count = int(request["node_count"])
         if node_count < 1:
             raise RequestError("invalid", f"node_count must be at least 1, not {node_count}")
-        if node_count > len(self.nodes()):
+        if node_count > self.capacity():
             raise RequestError(
-                "capacity", f"the job needs {node_count} node(s); the cluster has {len(self.nodes())}"
+                "capacity", f"the job needs {node_count} node(s); the cluster has {self.capacity()}"
             )
         request_id = str(request.get("request_id") or uuid.uuid4().hex)
         again = self.rows("request_id = ?", request_id)
@@ -395,7 +423,7 @@ class Scheduler:
         if self.cfg.get("ssh_command") is None and row["tag"] and not procs.tagged_pids(row["tag"]):
             self.finish(self.rows("id = ?", job_id)[0], state, result.get("exit_code"), reason)
             return  # nothing of it is left on this machine: its nodes are free at once
-        self.cleaning[job_id] = self.pool.submit(self.clean_nodes, row["tag"], json.loads(row["nodes"]))
+        self.cleaning[job_id] = self.pool_exec.submit(self.clean_nodes, row["tag"], json.loads(row["nodes"]))
 
     def clean_nodes(self, tag: str, node_ids: list[str]) -> int:
         """End what is left of the job on each of its nodes; returns how many processes survived."""
@@ -431,7 +459,7 @@ class Scheduler:
                 left = 0
             if left:
                 self.log(f"{left} process(es) of {row['key']} survived SIGKILL; trying again")
-                self.cleaning[job_id] = self.pool.submit(
+                self.cleaning[job_id] = self.pool_exec.submit(
                     self.clean_nodes, row["tag"], json.loads(row["nodes"])
                 )
                 continue
@@ -574,7 +602,7 @@ class Scheduler:
         """After a restart on the same node: launchers that outlived the old scheduler are watched again;
         jobs whose launcher is gone are cleaned up and ended from what the launcher left."""
         for row in self.rows("state = 'cleaning'"):
-            self.cleaning[row["id"]] = self.pool.submit(
+            self.cleaning[row["id"]] = self.pool_exec.submit(
                 self.clean_nodes, row["tag"], json.loads(row["nodes"])
             )
         for row in self.rows("state = 'running'"):
@@ -584,7 +612,76 @@ class Scheduler:
     # -- the loop -------------------------------------------------------------------------------------
     def idle(self) -> bool:
         busy = self.rows(f"state IN {ACTIVE} OR published = 0")
-        return not busy and not self.cleaning
+        return not busy and not self.cleaning and self.next_review is None and self.scaling is None
+
+    # -- autoscale ------------------------------------------------------------------------------------
+    def autoscale(self) -> None:
+        """Grow toward the queue's needs and let nodes idle past the limit go, down to min_nodes — here,
+        on the head node, so that no client needs to stay up for a cluster to cost nothing when idle."""
+        settings = self.settings()
+        if settings is None:
+            return
+        if self.scaling is not None:
+            if not self.scaling.done():
+                return
+            self.scaling = None
+        t = time.time()
+        held = self.held()
+        up = self.nodes()
+        for node in up:
+            if node["id"] in held:
+                self.free_since.pop(node["id"], None)
+            else:
+                self.free_since.setdefault(node["id"], t)
+        head = self.pool()[0]["id"] if self.pool() else None
+        views = [
+            autoscale.NodeView(
+                n["id"], n["id"] in held, self.free_since.get(n["id"], t), head=n["id"] == head
+            )
+            for n in up
+        ]
+        queue = [r["node_count"] for r in self.rows("state = 'queued'")]
+        decision = autoscale.decide(settings, views, queue, t)
+        self.next_review = decision.next_review
+        if not decision.changed:
+            return
+        kept = [n["id"] for n in up if n["id"] not in decision.remove]
+        spare = [n["id"] for n in self.pool() if n["id"] not in kept and n["id"] not in decision.remove]
+        grown = spare[: max(0, decision.target - len(kept))]
+        self.active = [n["id"] for n in self.pool() if n["id"] in kept or n["id"] in grown]
+        for node_id in decision.remove:
+            self.free_since.pop(node_id, None)
+        self.event(decision.to_dict())
+        azure = self.cfg.get("azure")
+        if azure and decision.remove:
+            self.scaling = self.pool_exec.submit(self.release_azure_nodes, azure, list(decision.remove))
+        self.publish_size()
+
+    def release_azure_nodes(self, azure: dict[str, str], remove: list[str]) -> None:
+        """Delete the named instances with the scale set's own identity (a role on that scale set only)."""
+        from .azure_capacity import AzureCapacity, ScaleSetRef
+
+        try:
+            ref = ScaleSetRef(azure["subscription"], azure["resource_group"], azure["vmss"])
+            AzureCapacity(ref).delete_instances([r.rsplit("_", 1)[-1] for r in remove])
+        except Exception as exc:  # the nodes are out of the queue's reach either way; say why they stay
+            self.log(f"could not release {', '.join(remove)} through the scale set's identity: {exc}")
+
+    def event(self, fields: dict[str, Any]) -> None:
+        line = json.dumps({"time": now(), **fields}, sort_keys=True)
+        self.log(f"autoscale: {line}")
+        try:
+            with open(os.path.join(self.cfg["cluster_dir"], "events.jsonl"), "a", encoding="utf-8") as f:
+                f.write(line + "\n")
+        except OSError as exc:
+            self.log(f"cannot write the event log yet: {exc}")
+
+    def publish_size(self) -> None:
+        doc = {"nodes": [n["id"] for n in self.nodes()], "updated": now()}
+        try:
+            write_json_atomic(os.path.join(self.cfg["cluster_dir"], "size.json"), doc)
+        except OSError as exc:
+            self.log(f"cannot write the cluster's size yet: {exc}")
 
     def serve(self, listener: socket.socket) -> int:
         sel = selectors.DefaultSelector()
@@ -602,6 +699,7 @@ class Scheduler:
                 self.accept(listener)
             self.watch()
             self.reap_cleaned()
+            self.autoscale()
             self.schedule()
             self.publish()
             if self.idle():

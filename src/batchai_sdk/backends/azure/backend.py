@@ -270,6 +270,13 @@ class AzureBackend(Backend):
     def _vmss(self, spec: ClusterSpec) -> str:
         return spec.name
 
+    def scale_set(self, spec: ClusterSpec) -> dict[str, str] | None:
+        return {
+            "subscription": self.names.subscription_id,
+            "resource_group": self.names.resource_group,
+            "vmss": self._vmss(spec),
+        }
+
     def create_cluster(self, spec: ClusterSpec, *, timeout: float | None = None) -> None:
         """Start creating the scale set (returns once ARM accepted it; with ``timeout``, waits for it)."""
         self.provision()
