@@ -8,7 +8,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -16,8 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from conftest import mpirun_command, train_env
 
 tf = pytest.importorskip("tensorflow")
 pytest.importorskip("horovod.tensorflow.keras")
@@ -55,33 +52,28 @@ def _wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 def test_sigterm_to_one_rank_checkpoints_and_a_restart_resumes_by_itself(
-    tmp_path: Path, run_ranks: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    run_ranks: Callable[..., Any],
+    start_ranks: Callable[..., subprocess.Popen[str]],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     out = tmp_path / "out"
     args = ["--dir", str(out), "--epochs", "3", *DIGITS_ARGS]
     tag = uuid.uuid4().hex
-    stdout_path, stderr_path = tmp_path / "stdout-1.txt", tmp_path / "stderr-1.txt"
-    command = mpirun_command(2, [sys.executable, "-m", "batchai_sdk.train.cifar10", *args])
-    with stdout_path.open("w") as so, stderr_path.open("w") as se:
-        proc = subprocess.Popen(command, stdout=so, stderr=se, env={**train_env(), JOB_TAG_VARIABLE: tag},
-                                start_new_session=True)  # fmt: skip
-    try:
-        _wait_for(lambda: _epochs_logged(out) == [1], 150, "epoch 1 to end")
-        pids = {_rank_of(pid): pid for pid in find_job_python_pids(tag)}
-        assert sorted(pids) == [0, 1]
-        # The hang watchdog's fallback: SIGUSR1 makes a rank dump its stacks to stderr and go on.
-        os.kill(pids[0], signal.SIGUSR1)
-        _wait_for(lambda: "most recent call first" in stderr_path.read_text(), 20, "faulthandler's stacks")
-        time.sleep(0.3)  # into epoch 2
-        epochs_done_at_notice = len(_epochs_logged(out))
-        notice = time.monotonic()
-        os.kill(pids[1], signal.SIGTERM)  # as the eviction agent of rank 1's node would
-        returncode = proc.wait(timeout=60)
-        stop_seconds = time.monotonic() - notice
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    stdout_path, stderr_path = tmp_path / "ranks-stdout.txt", tmp_path / "ranks-stderr.txt"
+    proc = start_ranks(args, env={JOB_TAG_VARIABLE: tag})
+    _wait_for(lambda: _epochs_logged(out) == [1], 150, "epoch 1 to end")
+    pids = {_rank_of(pid): pid for pid in find_job_python_pids(tag)}
+    assert sorted(pids) == [0, 1]
+    # The hang watchdog's fallback: SIGUSR1 makes a rank dump its stacks to stderr and go on.
+    os.kill(pids[0], signal.SIGUSR1)
+    _wait_for(lambda: "most recent call first" in stderr_path.read_text(), 20, "faulthandler's stacks")
+    time.sleep(0.3)  # into epoch 2
+    epochs_done_at_notice = len(_epochs_logged(out))
+    notice = time.monotonic()
+    os.kill(pids[1], signal.SIGTERM)  # as the eviction agent of rank 1's node would
+    returncode = proc.wait(timeout=60)
+    stop_seconds = time.monotonic() - notice
     first_out, first_err = stdout_path.read_text(), stderr_path.read_text()
     report = f"--- stdout\n{first_out}\n--- stderr\n{first_err}"
 
