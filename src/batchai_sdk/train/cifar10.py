@@ -614,8 +614,15 @@ distribution:
 outputs in --dir:
   saved_models/keras_cifar10_trained_model.h5   final model (rank 0)
   checkpoints/checkpoint-NNN.h5                 model + optimizer after each epoch (rank 0), for --resume
+  checkpoints/interrupted-NNN-SSSSS.h5          saved on SIGTERM at step SSSSS of epoch NNN+1 (exit 143)
   metrics.jsonl                                 one JSON line per epoch: epoch, loss, accuracy, val_loss,
                                                 val_accuracy, images_per_sec (all ranks), seconds
+
+restarts:
+  With AZ_BATCHAI_JOB_RESTART_COUNT above 0 (set by the SDK on a requeued job's later attempts) the run
+  resumes by itself from the newest checkpoint in --dir, as with --resume, or starts afresh if there is none.
+  SIGTERM stops every rank at the end of the current batch, with a checkpoint. SIGUSR1 prints every
+  thread's stack to stderr (faulthandler).
 
 examples:
   mpirun -np 4 python cifar10.py --dir /mnt/share/cifar --data-dir /mnt/share/data
