@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -263,6 +263,7 @@ class FakeImds:
         self.documents: list[dict[str, Any]] = [{"DocumentIncarnation": 0, "Events": []}]
         self.requests: list[tuple[str, str, dict[str, str], bytes]] = []
         self.fail_next = 0
+        self.post_times: list[float] = []
         fake = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -303,6 +304,7 @@ class FakeImds:
             def do_POST(self) -> None:
                 if self._record() is None:
                     return
+                fake.post_times.append(time.time())
                 self._answer(200 if self.path.startswith("/metadata/scheduledevents?") else 404, b"")
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -443,6 +445,84 @@ def test_watch_stops_promptly(imds: FakeImds) -> None:
     stop.set()
     thread.join(5)
     assert not thread.is_alive() and time.monotonic() - start < 2
+
+
+CHECKPOINTING_RANK = textwrap.dedent(
+    """
+    import signal, sys, time
+    def on_sigterm(signum, frame):
+        time.sleep(0.3)  # finish the step, save the checkpoint
+        open(sys.argv[1], "w").write(str(time.time()))
+        sys.exit(143)
+    signal.signal(signal.SIGTERM, on_sigterm)
+    print("ready", flush=True)
+    while True:
+        time.sleep(0.05)
+    """
+)
+DEAF_RANK = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
+
+
+def test_evict_terminates_the_ranks_waits_for_the_checkpoint_then_acknowledges(
+    imds: FakeImds, procs: Procs, tmp_path: Path
+) -> None:
+    saved = tmp_path / "checkpoint-saved"
+    good = procs.start([sys.executable, "-c", CHECKPOINTING_RANK, str(saved)], None)
+    deaf = procs.start([sys.executable, "-c", DEAF_RANK], None)
+    for proc in (good, deaf):
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    now = datetime.now(timezone.utc)
+    notice = evictions.EvictionNotice("E-9", "Preempt", now + timedelta(seconds=7), (VM,))
+
+    start = time.monotonic()
+    still_running = evictions.evict(notice, [good.pid, deaf.pid], margin=5.0, now=now)
+    elapsed = time.monotonic() - start
+
+    assert still_running == [deaf.pid]  # the one that ignores SIGTERM was waited for until NotBefore - 5 s
+    assert 1.8 < elapsed < 5, elapsed
+    assert good.wait(5) == 143 and saved.is_file()
+    assert deaf.poll() is None
+    method, _, _, body = imds.requests[-1]
+    assert (method, json.loads(body)) == ("POST", {"StartRequests": [{"EventId": "E-9"}]})
+    assert imds.post_times[-1] >= float(saved.read_text())  # acknowledged only after the checkpoint
+
+
+def test_evict_with_every_rank_done_acknowledges_at_once(imds: FakeImds, procs: Procs, tmp_path: Path) -> None:
+    saved = tmp_path / "saved"
+    rank = procs.start([sys.executable, "-c", CHECKPOINTING_RANK, str(saved)], None)
+    assert rank.stdout is not None and rank.stdout.readline() == b"ready\n"
+    notice = evictions.EvictionNotice("E-10", "Terminate", None, (VM,), status="Started")
+    start = time.monotonic()
+    # The rank is this test's child: it stays a zombie until waited for, and a zombie counts as ended.
+    assert evictions.evict(notice, [rank.pid, 999_999_999]) == []
+    assert time.monotonic() - start < evictions.DEFAULT_GRACE / 2
+    assert imds.post_times and saved.is_file()
+
+
+def test_pid_alive_treats_zombies_as_ended(procs: Procs) -> None:
+    proc = procs.start([sys.executable, "-c", "pass"], None)
+    deadline = time.monotonic() + 10
+    while evictions.pid_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not evictions.pid_alive(proc.pid)
+    assert Path(f"/proc/{proc.pid}").exists()  # still there as a zombie: not reaped yet
+    assert evictions.pid_alive(os.getpid())
+
+
+def test_stacks_command_line_on_a_node(procs: Procs, tmp_path: Path) -> None:
+    tag = _tag()
+    rank = procs.python_rank(tag, "faulthandler")
+    path = Path(stacks.__file__)
+    code = "import sys, runpy; sys.modules['batchai_sdk'] = None; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", code, str(path), "--tag", tag, "--out", str(tmp_path / "logs"),
+         "--node", "10.0.0.4", "--timeout", "20"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "logs" / "stacks-10.0.0.4.txt"
+    assert done.stdout.strip() == str(out)
+    assert f"=== pid {rank.pid}:" in out.read_text()
 
 
 # ---------------------------------------------------------------------------------------------- retries

@@ -12,9 +12,9 @@ An Azure VM learns that it is about to be taken from the Scheduled Events docume
 A ``Preempt`` event (Spot eviction) comes at least 30 s before ``NotBefore``; ``Terminate`` (scale-in, delete)
 is handled the same way. The node agent runs ``watch(on_notice, interval=..., stop_event=...)`` in a thread:
 ``on_notice`` gets an ``EvictionNotice`` for each new event naming this VM (its name comes from
-``/metadata/instance/compute/name``). It should send SIGTERM to the node's ranks (they checkpoint), tell the
-scheduler (requeue, not fail) and then call ``acknowledge(notice.event_id)``, which lets Azure go ahead at
-once instead of waiting for ``NotBefore``.
+``/metadata/instance/compute/name``). It should tell the scheduler (requeue, not fail), then call
+``evict(notice, pids)``: SIGTERM to the node's ranks (they checkpoint), a wait for them until shortly before
+``NotBefore``, and ``acknowledge(notice.event_id)``, which lets Azure go ahead without waiting longer.
 
 The base URL is ``$BATCHAI_IMDS_URL`` when set (tests serve documents from 127.0.0.1), else
 ``http://169.254.169.254``. Requests never go through a proxy, as Azure requires for the metadata service.
@@ -24,28 +24,34 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import Any
 
 __all__ = [
+    "DEFAULT_GRACE",
     "EVICTION_EVENT_TYPES",
     "IMDS_URL_VARIABLE",
     "EvictionNotice",
     "ImdsError",
     "acknowledge",
+    "evict",
     "find_notice",
     "find_notices",
     "get_scheduled_events",
     "get_vm_name",
     "imds_base_url",
+    "pid_alive",
     "poll",
+    "terminate_and_wait",
     "watch",
 ]
 
@@ -192,6 +198,62 @@ def acknowledge(event_id: str, base_url: str | None = None, *, timeout: float = 
     """Approve the event now (``{"StartRequests": [{"EventId": ...}]}``), once the job has checkpointed."""
     body = json.dumps({"StartRequests": [{"EventId": event_id}]}).encode()
     _request(imds_base_url(base_url) + SCHEDULED_EVENTS_PATH, data=body, timeout=timeout)
+
+
+DEFAULT_GRACE = 25.0  # seconds the ranks get when the notice has no NotBefore (Azure Spot gives >= 30)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` is a running process (a zombie, ended but not yet reaped, counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    # "pid (comm) S ...": the state follows the last ')' (comm may hold spaces and parentheses).
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] not in (b"Z", b"X", b"")
+
+
+def terminate_and_wait(pids: list[int], deadline: float, *, poll_interval: float = 0.05) -> list[int]:
+    """SIGTERM to ``pids``, then wait until they have all ended or ``deadline`` (time.monotonic()) passes.
+
+    Returns the pids still running at the deadline (the caller decides: SIGKILL, or let the platform take
+    the VM). Processes that are already gone are fine.
+    """
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+    left = [p for p in pids if pid_alive(p)]
+    while left and time.monotonic() < deadline:
+        time.sleep(poll_interval)
+        left = [p for p in left if pid_alive(p)]
+    return left
+
+
+def evict(
+    notice: EvictionNotice,
+    pids: list[int],
+    *,
+    base_url: str | None = None,
+    margin: float = 5.0,
+    now: datetime | None = None,
+    timeout: float = 5.0,
+) -> list[int]:
+    """What the node agent does with a notice: SIGTERM the node's ranks, wait for them, acknowledge.
+
+    The ranks get until ``margin`` seconds before the event's NotBefore (``DEFAULT_GRACE`` when it has none,
+    at least 1 s), so that they can checkpoint; then the event is acknowledged, whether or not they are done
+    (Azure takes the VM at NotBefore anyway). Returns the pids still running when it was acknowledged. Tell
+    the scheduler about the eviction before calling this, so the job is requeued rather than failed when
+    its ranks exit.
+    """
+    left_s = notice.seconds_left(now or datetime.now(timezone.utc))
+    grace = DEFAULT_GRACE if left_s is None else max(1.0, left_s - margin)
+    still_running = terminate_and_wait(pids, time.monotonic() + grace)
+    acknowledge(notice.event_id, base_url, timeout=timeout)
+    return still_running
 
 
 def watch(

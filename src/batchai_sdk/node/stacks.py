@@ -16,6 +16,7 @@ a process was started with). mpirun, shells and other non-Python processes of th
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
@@ -34,6 +35,7 @@ __all__ = [
     "find_job_python_pids",
     "find_py_spy",
     "handles_signal",
+    "main",
     "stacks_file_name",
 ]
 
@@ -198,3 +200,22 @@ def collect_stacks(
     part.write_text("\n".join(lines) + "\n", encoding="utf-8")
     os.replace(part, out)
     return str(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python stacks.py --tag TAG --out DIR [--node NAME] [--timeout S]``: what the scheduler runs on each
+    node of a hung job (through its runner, with the node's Python). Prints the file written."""
+    parser = argparse.ArgumentParser(description="Write the Python stacks of a job's processes on this node.")
+    parser.add_argument("--tag", required=True, help=f"the job's {JOB_TAG_VARIABLE} value")
+    parser.add_argument("--out", required=True, help="folder for stacks-<node>.txt (the job's stdouterr/)")
+    parser.add_argument("--node", default=None, help="node name in the file name (default: the host name)")
+    parser.add_argument("--timeout", type=float, default=20.0, help="seconds for the whole collection")
+    args = parser.parse_args(argv)
+    node = args.node or socket.gethostname()
+    path = os.path.join(args.out, stacks_file_name(node))
+    print(collect_stacks(find_job_python_pids(args.tag), path, timeout=args.timeout, node=node))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
