@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -509,20 +510,31 @@ def test_pid_alive_treats_zombies_as_ended(procs: Procs) -> None:
     assert evictions.pid_alive(os.getpid())
 
 
+def _as_on_a_node(tmp_path: Path, code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` with the node package copied alone as ``batchai_node`` (batchai_sdk unimportable)."""
+    package = tmp_path / "share" / "batchai_node"
+    if not package.exists():
+        shutil.copytree(Path(stacks.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
+    prelude = f"import sys; sys.path.insert(0, {str(package.parent)!r}); sys.modules['batchai_sdk'] = None; "
+    return subprocess.run([sys.executable, "-I", "-c", prelude + code, *args], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+
+
 def test_stacks_command_line_on_a_node(procs: Procs, tmp_path: Path) -> None:
     tag = _tag()
     rank = procs.python_rank(tag, "faulthandler")
-    path = Path(stacks.__file__)
-    code = "import sys, runpy; sys.modules['batchai_sdk'] = None; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
-    done = subprocess.run(
-        [sys.executable, "-I", "-c", code, str(path), "--tag", tag, "--out", str(tmp_path / "logs"),
-         "--node", "10.0.0.4", "--timeout", "20"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    done = _as_on_a_node(tmp_path, "import batchai_node.stacks as s; sys.exit(s.main(sys.argv[1:]))",
+                         "--tag", tag, "--out", str(tmp_path / "logs"), "--node", "10.0.0.4", "--timeout", "20")  # fmt: skip
     assert done.returncode == 0, done.stderr
     out = tmp_path / "logs" / "stacks-10.0.0.4.txt"
     assert done.stdout.strip() == str(out)
     assert f"=== pid {rank.pid}:" in out.read_text()
+
+
+def test_node_modules_import_only_the_standard_library(tmp_path: Path) -> None:
+    for module in ("stacks", "watchdog", "evictions", "retries"):
+        done = _as_on_a_node(tmp_path, f"import batchai_node.{module}")
+        assert done.returncode == 0, done.stderr
 
 
 # ---------------------------------------------------------------------------------------------- retries
@@ -628,13 +640,3 @@ def test_archive_attempt_logs(tmp_path: Path) -> None:
     with pytest.raises(FileExistsError):
         retries.archive_attempt_logs(out, 1)  # never overwrite an archived attempt
     assert (out / "attempt-2" / "stdout.txt").read_text() == "attempt 2\n"
-
-
-def test_node_modules_import_only_the_standard_library() -> None:
-    for module in ("stacks", "watchdog", "evictions", "retries"):
-        path = Path(__file__).resolve().parents[1] / "src" / "batchai_sdk" / "node" / f"{module}.py"
-        # As on a node: the file alone, with batchai_sdk unimportable.
-        code = f"import sys, runpy; sys.modules['batchai_sdk'] = None; runpy.run_path({str(path)!r})"
-        done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
-

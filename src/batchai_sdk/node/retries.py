@@ -46,6 +46,7 @@ __all__ = [
     "Outcome",
     "RetryPolicy",
     "archive_attempt_logs",
+    "attempt_dirs",
     "attempt_log_dir",
     "decide",
     "restart_environment",

@@ -1,8 +1,8 @@
 """Python stacks of a job's processes on this node, for the hang watchdog (standard library only).
 
-``find_job_python_pids(tag)`` finds the job's Python processes: every process the launcher starts for a job
-carries ``BATCHAI_JOB_TAG=<tag>`` in its environment, and ``/proc/<pid>/environ`` shows it (the environment
-a process was started with). mpirun, shells and other non-Python processes of the job are left out.
+``find_job_python_pids(tag)`` finds the job's Python processes: every process of a job carries
+``BATCHAI_JOB_TAG=<tag>`` in its environment (``procs.tagged_pids`` finds them); mpirun, shells and other
+non-Python processes of the job are left out.
 
 ``collect_stacks(pids, out_path, timeout=...)`` writes ``stacks-<node>.txt`` (see ``stacks_file_name``):
 
@@ -29,6 +29,9 @@ from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
 
+from .common import TAG_VAR
+from .procs import tagged_pids
+
 __all__ = [
     "JOB_TAG_VARIABLE",
     "collect_stacks",
@@ -39,7 +42,7 @@ __all__ = [
     "stacks_file_name",
 ]
 
-JOB_TAG_VARIABLE = "BATCHAI_JOB_TAG"
+JOB_TAG_VARIABLE = TAG_VAR
 AUTO = "auto"
 _PYTHON_NAME_RE = re.compile(r"^python(\d+(\.\d+)*)?[dmu]*$")
 _PROC = Path("/proc")
@@ -70,30 +73,15 @@ def _is_python(pid: int, proc: Path) -> bool:
     return any(_PYTHON_NAME_RE.match(name) for name in names)
 
 
-def find_job_python_pids(tag: str, *, proc: Path = _PROC) -> list[int]:
+def find_job_python_pids(tag: str) -> list[int]:
     """Pids of the Python processes on this node whose environment holds ``BATCHAI_JOB_TAG=<tag>``.
 
-    Sorted; this process itself is never included. Processes that end during the scan, and those whose
-    environment cannot be read (another user's, without privileges), are skipped.
+    The job's processes come from ``procs.tagged_pids``; mpirun, shells and other non-Python ones are left
+    out. Sorted; this process itself is never included; processes that end during the scan are skipped.
     """
     if not tag or "\0" in tag:
         raise ValueError(f"invalid job tag {tag!r}")
-    wanted = f"{JOB_TAG_VARIABLE}={tag}".encode()
-    own = os.getpid()
-    found = []
-    try:
-        entries = list(proc.iterdir())
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.name.isdigit() or int(entry.name) == own:
-            continue
-        environ = _read(entry / "environ")
-        if environ is None or wanted not in environ.split(b"\0"):
-            continue
-        if _is_python(int(entry.name), proc):
-            found.append(int(entry.name))
-    return sorted(found)
+    return sorted(pid for pid in tagged_pids(tag) if _is_python(pid, _PROC))
 
 
 def handles_signal(pid: int, signum: int, *, proc: Path = _PROC) -> bool:
@@ -203,8 +191,9 @@ def collect_stacks(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python stacks.py --tag TAG --out DIR [--node NAME] [--timeout S]``: what the scheduler runs on each
-    node of a hung job (through its runner, with the node's Python). Prints the file written."""
+    """``stacks --tag TAG --out DIR [--node NAME] [--timeout S]``: what the scheduler runs on each node of a
+    hung job (through its runner, with the node's Python, e.g. as a mode of the package's ``__main__``).
+    Prints the file written."""
     parser = argparse.ArgumentParser(description="Write the Python stacks of a job's processes on this node.")
     parser.add_argument("--tag", required=True, help=f"the job's {JOB_TAG_VARIABLE} value")
     parser.add_argument("--out", required=True, help="folder for stacks-<node>.txt (the job's stdouterr/)")
@@ -215,7 +204,3 @@ def main(argv: list[str] | None = None) -> int:
     path = os.path.join(args.out, stacks_file_name(node))
     print(collect_stacks(find_job_python_pids(args.tag), path, timeout=args.timeout, node=node))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
