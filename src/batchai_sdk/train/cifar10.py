@@ -918,6 +918,7 @@ def train(args: argparse.Namespace) -> int:
         tf.keras.mixed_precision.set_global_policy("mixed_float16")
 
     steps = steps_per_epoch(len(x_train), args.batch_size, size)
+    resume_step = min(resume_step, steps - 1)  # a checkpoint from a run with another number of ranks
     scaled_lr = args.lr * size
     if is_root:
         print("x_train shape:", x_train.shape)
@@ -1005,7 +1006,6 @@ def train(args: argparse.Namespace) -> int:
             verbose=args.verbose if is_root else 0,
         )
 
-    resume_step = min(resume_step, steps - 1)  # a checkpoint from a run with another number of ranks
     try:
         if resume_step and resume_epoch < args.epochs:
             fit(resume_epoch, resume_epoch + 1, resume_step)
