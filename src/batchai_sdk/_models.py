@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -21,6 +22,8 @@ from .node.autoscale import AutoScaleError, AutoScaleSettings, parse_batchai_aut
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 OUTPUT_ID_RE = re.compile(r"[A-Za-z0-9_]{1,32}")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+SHIPPED_MODULE_RE = re.compile(r"batchai_sdk\.train\.[A-Za-z_][A-Za-z0-9_]*")
+TRAINING_MODULE_HANG_TIMEOUT = 1800.0  # the watchdog's default for the shipped training modules (30 min)
 
 
 def validate_name(value: object, field_name: str = "name") -> str:
@@ -295,6 +298,14 @@ class Toolkit(str, enum.Enum):
         return self.value
 
 
+def default_hang_timeout(python_script: str | None) -> float | None:
+    """The watchdog's default: ``TRAINING_MODULE_HANG_TIMEOUT`` for a shipped ``batchai_sdk.train`` module,
+    None (off) for everything else."""
+    if python_script is not None and SHIPPED_MODULE_RE.fullmatch(python_script):
+        return TRAINING_MODULE_HANG_TIMEOUT
+    return None
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """Everything a job needs, independent of the backend. The Batch AI job.json maps onto this."""
@@ -320,6 +331,12 @@ class JobSpec:
     output_directories: Mapping[str, str] = field(default_factory=dict)
     container_image: str | None = None
     max_wall_clock_seconds: float | None = None
+    # Jobs that survive (see docs/survive.md). hang_timeout: seconds without output from any rank before the
+    # watchdog collects stacks and fails the job; None = the default (off for user scripts,
+    # TRAINING_MODULE_HANG_TIMEOUT for the shipped batchai_sdk.train modules), 0 = off.
+    hang_timeout: float | None = None
+    max_retries: int = 0  # requeues after a lost node or a listed exit code (evictions do not count)
+    retry_on_exit_codes: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         validate_name(self.name, "job name")
@@ -372,6 +389,38 @@ class JobSpec:
             raise ValidationError(
                 "mount_path", self.mount_path, "a folder name under the job's mount root, without '..'"
             )
+        self._check_survival()
+
+    def _check_survival(self) -> None:
+        """Validate hang_timeout, max_retries, retry_on_exit_codes; fill in hang_timeout's default."""
+        timeout = self.hang_timeout
+        if timeout is not None:
+            if (
+                isinstance(timeout, bool)
+                or not isinstance(timeout, (int, float))
+                or not 0 <= timeout < math.inf
+            ):
+                raise ValidationError(
+                    "hang_timeout", timeout, "a number of seconds > 0, 0 to turn the watchdog off, or None"
+                )
+            object.__setattr__(self, "hang_timeout", float(timeout))
+        else:
+            object.__setattr__(self, "hang_timeout", default_hang_timeout(self.python_script))
+        retries = self.max_retries
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise ValidationError("max_retries", retries, "an integer >= 0")
+        codes = self.retry_on_exit_codes
+        if isinstance(codes, (str, bytes)) or not isinstance(codes, Iterable):
+            raise ValidationError("retry_on_exit_codes", codes, "a list of exit codes 1..255")
+        object.__setattr__(self, "retry_on_exit_codes", tuple(codes))
+        for i, code in enumerate(self.retry_on_exit_codes):
+            if isinstance(code, bool) or not isinstance(code, int) or not 1 <= code <= 255:
+                raise ValidationError(f"retry_on_exit_codes[{i}]", code, "an exit code 1..255")
+
+    @property
+    def watchdog_seconds(self) -> float | None:
+        """The hang watchdog's timeout, or None when it is off (``hang_timeout`` None or 0)."""
+        return self.hang_timeout or None
 
     def __repr__(self) -> str:
         shown = ", ".join(
@@ -394,6 +443,7 @@ class JobSpec:
         }
         data["input_directories"] = dict(self.input_directories)
         data["output_directories"] = dict(self.output_directories)
+        data["retry_on_exit_codes"] = list(self.retry_on_exit_codes)
         return data
 
     @classmethod
@@ -402,6 +452,7 @@ class JobSpec:
         kwargs = {k: v for k, v in data.items() if k in known}
         kwargs["args"] = tuple(kwargs.get("args") or ())
         kwargs["secret_environment"] = tuple(kwargs.get("secret_environment") or ())
+        kwargs["retry_on_exit_codes"] = tuple(kwargs.get("retry_on_exit_codes") or ())
         return cls(**kwargs)
 
     def replace(self, **changes: Any) -> JobSpec:

@@ -22,6 +22,10 @@ Choices where the schema and this SDK differ:
 * ``containerSettings.imageSourceRegistry.image`` is kept; ``serverUrl``, ``credentials`` and ``shmSize``
   are checked and dropped.
 * ``nodeCount`` defaults to 1 and ``stdOutErrPathPrefix`` is optional (the schema requires both).
+* An extension, beside ``properties``: ``"batchaiSdk": {"hangTimeoutSeconds": 600, "maxRetries": 2,
+  "retryOnExitCodes": [75]}`` sets ``JobSpec.hang_timeout`` (0 turns the watchdog off), ``max_retries`` and
+  ``retry_on_exit_codes``. ``to_job_json`` writes it only when one of them differs from its default, so
+  documents without it stay exactly the Batch AI schema.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ._models import OUTPUT_ID_RE, JobSpec, Toolkit
+from ._models import OUTPUT_ID_RE, JobSpec, Toolkit, default_hang_timeout
 from .exceptions import BatchAIJsonError, NotFoundError, ValidationError
 
 __all__ = [
@@ -435,11 +439,14 @@ _SPEC_FIELD_PATHS = {
     "input_directories": "properties.inputDirectories",
     "output_directories": "properties.outputDirectories",
     "max_wall_clock_seconds": "properties.constraints.maxWallClockTime",
+    "hang_timeout": "batchaiSdk.hangTimeoutSeconds",
+    "max_retries": "batchaiSdk.maxRetries",
+    "retry_on_exit_codes": "batchaiSdk.retryOnExitCodes",
 }
 
 
 def _parse_document(r: _Reader, document: Any) -> dict[str, Any]:
-    top = r.obj(document, "", ("$schema", "properties"))
+    top = r.obj(document, "", ("$schema", "properties", SDK_EXTENSION))
     if "$schema" in top:
         r.string(top["$schema"], "$schema")
     if "properties" not in top:
@@ -489,7 +496,56 @@ def _parse_document(r: _Reader, document: Any) -> dict[str, Any]:
                     r.shown(text),
                     "a positive duration: ISO 8601 like 'PT1H30M' or 'P7D', or a TimeSpan like '1.00:00:00'",
                 )
+    fields.update(_parse_sdk_extension(r, top))
     return fields
+
+
+# --------------------------------------------------------------------------------------------------
+# the batchaiSdk extension: hang watchdog and retries (docs/survive.md)
+
+SDK_EXTENSION = "batchaiSdk"
+_SDK_KEYS = ("hangTimeoutSeconds", "maxRetries", "retryOnExitCodes")
+
+
+def _parse_sdk_extension(r: _Reader, top: Mapping[str, Any]) -> dict[str, Any]:
+    """``hang_timeout``, ``max_retries``, ``retry_on_exit_codes`` from the top-level ``batchaiSdk`` object."""
+    if SDK_EXTENSION not in top:
+        return {}
+    ext = r.obj(top[SDK_EXTENSION], SDK_EXTENSION, _SDK_KEYS)
+    fields: dict[str, Any] = {}
+    if "hangTimeoutSeconds" in ext:
+        value = ext["hangTimeoutSeconds"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+            _invalid(
+                f"{SDK_EXTENSION}.hangTimeoutSeconds", value, "a number of seconds > 0, or 0 for no watchdog"
+            )
+        fields["hang_timeout"] = float(value)
+    if "maxRetries" in ext:
+        value = ext["maxRetries"]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            _invalid(f"{SDK_EXTENSION}.maxRetries", value, "an integer >= 0")
+        fields["max_retries"] = value
+    if "retryOnExitCodes" in ext:
+        path = f"{SDK_EXTENSION}.retryOnExitCodes"
+        codes = r.array(ext["retryOnExitCodes"], path)
+        for i, code in enumerate(codes):
+            if isinstance(code, bool) or not isinstance(code, int) or not 1 <= code <= 255:
+                _invalid(f"{path}[{i}]", code, "an exit code 1..255")
+        fields["retry_on_exit_codes"] = tuple(codes)
+    return fields
+
+
+def _sdk_extension_json(spec: JobSpec) -> dict[str, Any]:
+    """The ``batchaiSdk`` object for ``spec``, holding only what differs from the defaults ({} if nothing)."""
+    ext: dict[str, Any] = {}
+    if spec.hang_timeout != default_hang_timeout(spec.python_script):
+        timeout = spec.hang_timeout or 0.0
+        ext["hangTimeoutSeconds"] = int(timeout) if float(timeout).is_integer() else timeout
+    if spec.max_retries:
+        ext["maxRetries"] = spec.max_retries
+    if spec.retry_on_exit_codes:
+        ext["retryOnExitCodes"] = list(spec.retry_on_exit_codes)
+    return {SDK_EXTENSION: ext} if ext else {}
 
 
 def _parse_toolkit(r: _Reader, props: Mapping[str, Any]) -> dict[str, Any]:
@@ -769,7 +825,7 @@ def to_job_json(spec: JobSpec, *, storage_account: str | None = None, redact: bo
         props["outputDirectories"] = [{"id": k, "pathPrefix": v} for k, v in spec.output_directories.items()]
     if spec.max_wall_clock_seconds is not None:
         props["constraints"] = {"maxWallClockTime": format_duration(float(spec.max_wall_clock_seconds))}
-    return {"$schema": SCHEMA_URL, "properties": props}
+    return {"$schema": SCHEMA_URL, "properties": props, **_sdk_extension_json(spec)}
 
 
 def _toolkit_json(spec: JobSpec) -> dict[str, Any]:

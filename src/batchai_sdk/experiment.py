@@ -58,6 +58,9 @@ class Experiment:
         container_image: str | None = None,
         max_wall_clock_time: float | None = None,
         exist_ok: bool = False,
+        hang_timeout: float | None = None,
+        max_retries: int = 0,
+        retry_on_exit_codes: Sequence[int] = (),
     ) -> Job:
         """Describe a job (nothing runs until ``Job.submit``).
 
@@ -65,6 +68,9 @@ class Experiment:
         ``$AZ_BATCHAI_JOB_MOUNT_ROOT/...``, or a module name such as ``"batchai_sdk.train.cifar10"``
         (its file is uploaded). ``args`` may use ``$VARS``: they are expanded on the node.
         ``secrets`` are environment variables never written to records or logs.
+        ``hang_timeout`` (seconds without output from any rank: stacks collected, job failed; 0 turns it off,
+        None is off for your scripts and 30 minutes for the shipped training modules), ``max_retries`` and
+        ``retry_on_exit_codes`` (requeue after a lost node or a listed exit code): see "Jobs that survive".
         """
 
         if name is None:
@@ -99,6 +105,9 @@ class Experiment:
             output_directories=dict(output_directories or {}),
             container_image=container_image,
             max_wall_clock_seconds=max_wall_clock_time,
+            hang_timeout=hang_timeout,
+            max_retries=max_retries,
+            retry_on_exit_codes=retry_on_exit_codes,  # type: ignore[arg-type]  # JobSpec makes it a tuple
         )
         return self.job_from_spec(spec)
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tarfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -182,3 +182,29 @@ def script_copy(tmp_path: Path) -> Path:
     folder = tmp_path / "share" / "cifar"
     folder.mkdir(parents=True)
     return Path(shutil.copy(SCRIPT, folder / "cifar10.py"))
+
+
+@pytest.fixture
+def start_ranks(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """``start_ranks(args, env={}, ranks=2)``: the training module under mpirun, not waited for.
+
+    Its stdout and stderr go to ``tmp_path/ranks-stdout.txt`` / ``ranks-stderr.txt``; whatever is still
+    running at the end of the test is killed with its process group.
+    """
+    if shutil.which("mpirun") is None:
+        pytest.skip("mpirun is not installed (apt-get install openmpi-bin)")
+    started: list[subprocess.Popen[str]] = []
+
+    def start(args: Sequence[str], env: dict[str, str] | None = None, ranks: int = 2) -> subprocess.Popen[str]:
+        command = mpirun_command(ranks, [sys.executable, "-m", "batchai_sdk.train.cifar10", *args])
+        with (tmp_path / "ranks-stdout.txt").open("w") as out, (tmp_path / "ranks-stderr.txt").open("w") as err:
+            proc = subprocess.Popen(command, stdout=out, stderr=err, text=True, env={**train_env(), **(env or {})},
+                                    start_new_session=True)  # fmt: skip
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

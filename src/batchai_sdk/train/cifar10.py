@@ -25,10 +25,22 @@ Choices and semantics
   ``tf.keras.optimizers.legacy.RMSprop(decay=...)`` applies ``lr / (1 + decay * iterations)`` where
   ``iterations`` counts optimizer steps (Keras 2.15's new optimizers no longer accept ``decay``).
 * Checkpoints: rank 0 writes ``<dir>/checkpoints/checkpoint-NNN.h5`` (model and optimizer state) after every
-  epoch. ``--resume`` loads the latest one on rank 0, broadcasts its epoch to every rank and continues from
-  there; the weights and optimizer state reach the other ranks through ``BroadcastGlobalVariablesCallback``.
-  A run without ``--resume`` deletes earlier ``checkpoint-*.h5`` files in that folder and starts
+  epoch, atomically (a temporary file renamed). ``--resume`` loads the latest one on rank 0, broadcasts its
+  epoch to every rank and continues from there; the weights and optimizer state reach the other ranks through
+  ``BroadcastGlobalVariablesCallback``. A damaged latest checkpoint is skipped (with a warning) for the one
+  before. A first run without ``--resume`` deletes earlier checkpoints in that folder and starts
   ``metrics.jsonl`` afresh.
+* Restarts: when ``AZ_BATCHAI_JOB_RESTART_COUNT`` is set and above 0 (the SDK sets it on every attempt after
+  the first: a requeued job, an evicted node), the run resumes by itself, as with ``--resume``, from the
+  latest checkpoint in ``--dir``, or starts from epoch 0 when there is none yet.
+* SIGTERM (an eviction notice, a terminated job): the ranks finish the current batch, agree to stop (a
+  one-number allreduce after every batch, so that a signal reaching one node's ranks stops them all at the
+  same step), rank 0 saves ``checkpoints/interrupted-NNN-SSSSS.h5`` (NNN epochs done, SSSSS steps of the
+  next), every rank prints one ``stopped by SIGTERM ...`` line and exits with status 143. A restart resumes
+  at that step: the rest of the interrupted epoch runs on a fresh shuffle, so at most the current batch is
+  lost. The next epoch checkpoint removes the ``interrupted-*`` file.
+* Stacks: SIGUSR1 makes every rank write the Python stacks of all its threads to stderr (``faulthandler``):
+  what the SDK's hang watchdog sends where py-spy is not installed.
 * Metrics: rank 0 appends one JSON line per epoch to ``<dir>/metrics.jsonl`` with the keys epoch (1-based),
   loss, accuracy, val_loss, val_accuracy (averaged over ranks), images_per_sec (images trained per second by
   all ranks together, over the training part of the epoch) and seconds (wall time of the whole epoch,
@@ -41,6 +53,7 @@ Choices and semantics
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import hashlib
 import json
 import math
@@ -48,6 +61,7 @@ import os
 import pickle
 import random
 import re
+import signal
 import sys
 import tarfile
 import time
@@ -68,6 +82,9 @@ CIFAR_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 TRAIN_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6))
 TEST_BATCH = "test_batch"
 CHECKPOINT_PATTERN = "checkpoint-{epoch:03d}.h5"
+INTERRUPTED_PATTERN = "interrupted-{epoch:03d}-{step:05d}.h5"
+RESTART_COUNT_VARIABLE = "AZ_BATCHAI_JOB_RESTART_COUNT"
+EXIT_SIGTERM = 143  # 128 + SIGTERM, as a shell reports a process ended by it
 DIGITS_SPLIT_SEED = 0
 DIGITS_TEST_FRACTION = 0.2
 
@@ -375,6 +392,7 @@ def weights_sha256(model: Any) -> str:
 # ------------------------------------------------------------------------------------- checkpoints, logs
 
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)\.h5$")
+_INTERRUPTED_RE = re.compile(r"^interrupted-(\d+)-(\d+)\.h5$")
 
 
 def find_checkpoints(folder: Path) -> list[tuple[int, Path]]:
@@ -387,6 +405,36 @@ def find_checkpoints(folder: Path) -> list[tuple[int, Path]]:
         if match and path.is_file():
             found.append((int(match.group(1)), path))
     return sorted(found)
+
+
+def find_resume_points(folder: Path) -> list[tuple[int, int, Path]]:
+    """(epochs done, steps of the next epoch done, path) of every checkpoint in ``folder``, oldest first.
+
+    ``checkpoint-NNN.h5`` is (NNN, 0); ``interrupted-NNN-SSSSS.h5``, saved on SIGTERM, is (NNN, SSSSS).
+    """
+    found = [(epoch, 0, path) for epoch, path in find_checkpoints(folder)]
+    if folder.is_dir():
+        for path in folder.iterdir():
+            match = _INTERRUPTED_RE.match(path.name)
+            if match and path.is_file():
+                found.append((int(match.group(1)), int(match.group(2)), path))
+    return sorted(found)
+
+
+def restart_count(environ: Any = None) -> int:
+    """``AZ_BATCHAI_JOB_RESTART_COUNT`` as an integer (0 when unset or not a number >= 0)."""
+    text = (os.environ if environ is None else environ).get(RESTART_COUNT_VARIABLE, "")
+    try:
+        return max(0, int(text))
+    except ValueError:
+        return 0
+
+
+def save_atomically(model: Any, path: Path) -> None:
+    """``model.save`` (HDF5) to a hidden temporary name beside ``path``, then rename: never half a file."""
+    tmp = path.with_name(f".saving-{path.name}")  # ends in .h5: Keras picks the HDF5 format from it
+    model.save(str(tmp))
+    os.replace(tmp, path)
 
 
 def _trim_metrics(path: Path, last_epoch: int) -> None:
@@ -449,6 +497,81 @@ def _make_metrics_logger(path: Path, images_per_epoch: int) -> Any:
     return EpochMetricsLogger()
 
 
+def _make_checkpointer(folder: Path) -> Any:
+    import tensorflow as tf
+
+    class EpochCheckpoint(tf.keras.callbacks.Callback):  # type: ignore[misc]
+        """checkpoint-NNN.h5 after every epoch (atomic); then the interrupted-* files are out of date."""
+
+        def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+            save_atomically(self.model, folder / CHECKPOINT_PATTERN.format(epoch=epoch + 1))
+            for _, step, path in find_resume_points(folder):
+                if step:
+                    path.unlink(missing_ok=True)
+
+    return EpochCheckpoint()
+
+
+class SigtermFlag:
+    """Notes SIGTERM instead of dying from it; the training loop stops at the next batch end."""
+
+    def __init__(self) -> None:
+        self.received_at: float | None = None
+
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.received_at is None:
+            self.received_at = time.monotonic()
+
+
+class _Interrupted(Exception):
+    """Raised out of ``fit`` on every rank at the same step once any rank got SIGTERM."""
+
+    def __init__(self, epochs_done: int, step: int) -> None:
+        super().__init__(f"stopped after epoch {epochs_done} + {step} steps")
+        self.epochs_done = epochs_done
+        self.step = step
+
+
+def _make_sigterm_stopper(hvd_tf: Any, flag: SigtermFlag, steps: int, first_step: int) -> Any:
+    """After every batch: one allreduce of "did this rank get SIGTERM"; if any did, raise _Interrupted.
+
+    Every rank takes the same decision at the same step. ``first_step`` is the number of steps of the first
+    epoch done before this ``fit`` (a resumed interrupted epoch), so steps count from the epoch's start. At
+    an epoch's last step the stop waits for the epoch's end (validation, metrics line, epoch checkpoint):
+    put this callback last.
+    """
+    import tensorflow as tf
+
+    class StopOnSigterm(tf.keras.callbacks.Callback):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self._epoch = 0
+            self._offset = first_step
+            self._stop_at_epoch_end = False
+
+        def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+            self._epoch = epoch
+
+        def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+            mine = 0.0 if flag.received_at is None else 1.0
+            anyone = hvd_tf.allreduce(tf.constant(mine), op=hvd_tf.Sum, name="sigterm_flag")
+            if float(anyone) > 0:
+                step = self._offset + batch + 1
+                if step < steps:
+                    raise _Interrupted(self._epoch, step)
+                self._stop_at_epoch_end = True
+
+        def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+            self._offset = 0
+            if self._stop_at_epoch_end:
+                raise _Interrupted(epoch + 1, 0)
+
+    return StopOnSigterm()
+
+
 # ---------------------------------------------------------------------------------------------- command
 
 
@@ -491,8 +614,15 @@ distribution:
 outputs in --dir:
   saved_models/keras_cifar10_trained_model.h5   final model (rank 0)
   checkpoints/checkpoint-NNN.h5                 model + optimizer after each epoch (rank 0), for --resume
+  checkpoints/interrupted-NNN-SSSSS.h5          saved on SIGTERM at step SSSSS of epoch NNN+1 (exit 143)
   metrics.jsonl                                 one JSON line per epoch: epoch, loss, accuracy, val_loss,
                                                 val_accuracy, images_per_sec (all ranks), seconds
+
+restarts:
+  With AZ_BATCHAI_JOB_RESTART_COUNT above 0 (set by the SDK on a requeued job's later attempts) the run
+  resumes by itself from the newest checkpoint in --dir, as with --resume, or starts afresh if there is none.
+  SIGTERM stops every rank at the end of the current batch, with a checkpoint. SIGUSR1 prints every
+  thread's stack to stderr (faulthandler).
 
 examples:
   mpirun -np 4 python cifar10.py --dir /mnt/share/cifar --data-dir /mnt/share/data
@@ -653,25 +783,40 @@ def _agree(hvd_tf: Any, error: str | None, step: str) -> None:
     raise _ReportedError(message)
 
 
-def _prepare_outputs(out_dir: Path, resume: bool) -> tuple[int, Path | None]:
-    """Rank 0: create the output folders; find the checkpoint to resume from or clear stale ones."""
+def _prepare_outputs(out_dir: Path, resume: bool, restart: int) -> list[tuple[int, int, Path]]:
+    """Rank 0: create the output folders; the checkpoints to resume from (newest first), or clear them.
+
+    ``--resume`` needs a checkpoint; a restart (``restart`` > 0) takes one if there is any and otherwise
+    starts from epoch 0; a first run clears earlier checkpoints and metrics.
+    """
     ckpt_dir = out_dir / "checkpoints"
     try:
         ckpt_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"cannot create {ckpt_dir}: {exc.strerror or exc}") from exc
-    checkpoints = find_checkpoints(ckpt_dir)
-    metrics = out_dir / "metrics.jsonl"
-    if resume:
-        if not checkpoints:
+    points = find_resume_points(ckpt_dir)
+    if resume or restart:
+        if not points and resume:
             raise UserError(f"--resume: no checkpoint-NNN.h5 in {ckpt_dir}; run without --resume to start")
-        epoch, path = checkpoints[-1]
-        _trim_metrics(metrics, epoch)
-        return epoch, path
-    for _, path in checkpoints:
+        if points:
+            return points[::-1]
+    for *_, path in points:
         path.unlink()
-    metrics.write_text("", encoding="utf-8")
-    return 0, None
+    (out_dir / "metrics.jsonl").write_text("", encoding="utf-8")
+    return []
+
+
+def _load_latest(hvd: Any, candidates: list[tuple[int, int, Path]]) -> tuple[int, int, Path, Any]:
+    """Rank 0: the newest checkpoint that loads; damaged ones are skipped with a warning."""
+    failure: UserError | None = None
+    for epoch, step, path in candidates:
+        try:
+            return epoch, step, path, _load_checkpoint(hvd, path)
+        except UserError as exc:
+            _to_stderr(f"warning: skipping checkpoint {path.name}: {exc}")
+            failure = failure or exc
+    assert failure is not None
+    raise failure
 
 
 def _load_checkpoint(hvd: Any, path: Path) -> tuple[list[Array], list[Array]]:
@@ -721,6 +866,8 @@ def train(args: argparse.Namespace) -> int:
     warnings.filterwarnings(
         "ignore", message="You are saving your model as an HDF5 file", category=UserWarning
     )
+    sigterm = SigtermFlag()
+    sigterm.install()  # from here on SIGTERM stops training at the next batch end, with a checkpoint
     hvd.init()
     rank, size, local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
     is_root = rank == 0
@@ -729,7 +876,8 @@ def train(args: argparse.Namespace) -> int:
 
     # Everything that can fail because of the user's input happens here, before any collective op.
     data: Arrays | None = None
-    resume_epoch, resume_path = 0, None
+    resume_epoch, resume_step, resume_path = 0, 0, None
+    restart = restart_count()
     restored: tuple[list[Array], list[Array]] | None = None
     download = args.dataset == "cifar10" and args.data_dir is None
     error: str | None = None
@@ -737,9 +885,10 @@ def train(args: argparse.Namespace) -> int:
         if not download or local_rank == 0:  # one download per node; the others read its cache later
             data = _training_data(args, size)
         if is_root:
-            resume_epoch, resume_path = _prepare_outputs(out_dir, args.resume)
-            if resume_path is not None:
-                restored = _load_checkpoint(hvd, resume_path)
+            candidates = _prepare_outputs(out_dir, args.resume, restart)
+            if candidates:
+                resume_epoch, resume_step, resume_path, restored = _load_latest(hvd, candidates)
+                _trim_metrics(out_dir / "metrics.jsonl", resume_epoch)
     except Exception as exc:  # anything, not only UserError, must reach the agreement or the others hang
         error = _describe(exc)
     _agree(hvd_tf, error, "setup")
@@ -757,6 +906,7 @@ def train(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     seed = int(hvd.broadcast(seed, root_rank=0, name="seed"))
     resume_epoch = int(hvd.broadcast(resume_epoch, root_rank=0, name="resume_epoch"))
+    resume_step = int(hvd.broadcast(resume_step, root_rank=0, name="resume_step"))
     tf.keras.utils.set_random_seed(seed)  # python, numpy and TensorFlow; the same on every rank
 
     mixed_precision = args.mixed_precision
@@ -768,6 +918,7 @@ def train(args: argparse.Namespace) -> int:
         tf.keras.mixed_precision.set_global_policy("mixed_float16")
 
     steps = steps_per_epoch(len(x_train), args.batch_size, size)
+    resume_step = min(resume_step, steps - 1)  # a checkpoint from a run with another number of ranks
     scaled_lr = args.lr * size
     if is_root:
         print("x_train shape:", x_train.shape)
@@ -777,8 +928,13 @@ def train(args: argparse.Namespace) -> int:
             f"{size} rank(s), {steps} steps of {args.batch_size} per rank and epoch, lr {scaled_lr:g}, "
             f"seed {seed}, {'GPU' if gpus else 'CPU'}, augmentation {'off' if args.no_augmentation else 'on'}"
         )
+        if restart:
+            print(f"Restart {restart} ({RESTART_COUNT_VARIABLE}={restart})")
         if resume_path is not None:
-            print(f"Resumed from epoch {resume_epoch} ({resume_path})")
+            at = f" step {resume_step}/{steps} of epoch {resume_epoch + 1}" if resume_step else ""
+            print(f"Resumed from epoch {resume_epoch}{at} ({resume_path})")
+        elif restart:
+            print(f"No checkpoint in {out_dir / 'checkpoints'} yet: starting from epoch 0")
 
     model = build_model()
     model.compile(
@@ -797,16 +953,6 @@ def train(args: argparse.Namespace) -> int:
     hvd_tf.broadcast_variables(model.variables, root_rank=0)
     hvd_tf.broadcast_variables(model.optimizer.variables(), root_rank=0)
 
-    train_ds = make_train_dataset(
-        x_train,
-        y_train,
-        args.batch_size,
-        rank=rank,
-        size=size,
-        seed=seed + resume_epoch,
-        augment=not args.no_augmentation,
-        start_step=resume_epoch * steps,
-    )
     shard_validation = len(x_test) >= size
     val_ds = make_eval_dataset(
         x_test,
@@ -816,35 +962,58 @@ def train(args: argparse.Namespace) -> int:
         size=size if shard_validation else 1,
     )
 
-    callbacks: list[Any] = [
-        # Rank 0's weights and optimizer state (random init or checkpoint) go to every rank after step 1.
-        hvd.callbacks.BroadcastGlobalVariablesCallback(0),
-        # Average metrics over ranks before the callbacks below read them.
-        hvd.callbacks.MetricAverageCallback(),
-    ]
-    if args.warmup_epochs > 0:
-        callbacks.append(
-            hvd.callbacks.LearningRateWarmupCallback(
-                initial_lr=scaled_lr,
-                warmup_epochs=args.warmup_epochs,
-                steps_per_epoch=steps,
-                verbose=1 if is_root and args.verbose else 0,
-            )
+    def fit(first_epoch: int, end_epoch: int, done: int) -> None:
+        """Epochs first_epoch+1..end_epoch; ``done``: steps of the first one run before an interruption."""
+        train_ds = make_train_dataset(
+            x_train,
+            y_train,
+            args.batch_size,
+            rank=rank,
+            size=size,
+            seed=seed + first_epoch,
+            augment=not args.no_augmentation,
+            start_step=first_epoch * steps,
         )
-    if is_root:
-        checkpoint_path = out_dir / "checkpoints" / CHECKPOINT_PATTERN
-        callbacks.append(tf.keras.callbacks.ModelCheckpoint(str(checkpoint_path)))
-        callbacks.append(_make_metrics_logger(out_dir / "metrics.jsonl", steps * args.batch_size * size))
+        if done:
+            train_ds = train_ds.skip(done)  # the interrupted epoch's remaining steps, on a fresh shuffle
+        callbacks: list[Any] = [
+            # Rank 0's weights and optimizer state (random init or checkpoint) go to every rank after step 1.
+            hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+            # Average metrics over ranks before the callbacks below read them.
+            hvd.callbacks.MetricAverageCallback(),
+        ]
+        if args.warmup_epochs > 0:
+            callbacks.append(
+                hvd.callbacks.LearningRateWarmupCallback(
+                    initial_lr=scaled_lr,
+                    warmup_epochs=args.warmup_epochs,
+                    steps_per_epoch=steps,
+                    verbose=1 if is_root and args.verbose else 0,
+                )
+            )
+        if is_root:
+            callbacks.append(_make_checkpointer(out_dir / "checkpoints"))
+            images = (steps - done) * args.batch_size * size
+            callbacks.append(_make_metrics_logger(out_dir / "metrics.jsonl", images))
+        callbacks.append(_make_sigterm_stopper(hvd_tf, sigterm, steps, done))  # last: see its docstring
+        model.fit(
+            train_ds,
+            steps_per_epoch=steps - done,
+            epochs=end_epoch,
+            initial_epoch=first_epoch,
+            validation_data=val_ds,
+            callbacks=callbacks,
+            verbose=args.verbose if is_root else 0,
+        )
 
-    model.fit(
-        train_ds,
-        steps_per_epoch=steps,
-        epochs=args.epochs,
-        initial_epoch=resume_epoch,
-        validation_data=val_ds,
-        callbacks=callbacks,
-        verbose=args.verbose if is_root else 0,
-    )
+    try:
+        if resume_step and resume_epoch < args.epochs:
+            fit(resume_epoch, resume_epoch + 1, resume_step)
+            resume_epoch, resume_step = resume_epoch + 1, 0
+        if resume_epoch < args.epochs:
+            fit(resume_epoch, args.epochs, 0)
+    except _Interrupted as stop:
+        return _stop_on_sigterm(hvd_tf, model, stop, rank, steps, out_dir / "checkpoints")
 
     if args.save_rank_weights:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -861,7 +1030,28 @@ def train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stop_on_sigterm(hvd_tf: Any, model: Any, stop: _Interrupted, rank: int, steps: int, folder: Path) -> int:
+    """Every rank, after _Interrupted: rank 0 saves where training stopped; all wait for it, then exit 143."""
+    saved: str | None = None
+    if rank == 0:
+        if stop.step:
+            path = folder / INTERRUPTED_PATTERN.format(epoch=stop.epochs_done, step=stop.step)
+            save_atomically(model, path)
+        else:
+            path = folder / CHECKPOINT_PATTERN.format(epoch=stop.epochs_done)  # written at the epoch's end
+        saved = str(path)
+        epoch = stop.epochs_done
+        where = f"step {stop.step}/{steps} of epoch {epoch + 1}" if stop.step else f"the end of epoch {epoch}"
+        print(f"Stopped by SIGTERM at {where}: checkpoint {saved}; a restart resumes from it", flush=True)
+    saved = hvd_tf.broadcast_object(saved, root_rank=0, name="sigterm_saved")  # every rank waits for the save
+    _to_stderr(f"rank {rank}: stopped by SIGTERM, checkpoint {saved}; exiting with status {EXIT_SIGTERM}")
+    return EXIT_SIGTERM
+
+
 def main(argv: list[str] | None = None) -> int:
+    if hasattr(faulthandler, "register"):  # not on Windows
+        # `kill -USR1 <pid>` (the SDK's hang watchdog without py-spy): every thread's stack to stderr.
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     args = build_parser().parse_args(argv)  # exits 2 on usage errors, before Horovod starts
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)  # progress lines reach the job's log files as they come

@@ -1,0 +1,116 @@
+"""Hang detection from a job's log files: pure functions and one small tracker (standard library only).
+
+A job counts as hung when no rank has written anything to the job's logs (``stdout.txt``, ``stderr.txt``,
+``execution-<node>.log``) for ``hang_timeout`` seconds. The scheduler calls, every few seconds::
+
+    last = tracker.observe(job_log_files(stdouterr_dir), now)      # or last_output_time(paths)
+    if hang_verdict(last, started, now, hang_timeout) is not None:
+        files = [collect_stacks(...) on every node of the job]      # node/stacks.py
+        reason = hang_verdict(last, started, now, hang_timeout, stack_files=files)
+        # end the job failed with ``reason``, free its nodes
+
+``last_output_time`` reads modification times: simple, but on a network share the times come from the file
+server's clock and may lag. ``OutputTracker`` instead notes, on the caller's clock, when a file's size or
+modification time last changed, which is immune to clock skew between the share and the scheduler.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+__all__ = [
+    "LOG_PATTERNS",
+    "OutputTracker",
+    "hang_reason",
+    "hang_verdict",
+    "job_log_files",
+    "last_output_time",
+]
+
+LOG_PATTERNS = ("stdout.txt", "stderr.txt", "execution-*.log")
+
+
+def job_log_files(stdouterr_dir: str | os.PathLike[str]) -> list[Path]:
+    """The files of ``stdouterr_dir`` whose growth counts as output (``LOG_PATTERNS``), sorted."""
+    folder = os.fspath(stdouterr_dir)
+    found: set[str] = set()
+    for pattern in LOG_PATTERNS:
+        found.update(glob.glob(os.path.join(glob.escape(folder), pattern)))
+    return sorted(Path(p) for p in found)
+
+
+def last_output_time(paths: Iterable[str | os.PathLike[str]]) -> float | None:
+    """The latest modification time (epoch seconds) of the non-empty files among ``paths``.
+
+    Missing and empty files are ignored (an empty file was created, not written to); None when there is
+    no output at all.
+    """
+    latest: float | None = None
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if st.st_size > 0 and (latest is None or st.st_mtime > latest):
+            latest = st.st_mtime
+    return latest
+
+
+class OutputTracker:
+    """When, on the caller's clock, any of the job's log files last changed (size or modification time)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[int, int]] = {}
+        self._last: float | None = None
+
+    @property
+    def last_change(self) -> float | None:
+        return self._last
+
+    def observe(self, paths: Iterable[str | os.PathLike[str]], now: float) -> float | None:
+        """Look at ``paths`` at time ``now``; returns the time of the last change seen (None: no output yet).
+
+        A file seen for the first time with content counts as a change; so does any new size or mtime.
+        """
+        for path in paths:
+            key = os.fspath(path)
+            try:
+                st = os.stat(key)
+            except OSError:
+                continue
+            signature = (st.st_size, st.st_mtime_ns)
+            if st.st_size > 0 and self._seen.get(key) != signature:
+                self._last = now
+            self._seen[key] = signature
+        return self._last
+
+
+def hang_reason(silent_seconds: float, stack_files: Sequence[str] = ()) -> str:
+    """``no output for N s (possible hang); stacks in <files>`` — the failure reason of a hung job."""
+    where = ", ".join(stack_files) if stack_files else "none (no stack files could be written)"
+    return f"no output for {int(silent_seconds)} s (possible hang); stacks in {where}"
+
+
+def hang_verdict(
+    last_output: float | None,
+    started: float,
+    now: float,
+    hang_timeout: float | None,
+    *,
+    stack_files: Sequence[str] = (),
+) -> str | None:
+    """The hang reason if the job has been silent for at least ``hang_timeout`` seconds, else None.
+
+    Silence is counted from the later of ``last_output`` and ``started`` (the attempt's start: a job that
+    has written nothing yet gets the full timeout too). ``hang_timeout`` None or <= 0 means no watchdog.
+    """
+    if hang_timeout is None or hang_timeout <= 0:
+        return None
+    since = started if last_output is None else max(last_output, started)
+    silent = now - since
+    if silent < hang_timeout:
+        return None
+    return hang_reason(silent, stack_files)
