@@ -307,6 +307,9 @@ class Job:
             launch_config=join(self.paths.run_dir, "launch.json"),
             max_wall_clock_seconds=self.spec.max_wall_clock_seconds,
             created=str((self._record or {}).get("creation_time")),
+            hang_timeout=self.spec.watchdog_seconds,
+            max_retries=self.spec.max_retries,
+            retry_on_exit_codes=tuple(self.spec.retry_on_exit_codes),
             secrets=secrets,
         )
         self.workspace.backend.scheduler(cluster.spec).submit(request)
@@ -335,6 +338,14 @@ class Job:
             self._scheduler().refresh(self.experiment.name, self.name)
         record = self.workspace.share.read_json_or_none(self.paths.status)
         return JobStatus.from_record(record, timeout=heartbeat_timeout())
+
+    @property
+    def attempts(self) -> list[dict[str, Any]]:
+        """Each ended attempt of the job, oldest first: index, start, end, nodes, cause, exit_code, reason
+        and log_dir (its logs' folder under the job's stdouterr, once a later attempt replaced them)."""
+        self._require_submitted()
+        record = self.workspace.share.read_json_or_none(self.paths.status) or {}
+        return list(record.get("attempts") or [])
 
     @property
     def state(self) -> JobState:
@@ -530,6 +541,9 @@ class Job:
                     if follow:
                         return
                     raise NotFoundError("file", name, f"job {self.name!r}")
+            elif (info.size or 0) < offset:  # a requeued attempt started the file anew
+                offset, pending = 0, b""
+                continue
             elif (info.size or 0) > offset:
                 chunk = share.read_bytes(path, offset, (info.size or 0) - offset)
                 offset += len(chunk)

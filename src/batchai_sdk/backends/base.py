@@ -77,6 +77,9 @@ class JobRequest:
     launch_config: str  # share-relative path of the job's launch.json
     max_wall_clock_seconds: float | None = None
     created: str | None = None  # creation time (ISO 8601) as the status record says
+    hang_timeout: float | None = None  # the watchdog: no output for this long ends the job (None: off)
+    max_retries: int = 0
+    retry_on_exit_codes: tuple[int, ...] = ()
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)  # never written to the share
 
     @property

@@ -6,6 +6,7 @@
 ``prep CONFIG NODE``      job preparation on a node (secrets as JSON on stdin)
 ``rank CONFIG``           one rank (started by mpirun or the launcher)
 ``reap TAG``              end every process of a job on this node; prints how many survived
+``stacks --tag T --out D --node N``  write the Python stacks of a job's processes here (hang watchdog)
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def main(argv: list[str]) -> int:
         return int(_mod("rank").run_prep(args[0], args[1], secrets))
     if mode == "rank" and len(args) == 1:
         return int(_mod("rank").run_rank(args[0]))
+    if mode == "stacks":
+        return int(_mod("stacks").main(args))
     if mode == "reap" and len(args) == 1:
         print(_mod("procs").reap(args[0]))
         return 0

@@ -127,6 +127,7 @@ class Launcher:
         env = job_env(self.cfg, self.secrets)
         env["BATCHAI_RANK_NODES"] = ",".join(rank_node_ids(self.nodes, ranks))
         env["BATCHAI_JOB_NODES"] = ",".join(n["id"] for n in self.nodes)
+        env["AZ_BATCHAI_JOB_RESTART_COUNT"] = str(self.assignment.get("attempt", 0))
         env.setdefault("PYTHONUNBUFFERED", "1")
         out_dir = self.cfg["stdouterr_dir"]
         self.log(

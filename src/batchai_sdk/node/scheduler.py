@@ -28,11 +28,11 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
-from . import autoscale, procs
+from . import autoscale, procs, retries, stacks, watchdog
 from .common import TAG_VAR, load_or_none, now, write_json_atomic
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -56,11 +56,30 @@ CREATE TABLE IF NOT EXISTS jobs (
   launcher_pid INTEGER, phase TEXT,
   exit_code INTEGER, reason TEXT,
   stop_state TEXT, stop_reason TEXT, stop_sent REAL,
-  published INTEGER NOT NULL DEFAULT 0, beat REAL NOT NULL DEFAULT 0
+  published INTEGER NOT NULL DEFAULT 0, beat REAL NOT NULL DEFAULT 0,
+  hang REAL, max_retries INTEGER NOT NULL DEFAULT 0, retry_codes TEXT NOT NULL DEFAULT '[]',
+  attempts TEXT NOT NULL DEFAULT '[]', stdouterr TEXT, stop_cause TEXT
 );
 CREATE UNIQUE INDEX IF NOT EXISTS one_active_run ON jobs(key)
   WHERE state IN ('queued', 'running', 'cleaning');
 """
+
+
+ADDED_COLUMNS = {  # columns later versions added: a database an older scheduler made gets them
+    "hang": "REAL",
+    "max_retries": "INTEGER NOT NULL DEFAULT 0",
+    "retry_codes": "TEXT NOT NULL DEFAULT '[]'",
+    "attempts": "TEXT NOT NULL DEFAULT '[]'",
+    "stdouterr": "TEXT",
+    "stop_cause": "TEXT",
+}
+
+
+def migrate(db: sqlite3.Connection) -> None:
+    have = {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
+    for name, decl in ADDED_COLUMNS.items():
+        if name not in have:
+            db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {decl}")
 
 
 def iso(ts: float) -> str:
@@ -136,6 +155,7 @@ class Scheduler:
         self.db = sqlite3.connect(os.path.join(state_dir, "sched.db"), isolation_level=None)
         self.db.row_factory = sqlite3.Row
         self.db.executescript(SCHEMA)
+        migrate(self.db)
         # job id → its launcher, for launchers this process started. Kept referenced: a dropped Popen is
         # reaped by subprocess's own cleanup, and its exit would go unseen.
         self.children: dict[int, subprocess.Popen[bytes]] = {}
@@ -148,6 +168,9 @@ class Scheduler:
         # autoscale: the nodes up now (a subset of the pool), and since when each free node is idle
         self.active: list[str] | None = None
         self.free_since: dict[str, float] = {}
+        self.trackers: dict[int, watchdog.OutputTracker] = {}
+        self.hangs: dict[int, concurrent.futures.Future[list[str]]] = {}
+        self.hang_checked: dict[int, float] = {}
         self.next_review: float | None = None
         self.scaling: concurrent.futures.Future[None] | None = None
         self.rebuilt = self.rebuild_from_share() if fresh else 0
@@ -255,10 +278,11 @@ class Scheduler:
         rebuilt = self.rows("key = ? AND state = 'queued' AND request_id IS NULL", f"{experiment}/{name}")
         if rebuilt:  # found on the share when this scheduler started: the submit that wrote it adopts it
             self.db.execute("DELETE FROM jobs WHERE id = ?", (rebuilt[0]["id"],))
+        codes = [int(c) for c in request.get("retry_on_exit_codes") or []]
         try:
             cur = self.db.execute(
-                "INSERT INTO jobs (key, experiment, name, request_id, node_count, wall, state, creation_time)"
-                " VALUES (?, ?, ?, ?, ?, ?, 'queued', ?)",
+                "INSERT INTO jobs (key, experiment, name, request_id, node_count, wall, state, creation_time,"
+                " hang, max_retries, retry_codes) VALUES (?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?)",
                 (
                     f"{experiment}/{name}",
                     experiment,
@@ -267,6 +291,9 @@ class Scheduler:
                     node_count,
                     wall,
                     request.get("created"),
+                    request.get("hang_timeout"),
+                    int(request.get("max_retries") or 0),
+                    json.dumps(codes),
                 ),
             )
         except sqlite3.IntegrityError as exc:
@@ -328,6 +355,7 @@ class Scheduler:
             "node_main": self.cfg["node_main"],
         }
         write_json_atomic(os.path.join(job_dir, "assignment.json"), assignment)
+        launch = load_or_none(assignment["launch"]) or {}
         env = dict(os.environ)
         env.update(self.cfg.get("env", {}))
         env[TAG_VAR] = tag
@@ -355,11 +383,13 @@ class Scheduler:
             tag=tag,
             launcher_pid=proc.pid,
             phase="preparing",
+            stdouterr=launch.get("stdouterr_dir"),
         )
+        self.trackers[job_id] = watchdog.OutputTracker()
         self.log(f"started {row['key']} on {', '.join(n['id'] for n in nodes)} (launcher pid {proc.pid})")
 
-    def stop(self, row: sqlite3.Row, state: str, reason: str) -> None:
-        self.update(row["id"], stop_state=state, stop_reason=reason, stop_sent=time.time())
+    def stop(self, row: sqlite3.Row, state: str, reason: str, cause: str | None = None) -> None:
+        self.update(row["id"], stop_state=state, stop_reason=reason, stop_sent=time.time(), stop_cause=cause)
         if row["launcher_pid"]:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(row["launcher_pid"], signal.SIGTERM)
@@ -379,8 +409,13 @@ class Scheduler:
                 continue
             if row["stop_state"] is None and row["wall"] and t - row["started"] > row["wall"]:
                 self.stop(
-                    row, "failed", f"maxWallClockTime of {row['wall']:g}s exceeded; the job was terminated"
+                    row,
+                    "failed",
+                    f"maxWallClockTime of {row['wall']:g}s exceeded; the job was terminated",
+                    retries.EndCause.WALL_CLOCK.value,
                 )
+            elif row["stop_state"] is None and row["hang"] and row["stdouterr"]:
+                self.check_hang(row, t)
             elif row["stop_sent"] and t - row["stop_sent"] > TERM_GRACE + 5:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
@@ -407,21 +442,24 @@ class Scheduler:
                 "reason": f"the job's launcher {how}; every process of the job was stopped",
             }
         if row["stop_state"]:
-            state, reason = row["stop_state"], row["stop_reason"]
-        elif result.get("reason") or (result.get("exit_code") not in (None, 0)):
-            state, reason = "failed", result.get("reason") or f"exit code {result.get('exit_code')}"
+            cause = row["stop_cause"] or retries.EndCause.USER_TERMINATE.value
+            reason = row["stop_reason"]
         elif result.get("exit_code") is None:
-            state, reason = "failed", "the job ended before its ranks ran"
+            lost = (code is not None and code < 0) or "stopped answering" in str(result.get("reason"))
+            cause = retries.EndCause.NODE_LOST.value if lost else retries.EndCause.EXIT.value
+            reason = result.get("reason") or "the job ended before its ranks ran"
         else:
-            state, reason = "succeeded", None
+            lost = "stopped answering" in str(result.get("reason"))
+            cause = retries.EndCause.NODE_LOST.value if lost else retries.EndCause.EXIT.value
+            reason = result.get("reason")
         self.update(
             job_id,
             state="cleaning",
             exit_code=result.get("exit_code"),
-            reason=json.dumps([state, reason]),
+            reason=json.dumps([cause, reason]),
         )
         if self.cfg.get("ssh_command") is None and row["tag"] and not procs.tagged_pids(row["tag"]):
-            self.finish(self.rows("id = ?", job_id)[0], state, result.get("exit_code"), reason)
+            self.conclude(self.rows("id = ?", job_id)[0])
             return  # nothing of it is left on this machine: its nodes are free at once
         self.cleaning[job_id] = self.pool_exec.submit(self.clean_nodes, row["tag"], json.loads(row["nodes"]))
 
@@ -463,8 +501,113 @@ class Scheduler:
                     self.clean_nodes, row["tag"], json.loads(row["nodes"])
                 )
                 continue
-            state, reason = json.loads(row["reason"])
-            self.finish(row, state, row["exit_code"], reason)
+            self.conclude(row)
+
+    def conclude(self, row: sqlite3.Row) -> None:
+        """An attempt ended and its nodes are empty: requeue it (the retry policy) or end the job."""
+        cause_name, detail = json.loads(row["reason"])
+        cause = retries.EndCause(cause_name)
+        history = [retries.Attempt.from_dict(a) for a in json.loads(row["attempts"])]
+        policy = retries.RetryPolicy(row["max_retries"], tuple(json.loads(row["retry_codes"])))
+        exit_code = row["exit_code"]
+        if cause is retries.EndCause.EXIT and exit_code is None:
+            exit_code = 1  # job preparation failed, or the launcher could not start the ranks
+        decision = retries.decide(policy, cause, exit_code=exit_code, detail=detail, history=history)
+        attempt = retries.Attempt(
+            index=row["attempt"],
+            start=row["start_time"] or now(),
+            nodes=tuple(json.loads(row["nodes"])),
+            end=now(),
+            cause=cause,
+            exit_code=row["exit_code"],
+            reason=decision.reason,
+        )
+        if not decision.requeue:
+            self.update(row["id"], attempts=json.dumps([*[a.to_dict() for a in history], attempt.to_dict()]))
+            self.finish(
+                self.rows("id = ?", row["id"])[0], decision.outcome.value, row["exit_code"], decision.reason
+            )
+            return
+        if row["stdouterr"]:  # the next attempt writes fresh logs; this one's are kept beside them
+            try:
+                retries.archive_attempt_logs(row["stdouterr"], row["attempt"])
+                attempt = replace(attempt, log_dir=f"attempt-{row['attempt'] + 1}")
+            except OSError as exc:
+                self.log(f"could not keep the logs of {row['key']} attempt {row['attempt']}: {exc}")
+        self.trackers.pop(row["id"], None)
+        self.update(
+            row["id"],
+            state="queued",
+            attempt=row["attempt"] + 1,
+            attempts=json.dumps([*[a.to_dict() for a in history], attempt.to_dict()]),
+            nodes="[]",
+            started=None,
+            start_time=None,
+            tag=None,
+            launcher_pid=None,
+            phase=None,
+            exit_code=None,
+            reason=decision.reason,
+            stop_state=None,
+            stop_reason=None,
+            stop_sent=None,
+            stop_cause=None,
+        )
+        self.log(f"{row['key']} requeued: {decision.reason}")
+
+    # -- the hang watchdog ----------------------------------------------------------------------------
+    def check_hang(self, row: sqlite3.Row, t: float) -> None:
+        """No output from any rank for ``hang`` seconds: collect every node's stacks, then end the job."""
+        job_id = row["id"]
+        if job_id in self.hangs:
+            fut = self.hangs[job_id]
+            if fut.done():
+                del self.hangs[job_id]
+                files = fut.result()
+                silent = t - max(self.trackers[job_id].last_change or row["started"], row["started"])
+                self.stop(row, "failed", watchdog.hang_reason(silent, files), retries.EndCause.HANG.value)
+            return
+        if t - self.hang_checked.get(job_id, 0.0) < 1.0:
+            return
+        self.hang_checked[job_id] = t
+        tracker = self.trackers.setdefault(job_id, watchdog.OutputTracker())
+        last = tracker.observe(watchdog.job_log_files(row["stdouterr"]), t)
+        if watchdog.hang_verdict(last, row["started"], t, row["hang"]) is not None:
+            self.log(f"{row['key']}: no output for {row['hang']:g} s; collecting stacks")
+            self.hangs[job_id] = self.pool_exec.submit(
+                self.collect_stacks, row["tag"], json.loads(row["nodes"]), row["stdouterr"]
+            )
+
+    def collect_stacks(self, tag: str, node_ids: list[str], out_dir: str) -> list[str]:
+        """``stacks-<node>.txt`` in the job's logs for every node of the job; returns the file names."""
+        files = []
+        by_id = {n["id"]: n for n in self.pool()}
+        for node_id in node_ids:
+            if self.cfg.get("ssh_command") is None:
+                pids = stacks.find_job_python_pids(tag)
+                path = os.path.join(out_dir, stacks.stacks_file_name(node_id))
+                stacks.collect_stacks(pids, path, timeout=20, node=node_id)
+                files.append(os.path.basename(path))
+                continue
+            command = [
+                self.cfg["python"],
+                "-S",
+                self.cfg["node_main"],
+                "stacks",
+                "--tag",
+                tag,
+                "--out",
+                out_dir,
+            ]
+            argv = [*self.cfg["ssh_command"], by_id.get(node_id, {"address": node_id})["address"],
+                    shlex.join([*command, "--node", node_id, "--timeout", "20"])]  # fmt: skip
+            try:
+                res = subprocess.run(argv, capture_output=True, timeout=60, check=False)
+                if res.returncode == 0 and res.stdout.strip():
+                    files.append(os.path.basename(res.stdout.decode().strip().splitlines()[-1]))
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                self.log(f"no stacks from {node_id}: {exc}")
+        return files
 
     def finish(self, row: sqlite3.Row, state: str, exit_code: int | None, reason: str | None) -> None:
         self.update(row["id"], state=state, exit_code=exit_code, reason=reason, end_time=now(), phase=None)
@@ -485,6 +628,12 @@ class Scheduler:
             doc.update(start_time=row["start_time"], nodes=json.loads(row["nodes"]))
             doc["preparing"] = state == "running" and row["phase"] == "preparing"
             doc["attempt"] = row["attempt"]
+        attempts = json.loads(row["attempts"])
+        if attempts:
+            doc["attempts"] = attempts
+            doc["attempt"] = row["attempt"]
+        if state == "queued" and attempts:
+            doc["requeue_reason"] = row["reason"]
         if state not in ("queued", "running"):
             doc.update(end_time=row["end_time"], exit_code=row["exit_code"], failure_reason=row["reason"])
         return doc
