@@ -2,7 +2,7 @@
 
 A thin layer: every command opens a ``Workspace`` and calls its public API. Resource
 groups, the backend of each workspace and the storage-account names live in ``$BATCHAI_HOME``
-(see :mod:`batchai_sdk._cli_state`); output follows az (:mod:`batchai_sdk._cli_output`). Errors print one
+(see :mod:`batchai_sdk.cli._state`); output follows az (:mod:`batchai_sdk.cli._format`). Errors print one
 line, ``error: ...``, and exit 1 (2 for a command line that cannot run); ``--debug`` adds the traceback.
 docs/cli.md lists every command beside its az original.
 """
@@ -22,9 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from . import __version__
-from ._cli_output import OUTPUT_FORMATS, Row, TableLayout, compile_query, render
-from ._cli_state import (
+from .. import __version__
+from .._models import FileInfo, JobState, utcnow, validate_name
+from ..batchai_json import parse_job_json
+from ..exceptions import AlreadyExistsError, BatchAIError, NotFoundError
+from ..share import join, normalize
+from ._format import OUTPUT_FORMATS, Row, TableLayout, compile_query, render
+from ._state import (
     BACKENDS,
     Profile,
     Registry,
@@ -33,16 +37,12 @@ from ._cli_state import (
     validate_group,
     validate_share,
 )
-from ._models import FileInfo, JobState, utcnow, validate_name
-from .batchai_json import parse_job_json
-from .exceptions import AlreadyExistsError, BatchAIError, NotFoundError
-from .share import join, normalize
 
 if TYPE_CHECKING:
-    from .cluster import Cluster
-    from .experiment import Experiment
-    from .job import Job
-    from .workspace import Workspace
+    from ..cluster import Cluster
+    from ..experiment import Experiment
+    from ..job import Job
+    from ..workspace import Workspace
 
 __all__ = ["build_parser", "main"]
 
@@ -135,7 +135,7 @@ class Context:
 
 def open_workspace(entry: dict[str, Any], group: str, name: str) -> Workspace:
     """The workspace a registry entry describes, on the backend it was created with."""
-    from .workspace import Workspace
+    from ..workspace import Workspace
 
     kind = entry.get("backend")
     options = dict(entry.get("options") or {})
