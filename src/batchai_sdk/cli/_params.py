@@ -1,4 +1,5 @@
-"""Argument types and the arguments many commands share (global arguments, -g, -w, -e, --yes)."""
+"""How commands are declared: the ``Commands`` a group module registers into, the argument types, and the
+arguments many commands share (global arguments, -g, -w, -e, --yes)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,37 @@ import argparse
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from ._context import UsageError
+from ._context import Handler, UsageError
 from ._format import OUTPUT_FORMATS, compile_query
 
 
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message}")
+
+
+class Commands:
+    """The subcommands of one parser; every command and group added here accepts the global arguments."""
+
+    def __init__(self, subparsers: Any, common: argparse.ArgumentParser) -> None:
+        self._subparsers = subparsers
+        self._common = common
+
+    def command(self, name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
+        """A command that runs ``handler``; the caller adds its arguments to the parser returned."""
+        p: argparse.ArgumentParser = self._subparsers.add_parser(
+            name, help=help_text, description=help_text, parents=[self._common]
+        )
+        p.set_defaults(handler=handler)
+        return p
+
+    def group(self, name: str, help_text: str) -> Commands:
+        """A command group (``batchai NAME COMMAND``) to add commands or groups to."""
+        p = self._subparsers.add_parser(name, help=help_text, description=help_text, parents=[self._common])
+        subparsers = p.add_subparsers(
+            dest=f"{name}_command", metavar="COMMAND", required=True, parser_class=Parser
+        )
+        return Commands(subparsers, self._common)
 
 
 def _query_type(text: str) -> Any:
@@ -37,11 +62,11 @@ def _int_at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
-_positive = _int_at_least(1)
-_non_negative = _int_at_least(0)
+positive = _int_at_least(1)
+non_negative = _int_at_least(0)
 
 
-def _seconds(text: str) -> float:
+def seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -51,7 +76,7 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _global_arguments() -> argparse.ArgumentParser:
+def global_arguments() -> argparse.ArgumentParser:
     """Accepted before or after the command, as in az (SUPPRESS: a subcommand does not reset them)."""
     parent = Parser(add_help=False)
     group = parent.add_argument_group("global arguments")
@@ -77,7 +102,7 @@ def _global_arguments() -> argparse.ArgumentParser:
     return parent
 
 
-def _rg(p: argparse.ArgumentParser) -> None:
+def resource_group_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--resource-group",
         "-g",
@@ -87,7 +112,8 @@ def _rg(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _ws(p: argparse.ArgumentParser, *extra: str) -> None:
+def workspace_arg(p: argparse.ArgumentParser, *extra: str) -> None:
+    """``--workspace/-w`` (``extra``: more spellings, e.g. ``--name -n`` for the workspace commands)."""
     p.add_argument(
         "--workspace",
         "-w",
@@ -98,7 +124,7 @@ def _ws(p: argparse.ArgumentParser, *extra: str) -> None:
     )
 
 
-def _exp(p: argparse.ArgumentParser) -> None:
+def experiment_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--experiment",
         "-e",
@@ -108,5 +134,5 @@ def _exp(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _yes(p: argparse.ArgumentParser) -> None:
+def yes_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")

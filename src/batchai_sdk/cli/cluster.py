@@ -4,8 +4,43 @@ from __future__ import annotations
 
 import argparse
 
-from ._context import Context, Result
+from ._context import Context, Handler, Result
 from ._format import cluster_table, cluster_view
+from ._params import Commands, non_negative, resource_group_arg, workspace_arg, yes_arg
+
+
+def register(commands: Commands) -> None:
+    c = commands.group("cluster", "clusters of nodes")
+    p = _cluster_command(c, "create", cluster_create, "create a cluster")
+    p.add_argument("--vm-size", "-s", required=True, help="e.g. Standard_NC6")
+    p.add_argument("--vm-priority", choices=("dedicated", "lowpriority"), default="dedicated")
+    p.add_argument("--target", "-t", type=non_negative, default=1, help="number of nodes (default 1)")
+    p.add_argument("--image", "-i", help="node image (backend-specific)")
+    p.add_argument("--setup-task", help="command line run on each node when it is set up")
+    p.add_argument("--generate-ssh-keys", action="store_true", help="accepted; see the note it prints")
+    p.add_argument("--user-name", "-u", help="accepted; see the note it prints")
+    p.add_argument("--ssh-key", "-k", help="accepted; see the note it prints")
+    p.add_argument("--password", "-p", help="accepted and ignored (never stored)")
+    _cluster_command(c, "show", cluster_show, "show a cluster")
+    p = c.command("list", cluster_list, "list clusters")
+    resource_group_arg(p)
+    workspace_arg(p)
+    p = _cluster_command(
+        c, "resize", cluster_resize, "change a cluster's number of nodes (0 releases them all)"
+    )
+    p.add_argument("--target", "-t", type=non_negative, required=True)
+    p = _cluster_command(c, "delete", cluster_delete, "delete a cluster")
+    p.add_argument("--force", action="store_true", help="terminate its running jobs")
+    yes_arg(p)
+
+
+def _cluster_command(c: Commands, name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
+    """A command on one cluster: -g, -w and --name."""
+    p = c.command(name, handler, help_text)
+    resource_group_arg(p)
+    workspace_arg(p)
+    p.add_argument("--name", "-n", required=True)
+    return p
 
 
 def cluster_create(ctx: Context, args: argparse.Namespace) -> Result | None:

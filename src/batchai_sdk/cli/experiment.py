@@ -6,6 +6,26 @@ import argparse
 
 from ._context import Context, Result
 from ._format import experiment_table, experiment_view
+from ._params import Commands, resource_group_arg, workspace_arg, yes_arg
+
+
+def register(commands: Commands) -> None:
+    e = commands.group("experiment", "experiments: named groups of jobs")
+    for name, handler, text in (
+        ("create", experiment_create, "create an experiment (returns the existing one if it exists)"),
+        ("show", experiment_show, "show an experiment"),
+        ("delete", experiment_delete, "delete an experiment and its jobs"),
+    ):
+        p = e.command(name, handler, text)
+        resource_group_arg(p)
+        workspace_arg(p)
+        p.add_argument("--name", "-n", required=True)
+        if name == "delete":
+            p.add_argument("--force", action="store_true", help="terminate jobs that have not ended")
+            yes_arg(p)
+    p = e.command("list", experiment_list, "list experiments")
+    resource_group_arg(p)
+    workspace_arg(p)
 
 
 def experiment_create(ctx: Context, args: argparse.Namespace) -> Result | None:

@@ -7,7 +7,31 @@ import shutil
 
 from ._context import Context, Result
 from ._format import group_table, group_view
+from ._params import Commands, yes_arg
 from ._state import validate_group
+
+
+def register(commands: Commands) -> None:
+    g = commands.group("group", "resource groups: a name space of workspaces and storage accounts")
+    p = g.command("create", group_create, "create a resource group")
+    _name_arg(p)
+    p.add_argument("--location", "-l", required=True)
+    p.add_argument("--tags", nargs="*", help="accepted and ignored")
+    _name_arg(g.command("show", group_show, "show a resource group"))
+    _name_arg(g.command("exists", group_exists, "whether a resource group exists (true/false)"))
+    g.command("list", group_list, "list resource groups")
+    p = g.command(
+        "delete",
+        group_delete,
+        "delete a resource group: its workspaces (clusters, jobs, files) and storage accounts",
+    )
+    _name_arg(p)
+    p.add_argument("--no-wait", action="store_true", help="accepted; deletion is synchronous")
+    yes_arg(p)
+
+
+def _name_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--name", "-n", "--resource-group", "-g", dest="name", required=True)
 
 
 def group_create(ctx: Context, args: argparse.Namespace) -> Result | None:

@@ -13,10 +13,73 @@ from ..exceptions import AlreadyExistsError, BatchAIError, NotFoundError
 from ..share import join, normalize
 from ._context import Context, Result, UsageError
 from ._format import account_table, account_view, file_table, file_view
+from ._params import Commands, resource_group_arg, yes_arg
 from ._state import validate_account, validate_share
 
 if TYPE_CHECKING:
     from ..workspace import Workspace
+
+
+def register(commands: Commands) -> None:
+    s = commands.group("storage", "names for the workspaces' file shares, as az storage")
+    _register_account(s.group("account", "storage accounts"))
+    ss = s.group("share", "file shares: each is a workspace's share")
+    p = ss.command("create", storage_share_create, "name a workspace's file share")
+    p.add_argument("--name", "-n", required=True)
+    p.add_argument("--workspace", "-w", help="whose share (default: the resource group's only workspace)")
+    p.add_argument("--quota", type=int, help="accepted and ignored")
+    _account_args(p)
+    _account_args(ss.command("list", storage_share_list, "list a storage account's shares"))
+    sd = s.group("directory", "directories on a share")
+    p = sd.command("create", storage_directory_create, "create a directory on a share")
+    p.add_argument("--name", "-n", required=True)
+    _share_args(p)
+    _register_file(s.group("file", "files on a share"))
+
+
+def _register_account(sa: Commands) -> None:
+    p = sa.command("create", storage_account_create, "create a storage account name in a resource group")
+    resource_group_arg(p)
+    p.add_argument("--name", "-n", required=True)
+    p.add_argument("--location", "-l")
+    p.add_argument("--sku", default="Standard_LRS")
+    p.add_argument("--kind", default="StorageV2")
+    p = sa.command("show", storage_account_show, "show a storage account")
+    resource_group_arg(p)
+    p.add_argument("--name", "-n", required=True)
+    p = sa.command("delete", storage_account_delete, "forget a storage account name")
+    resource_group_arg(p)
+    p.add_argument("--name", "-n", required=True)
+    yes_arg(p)
+    resource_group_arg(sa.command("list", storage_account_list, "list storage accounts"))
+
+
+def _register_file(sf: Commands) -> None:
+    p = sf.command("upload", storage_file_upload, "upload a file (a directory --path receives it by name)")
+    p.add_argument("--source", required=True)
+    p.add_argument("--path", "-p", help="path on the share (a directory, or the file's new path)")
+    _share_args(p)
+    p = sf.command(
+        "download", storage_file_download, "download a file (into the working directory by default)"
+    )
+    p.add_argument("--path", "-p", required=True)
+    p.add_argument("--dest", help="file or directory to write (default: the working directory)")
+    _share_args(p)
+    p = sf.command("list", storage_file_list, "list a directory of a share")
+    p.add_argument("--path", "-p", default="")
+    _share_args(p)
+
+
+def _share_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--share-name", "-s", required=True)
+    _account_args(p)
+
+
+def _account_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--account-name", help="storage account (default: $AZURE_STORAGE_ACCOUNT)")
+    p.add_argument("--account-key", help="accepted and ignored (never stored)")
+    p.add_argument("--connection-string", help="accepted and ignored (never stored)")
+    p.add_argument("--auth-mode", help="accepted and ignored")
 
 
 def storage_account_create(ctx: Context, args: argparse.Namespace) -> Result | None:

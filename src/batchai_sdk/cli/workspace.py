@@ -11,6 +11,27 @@ from .._models import utcnow
 from ..exceptions import BatchAIError, NotFoundError
 from ._context import Context, Result, UsageError
 from ._format import workspace_table, workspace_view
+from ._params import Commands, resource_group_arg, workspace_arg, yes_arg
+from ._state import BACKENDS
+
+
+def register(commands: Commands) -> None:
+    w = commands.group("workspace", "workspaces")
+    p = w.command("create", workspace_create, "create a workspace (returns the existing one if it exists)")
+    resource_group_arg(p)
+    workspace_arg(p, "--name", "-n")
+    p.add_argument("--location", "-l", help="default: the resource group's")
+    p.add_argument("--backend", choices=BACKENDS, help="default: the profile's backend (local if none)")
+    p = w.command("show", workspace_show, "show a workspace")
+    resource_group_arg(p)
+    workspace_arg(p, "--name", "-n")
+    p = w.command("list", workspace_list, "list workspaces (of one resource group with -g)")
+    resource_group_arg(p)
+    p = w.command("delete", workspace_delete, "delete a workspace with its clusters, experiments and files")
+    resource_group_arg(p)
+    workspace_arg(p, "--name", "-n")
+    p.add_argument("--force", action="store_true", help="terminate running jobs")
+    yes_arg(p)
 
 
 def _new_workspace_entry(
