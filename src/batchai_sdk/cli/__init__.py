@@ -5,6 +5,11 @@ groups, the backend of each workspace and the storage-account names live in ``$B
 (see :mod:`batchai_sdk.cli._state`); output follows az (:mod:`batchai_sdk.cli._format`). Errors print one
 line, ``error: ...``, and exit 1 (2 for a command line that cannot run); ``--debug`` adds the traceback.
 docs/cli.md lists every command beside its az original.
+
+The package, laid out like az's batchai module: ``commands`` (the command table), one module per command
+group (``group``, ``workspace``, ``experiment``, ``cluster``, ``job``, ``storage``, ``configure``: its
+arguments and its handlers side by side), ``_params`` (shared arguments and types), ``_context`` (what a
+handler gets and returns), ``_format`` (views, tables, output formats), ``_state`` (``$BATCHAI_HOME``).
 """
 
 from __future__ import annotations
