@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._models import validate_name
-from ..exceptions import BatchAIError
 from ._format import TableLayout
 from ._state import Profile, Registry, batchai_home, validate_group
 
@@ -87,9 +86,11 @@ class Context:
         self, group: str | None = None, name: str | None = None, *, entry: dict[str, Any] | None = None
     ) -> Workspace:
         """Workspace ``name`` of ``group``, closed when the command ends (``entry``: not registered yet)."""
+        from ..workspace import Workspace
+
         group = group or self.group()
         name = name or self.workspace_name()
-        ws = open_workspace(entry or self.registry.workspace_entry(group, name), group, name)
+        ws = Workspace.from_registry_entry(entry or self.registry.workspace_entry(group, name), group, name)
         self._opened.append(ws)
         return ws
 
@@ -97,18 +98,3 @@ class Context:
         group = self.group()
         ws = self.open_workspace(group)
         return group, ws, ws.get_experiment(self.experiment_name())
-
-
-def open_workspace(entry: dict[str, Any], group: str, name: str) -> Workspace:
-    """The workspace a registry entry describes, on the backend it was created with."""
-    from ..workspace import Workspace
-
-    kind = entry.get("backend")
-    options = dict(entry.get("options") or {})
-    if kind == "local":
-        return Workspace.local(root=options.pop("root"), name=name)
-    if kind == "ssh":
-        return Workspace.ssh(name, **options)
-    if kind == "azure":
-        return Workspace.azure(name, resource_group=group, **options)
-    raise BatchAIError(f"workspace {name!r} in resource group {group!r} has an unknown backend {kind!r}")
