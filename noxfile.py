@@ -12,9 +12,11 @@ nox.options.sessions = ["lint", "tests"]
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff and mypy over the package, tests, examples and benchmarks."""
-    session.run("ruff", "check", "src", "tests", "examples", "benchmarks", "noxfile.py")
-    session.run("ruff", "format", "--check", "src/batchai_sdk")
+    """ruff (lint and format) over the package, tests, examples and benchmarks; mypy (strict) over the
+    package, train/ included."""
+    checked = ("src", "tests", "examples", "benchmarks", "noxfile.py")
+    session.run("ruff", "check", *checked)
+    session.run("ruff", "format", "--check", *checked)
     session.run("mypy")
 
 

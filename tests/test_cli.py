@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from batchai_sdk import Workspace
-from batchai_sdk._cli_output import compile_query, format_table, format_tsv, generic_rows, render
 from batchai_sdk.cli import main
+from batchai_sdk.cli._format import compile_query, format_table, format_tsv, generic_rows, render
 
 G = ["-g", "batchai.horovod", "-w", "batchaidev"]
 

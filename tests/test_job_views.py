@@ -30,8 +30,12 @@ METRICS_SCRIPT = """
 def finished_job(ws: Workspace, script: Callable[[str, str], Path]):  # type: ignore[no-untyped-def]
     exp = ws.create_experiment("e")
     cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=1)
-    job = exp.create_job("m", cluster=cluster, python_script=str(script("m.py", METRICS_SCRIPT)),
-                         args=["--dir", "$AZ_BATCHAI_JOB_MOUNT_ROOT/cifar/run1"])
+    job = exp.create_job(
+        "m",
+        cluster=cluster,
+        python_script=str(script("m.py", METRICS_SCRIPT)),
+        args=["--dir", "$AZ_BATCHAI_JOB_MOUNT_ROOT/cifar/run1"],
+    )
     job.submit()
     assert job.wait(timeout=60) is JobState.SUCCEEDED
     return job
@@ -75,9 +79,9 @@ def test_html_reprs_show_state_counts_and_last_lines(finished_job) -> None:  # t
     assert "clusters</th><td style='text-align:left'>c<" in ws_html
 
 
-def test_progress_is_off_unless_a_terminal_or_asked(ws: Workspace, tmp_path: Path,
-                                                    capsys: pytest.CaptureFixture[str],
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_progress_is_off_unless_a_terminal_or_asked(
+    ws: Workspace, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert enabled(False) is False and enabled(True) is True
     monkeypatch.setenv("BATCHAI_PROGRESS", "0")
     assert enabled(None) is False

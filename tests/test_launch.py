@@ -179,17 +179,56 @@ def test_relative_mount_path_gets_a_node_local_link() -> None:
 def test_a_rank_in_a_container_sees_the_host_network_the_share_and_an_env_file() -> None:
     from batchai_sdk.node.rank import container_argv, container_env
 
-    argv = container_argv("/usr/bin/docker", "tensorflow/tensorflow:1.8.0-gpu", ["python", "/mnt/share/t.py", "--dir", "x y"],
-                          workdir="/mnt/share/wd", mounts=["/mnt/share", "/tmp/batchai/e/j", "/tmp", "/mnt/share"],
-                          env_file="/tmp/batchai/e/j/tmp/rank-0.env", gpus=True)
+    argv = container_argv(
+        "/usr/bin/docker",
+        "tensorflow/tensorflow:1.8.0-gpu",
+        ["python", "/mnt/share/t.py", "--dir", "x y"],
+        workdir="/mnt/share/wd",
+        mounts=["/mnt/share", "/tmp/batchai/e/j", "/tmp", "/mnt/share"],
+        env_file="/tmp/batchai/e/j/tmp/rank-0.env",
+        gpus=True,
+    )
     assert argv == [
-        "/usr/bin/docker", "run", "--rm", "--network", "host", "--ipc", "host", "--pid", "host",
-        "--env-file", "/tmp/batchai/e/j/tmp/rank-0.env", "-w", "/mnt/share/wd", "--gpus", "all",
-        "-v", "/mnt/share:/mnt/share", "-v", "/tmp/batchai/e/j:/tmp/batchai/e/j", "-v", "/tmp:/tmp",
-        "tensorflow/tensorflow:1.8.0-gpu", "python", "/mnt/share/t.py", "--dir", "x y",
+        "/usr/bin/docker",
+        "run",
+        "--rm",
+        "--network",
+        "host",
+        "--ipc",
+        "host",
+        "--pid",
+        "host",
+        "--env-file",
+        "/tmp/batchai/e/j/tmp/rank-0.env",
+        "-w",
+        "/mnt/share/wd",
+        "--gpus",
+        "all",
+        "-v",
+        "/mnt/share:/mnt/share",
+        "-v",
+        "/tmp/batchai/e/j:/tmp/batchai/e/j",
+        "-v",
+        "/tmp:/tmp",
+        "tensorflow/tensorflow:1.8.0-gpu",
+        "python",
+        "/mnt/share/t.py",
+        "--dir",
+        "x y",
     ]
     cfg = {"env": {"PATH": "/host/bin", "AZ_BATCHAI_JOB_TEMP": "/t", "LR": "0.1"}, "secret_names": []}
-    env = {"PATH": "/host/bin", "AZ_BATCHAI_JOB_TEMP": "/t", "LR": "0.1", "OMPI_COMM_WORLD_RANK": "1",
-           "HOME": "/root", "AZ_BATCHAI_TASK_INDEX": "1", "MULTI": "a\nb"}
-    assert container_env(cfg, env) == {"AZ_BATCHAI_JOB_TEMP": "/t", "AZ_BATCHAI_TASK_INDEX": "1", "LR": "0.1",
-                                       "OMPI_COMM_WORLD_RANK": "1"}
+    env = {
+        "PATH": "/host/bin",
+        "AZ_BATCHAI_JOB_TEMP": "/t",
+        "LR": "0.1",
+        "OMPI_COMM_WORLD_RANK": "1",
+        "HOME": "/root",
+        "AZ_BATCHAI_TASK_INDEX": "1",
+        "MULTI": "a\nb",
+    }
+    assert container_env(cfg, env) == {
+        "AZ_BATCHAI_JOB_TEMP": "/t",
+        "AZ_BATCHAI_TASK_INDEX": "1",
+        "LR": "0.1",
+        "OMPI_COMM_WORLD_RANK": "1",
+    }

@@ -472,14 +472,17 @@ def test_ranks_lines_never_run_into_each_other(ws: Workspace, script: Script) ->
     cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=2)
     # the ranks run unbuffered (PYTHONUNBUFFERED=1): print() writes a line's text and its newline in two
     # writes, which a busy machine can separate; here they are separated on purpose
-    path = script("chatty.py", """
+    path = script(
+        "chatty.py",
+        """
         import os, time
         rank = os.environ["OMPI_COMM_WORLD_RANK"]
         for i in range(400):
             os.write(1, f"rank {rank} line {i:03d} ".encode() + b"x" * 40)
             time.sleep(0.001)
             os.write(1, b"\\n")
-    """)
+    """,
+    )
     job = exp.create_job("chatty", cluster=cluster, node_count=2, python_script=str(path))
     job.submit()
     assert job.wait(timeout=60) is JobState.SUCCEEDED
@@ -488,15 +491,21 @@ def test_ranks_lines_never_run_into_each_other(ws: Workspace, script: Script) ->
     assert set(lines) == expected and len(lines) == 800
 
 
-def test_a_container_image_without_a_runtime_runs_on_the_host_and_says_so(ws: Workspace, script: Script) -> None:
+def test_a_container_image_without_a_runtime_runs_on_the_host_and_says_so(
+    ws: Workspace, script: Script
+) -> None:
     from batchai_sdk.node.rank import container_runtime
 
     if container_runtime() is not None:
         pytest.skip("a container engine answers on this machine")
     exp = ws.create_experiment("e")
     cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=1)
-    job = exp.create_job("img", cluster=cluster, python_script=str(script("h.py", "print('on the host')")),
-                         container_image="tensorflow/tensorflow:1.8.0-gpu")
+    job = exp.create_job(
+        "img",
+        cluster=cluster,
+        python_script=str(script("h.py", "print('on the host')")),
+        container_image="tensorflow/tensorflow:1.8.0-gpu",
+    )
     job.submit()
     assert job.wait(timeout=60) is JobState.SUCCEEDED
     assert job.tail("stdout.txt") == ["on the host"]

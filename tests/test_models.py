@@ -93,7 +93,9 @@ def test_names_with_a_trailing_newline_are_refused(bad: str) -> None:
     with pytest.raises(ValidationError):
         validate_name(bad)
     with pytest.raises(ValidationError):
-        JobSpec(name="j", experiment="e", cluster="c", python_script="t.py", environment={bad.strip() + "\n": "x"})
+        JobSpec(
+            name="j", experiment="e", cluster="c", python_script="t.py", environment={bad.strip() + "\n": "x"}
+        )
 
 
 def test_a_job_that_stopped_reporting_reads_as_failed() -> None:
@@ -102,15 +104,20 @@ def test_a_job_that_stopped_reporting_reads_as_failed() -> None:
     from batchai_sdk import JobStatus
 
     t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    running = {"state": "running", "creation_time": t0.isoformat(), "heartbeat": t0.isoformat(),
-               "wrapper_host": "node0"}
+    running = {
+        "state": "running",
+        "creation_time": t0.isoformat(),
+        "heartbeat": t0.isoformat(),
+        "wrapper_host": "node0",
+    }
     fresh = JobStatus.from_record(running, timeout=60, now=t0 + timedelta(seconds=59))
     assert fresh.state is JobState.RUNNING and not fresh.lost
     lost = JobStatus.from_record(running, timeout=60, now=t0 + timedelta(seconds=61))
     assert lost.state is JobState.FAILED and lost.lost
     assert "node0" in (lost.failure_reason or "")
-    never = JobStatus.from_record({"state": "queued", "creation_time": t0.isoformat()}, timeout=60,
-                                  now=t0 + timedelta(minutes=5))
+    never = JobStatus.from_record(
+        {"state": "queued", "creation_time": t0.isoformat()}, timeout=60, now=t0 + timedelta(minutes=5)
+    )
     assert never.lost and "never started" in (never.failure_reason or "")
     done = {"state": "succeeded", "heartbeat": t0.isoformat()}
     assert JobStatus.from_record(done, timeout=60, now=t0 + timedelta(days=1)).state is JobState.SUCCEEDED

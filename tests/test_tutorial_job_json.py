@@ -15,7 +15,9 @@ pytestmark = [pytest.mark.mpi, pytest.mark.train]
 TUTORIAL_JOB = Path(__file__).parent / "data" / "tutorial_job.json"
 
 
-def test_the_tutorial_job_json_runs_unchanged_locally(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_tutorial_job_json_runs_unchanged_locally(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytest.importorskip("horovod.tensorflow")
     log = tmp_path / "tools.log"
     venv_bin = str(Path(sys.executable).parent)
@@ -27,8 +29,13 @@ def test_the_tutorial_job_json_runs_unchanged_locally(tmp_path: Path, monkeypatc
     (tmp_path / "cifar_cnn_distributed.py").write_text(TUTORIAL_SCRIPT)
     ws.share.upload(tmp_path / "cifar_cnn_distributed.py", "cifar/cifar_cnn_distributed.py")
 
-    job = Job.from_batchai_json(TUTORIAL_JOB, experiment=exp, cluster=cluster, name="cifar_distributed",
-                                storage_account="mystorageaccount")
+    job = Job.from_batchai_json(
+        TUTORIAL_JOB,
+        experiment=exp,
+        cluster=cluster,
+        name="cifar_distributed",
+        storage_account="mystorageaccount",
+    )
     assert job.spec.node_count == 4 and job.spec.mount_path == "myshare"
     job.submit()
     assert job.wait(timeout=300) is JobState.SUCCEEDED, job.status.failure_reason
@@ -38,7 +45,10 @@ def test_the_tutorial_job_json_runs_unchanged_locally(tmp_path: Path, monkeypatc
     assert ws.share.exists("cifar/experiments/cifar/jobs/cifar_distributed/stdouterr/stdout.txt")
     # jobPreparation ran once: the 4 local nodes are one machine
     assert log.read_text().splitlines() == [
-        "apt update", "apt install mpi-default-dev mpi-default-bin -y", "pip install keras horovod"]
+        "apt update",
+        "apt install mpi-default-dev mpi-default-bin -y",
+        "pip install keras horovod",
+    ]
     # containerSettings: no container runtime here, so the ranks ran on the host and said so
     assert any("tensorflow/tensorflow:1.8.0-gpu" in line for line in job.tail("stderr.txt", 100))
     # the model, where the tutorial downloads it from

@@ -162,7 +162,10 @@ def test_resize_grows_and_shrinks_to_zero(make_backend: Callable[..., AzureBacke
     assert patches == [{"sku": {"capacity": 3}}]
     cluster.wait_until_steady(timeout=30, poll_interval=0)
     assert cluster.node_counts == NodeCounts(idle=3)
-    ws.share.write_json(".batchai/clusters/nc6cluster/nodes.json", {"nodes": {"nc6cluster_2": {"job": "e/j", "phase": "running"}}})
+    ws.share.write_json(
+        ".batchai/clusters/nc6cluster/nodes.json",
+        {"nodes": {"nc6cluster_2": {"job": "e/j", "phase": "running"}}},
+    )
     cluster.resize(1)  # the unclaimed nodes go, highest instance first
     deleted = [b for m, p, b in arm.bodies if m == "POST" and p.endswith("/nc6cluster/delete")][-1]
     assert deleted == {"instanceIds": ["1", "0"]}
@@ -374,10 +377,15 @@ def test_the_tutorial_job_json_is_accepted_unchanged(
     script.write_text("print('the tutorial script')\n")
     ws.share.upload(script, "cifar/cifar_cnn_distributed.py")  # through the Files API
     tutorial = Path(__file__).parent.parent / "data" / "tutorial_job.json"
-    job = Job.from_batchai_json(tutorial, experiment=exp, cluster=cluster, name="cifar_distributed",
-                                storage_account=ACCOUNT)
+    job = Job.from_batchai_json(
+        tutorial, experiment=exp, cluster=cluster, name="cifar_distributed", storage_account=ACCOUNT
+    )
     spec = job.spec
-    assert (spec.node_count, spec.mount_path, spec.container_image) == (4, "myshare", "tensorflow/tensorflow:1.8.0-gpu")
+    assert (spec.node_count, spec.mount_path, spec.container_image) == (
+        4,
+        "myshare",
+        "tensorflow/tensorflow:1.8.0-gpu",
+    )
     assert spec.args == ("--dir=$AZ_BATCHAI_JOB_MOUNT_ROOT/myshare/cifar",)
     # its paths resolve onto the workspace's Azure file share
     assert job.paths.stdouterr == "cifar/experiments/cifar/jobs/cifar_distributed/stdouterr"

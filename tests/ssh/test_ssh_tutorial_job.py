@@ -27,8 +27,13 @@ def test_the_tutorial_job_json_runs_unchanged_over_ssh(ssh_nodes: SSHNodes, tmp_
         cluster = ws.create_cluster("nc6cluster", vm_size="Standard_NC6", nodes=4)
         (tmp_path / "cifar_cnn_distributed.py").write_text(TUTORIAL_SCRIPT)
         ws.share.upload(tmp_path / "cifar_cnn_distributed.py", "cifar/cifar_cnn_distributed.py")
-        job = Job.from_batchai_json(TUTORIAL_JOB, experiment=exp, cluster=cluster, name="cifar_distributed",
-                                    storage_account="mystorageaccount")
+        job = Job.from_batchai_json(
+            TUTORIAL_JOB,
+            experiment=exp,
+            cluster=cluster,
+            name="cifar_distributed",
+            storage_account="mystorageaccount",
+        )
         job.submit()
         assert job.wait(timeout=300) is JobState.SUCCEEDED, job.status.failure_reason
         lines = sorted(line for line in job.stream("stdout.txt", follow=False) if line.startswith("rank"))
@@ -36,8 +41,11 @@ def test_the_tutorial_job_json_runs_unchanged_over_ssh(ssh_nodes: SSHNodes, tmp_
         assert (share / "cifar/experiments/cifar/jobs/cifar_distributed/stdouterr/stdout.txt").is_file()
         # jobPreparation ran once on each of the 4 nodes (each sshd address is a machine of its own)
         calls = log.read_text().splitlines()
-        assert sorted(set(calls)) == ["apt install mpi-default-dev mpi-default-bin -y", "apt update",
-                                      "pip install keras horovod"]
+        assert sorted(set(calls)) == [
+            "apt install mpi-default-dev mpi-default-bin -y",
+            "apt update",
+            "pip install keras horovod",
+        ]
         assert len(calls) == 12
         prep_logs = [f.name for f in job.files() if f.name.startswith("stdout-job_prep-")]
         assert len(prep_logs) == 4

@@ -10,10 +10,18 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jmespath
 import jmespath.exceptions
+
+from .._models import FileInfo
+
+if TYPE_CHECKING:
+    from ..cluster import Cluster
+    from ..experiment import Experiment
+    from ..job import Job
+    from ..workspace import Workspace
 
 OUTPUT_FORMATS = ("json", "jsonc", "table", "tsv", "none")
 
@@ -142,3 +150,151 @@ def format_tsv(result: Any) -> str | None:
         return None
     items = result if isinstance(result, list) else [result]
     return "\n".join(_tsv_row(item) for item in items)
+
+
+# views (the JSON each command prints) and table layouts (the tutorial's columns)
+
+
+def _items(result: Any) -> list[dict[str, Any]]:
+    items = result if isinstance(result, list) else [result]
+    return [i for i in items if isinstance(i, dict)]
+
+
+def cluster_view(cluster: Cluster, group: str) -> dict[str, Any]:
+    data = cluster.to_dict()
+    return {"name": data.pop("name"), "resourceGroup": group, **data}
+
+
+def cluster_table(result: Any) -> list[Row]:
+    rows = []
+    for c in _items(result):
+        counts = c.get("nodeStateCounts") or {}
+        rows.append(
+            {
+                "Name": c.get("name"),
+                "Resource Group": c.get("resourceGroup"),
+                "Workspace": c.get("workspace"),
+                "VM Size": c.get("vmSize"),
+                "State": c.get("allocationState"),
+                "Idle": counts.get("idleNodeCount"),
+                "Running": counts.get("runningNodeCount"),
+                "Preparing": counts.get("preparingNodeCount"),
+                "Leaving": counts.get("leavingNodeCount"),
+                "Unusable": counts.get("unusableNodeCount"),
+            }
+        )
+    return rows
+
+
+def job_view(job: Job, group: str) -> dict[str, Any]:
+    data = job.to_dict()
+    return {"name": data.pop("name"), "resourceGroup": group, "workspace": job.workspace.name, **data}
+
+
+def job_table(result: Any) -> list[Row]:
+    return [
+        {
+            "Name": j.get("name"),
+            "Resource Group": j.get("resourceGroup"),
+            "Cluster": j.get("cluster"),
+            "Cluster RG": j.get("resourceGroup"),
+            "Nodes": j.get("nodeCount"),
+            "State": j.get("executionState"),
+            "Exit code": j.get("exitCode"),
+        }
+        for j in _items(result)
+    ]
+
+
+def file_view(info: FileInfo) -> dict[str, Any]:
+    return {
+        "name": info.name,
+        "type": info.type,
+        "size": info.size,
+        "modified": info.modified.replace(microsecond=0).isoformat() if info.modified else None,
+    }
+
+
+def file_table(result: Any) -> list[Row]:
+    return [
+        {"Name": f.get("name"), "Type": f.get("type"), "Size": f.get("size"), "Modified": f.get("modified")}
+        for f in _items(result)
+    ]
+
+
+def experiment_view(exp: Experiment, group: str) -> dict[str, Any]:
+    data = exp.to_dict()
+    return {"name": data.pop("name"), "resourceGroup": group, **data}
+
+
+def experiment_table(result: Any) -> list[Row]:
+    return [
+        {"Name": e.get("name"), "Resource Group": e.get("resourceGroup"), "Workspace": e.get("workspace")}
+        for e in _items(result)
+    ]
+
+
+def workspace_view(ws: Workspace, group: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+    details = {k: v for k, v in ws.to_dict().items() if k not in ("name", "kind", "workspace")}
+    return {
+        "name": ws.name,
+        "resourceGroup": group["name"],
+        "location": entry.get("options", {}).get("location") or group.get("location"),
+        "backend": entry.get("backend"),
+        "provisioningState": "succeeded",
+        "creationTime": entry.get("created"),
+        **details,
+    }
+
+
+def workspace_table(result: Any) -> list[Row]:
+    return [
+        {
+            "Name": w.get("name"),
+            "Resource Group": w.get("resourceGroup"),
+            "Location": w.get("location"),
+            "Backend": w.get("backend"),
+        }
+        for w in _items(result)
+    ]
+
+
+def group_view(group: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": group["name"],
+        "location": group.get("location"),
+        "properties": {"provisioningState": "Succeeded"},
+        "workspaces": sorted(group.get("workspaces", {})),
+        "storageAccounts": sorted(group.get("storageAccounts", {})),
+    }
+
+
+def group_table(result: Any) -> list[Row]:
+    return [
+        {"Name": g.get("name"), "Location": g.get("location"), "Status": "Succeeded"} for g in _items(result)
+    ]
+
+
+def account_view(group: dict[str, Any], account: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": account["name"],
+        "resourceGroup": group["name"],
+        "location": account.get("location"),
+        "sku": {"name": account.get("sku")},
+        "kind": account.get("kind"),
+        "provisioningState": "Succeeded",
+        "primaryEndpoints": {"file": f"https://{account['name']}.file.core.windows.net/"},
+        "shares": dict(account.get("shares", {})),
+    }
+
+
+def account_table(result: Any) -> list[Row]:
+    return [
+        {
+            "Name": a.get("name"),
+            "Resource Group": a.get("resourceGroup"),
+            "Location": a.get("location"),
+            "Sku": (a.get("sku") or {}).get("name"),
+        }
+        for a in _items(result)
+    ]

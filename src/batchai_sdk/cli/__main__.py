@@ -1,0 +1,5 @@
+"""``python -m batchai_sdk.cli``: the same as the ``batchai`` console script."""
+
+from . import console
+
+console()

@@ -1,0 +1,97 @@
+"""``batchai cluster ...``: clusters of nodes."""
+
+from __future__ import annotations
+
+import argparse
+
+from ._context import Context, Handler, Result
+from ._format import cluster_table, cluster_view
+from ._params import Commands, non_negative, resource_group_arg, workspace_arg, yes_arg
+
+
+def register(commands: Commands) -> None:
+    c = commands.group("cluster", "clusters of nodes")
+    p = _cluster_command(c, "create", cluster_create, "create a cluster")
+    p.add_argument("--vm-size", "-s", required=True, help="e.g. Standard_NC6")
+    p.add_argument("--vm-priority", choices=("dedicated", "lowpriority"), default="dedicated")
+    p.add_argument("--target", "-t", type=non_negative, default=1, help="number of nodes (default 1)")
+    p.add_argument("--image", "-i", help="node image (backend-specific)")
+    p.add_argument("--setup-task", help="command line run on each node when it is set up")
+    p.add_argument("--generate-ssh-keys", action="store_true", help="accepted; see the note it prints")
+    p.add_argument("--user-name", "-u", help="accepted; see the note it prints")
+    p.add_argument("--ssh-key", "-k", help="accepted; see the note it prints")
+    p.add_argument("--password", "-p", help="accepted and ignored (never stored)")
+    _cluster_command(c, "show", cluster_show, "show a cluster")
+    p = c.command("list", cluster_list, "list clusters")
+    resource_group_arg(p)
+    workspace_arg(p)
+    p = _cluster_command(
+        c, "resize", cluster_resize, "change a cluster's number of nodes (0 releases them all)"
+    )
+    p.add_argument("--target", "-t", type=non_negative, required=True)
+    p = _cluster_command(c, "delete", cluster_delete, "delete a cluster")
+    p.add_argument("--force", action="store_true", help="terminate its running jobs")
+    yes_arg(p)
+
+
+def _cluster_command(c: Commands, name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
+    """A command on one cluster: -g, -w and --name."""
+    p = c.command(name, handler, help_text)
+    resource_group_arg(p)
+    workspace_arg(p)
+    p.add_argument("--name", "-n", required=True)
+    return p
+
+
+def cluster_create(ctx: Context, args: argparse.Namespace) -> Result | None:
+    group = ctx.group()
+    ws = ctx.open_workspace(group)
+    kind = ws.backend.kind
+    where = {
+        "local": "its nodes are this machine",
+        "ssh": "nodes are reached with the key file of the workspace's profile",
+        "azure": "the azure backend makes and keeps the cluster's SSH key itself",
+    }.get(kind, "")
+    if args.generate_ssh_keys:
+        ctx.note(f"--generate-ssh-keys has no effect on the {kind} backend ({where})")
+    for flag, value in (
+        ("--user-name", args.user_name),
+        ("--ssh-key", args.ssh_key),
+        ("--password", args.password),
+    ):
+        if value:
+            ctx.note(f"{flag} is ignored on the {kind} backend ({where})")
+    cluster = ws.create_cluster(
+        args.name,
+        vm_size=args.vm_size,
+        nodes=args.target,
+        vm_priority=args.vm_priority,
+        image=args.image,
+        node_setup=args.setup_task,
+    )
+    return Result(cluster_view(cluster, group), cluster_table)
+
+
+def cluster_show(ctx: Context, args: argparse.Namespace) -> Result | None:
+    group = ctx.group()
+    return Result(cluster_view(ctx.open_workspace(group).get_cluster(args.name), group), cluster_table)
+
+
+def cluster_list(ctx: Context, args: argparse.Namespace) -> Result | None:
+    group = ctx.group()
+    return Result([cluster_view(c, group) for c in ctx.open_workspace(group).list_clusters()], cluster_table)
+
+
+def cluster_resize(ctx: Context, args: argparse.Namespace) -> Result | None:
+    group = ctx.group()
+    cluster = ctx.open_workspace(group).get_cluster(args.name).resize(args.target)
+    return Result(cluster_view(cluster, group), cluster_table)
+
+
+def cluster_delete(ctx: Context, args: argparse.Namespace) -> Result | None:
+    group = ctx.group()
+    ws = ctx.open_workspace(group)
+    ws.get_cluster(args.name)
+    ctx.confirm(f"delete cluster {args.name!r}" + (" and terminate its jobs" if args.force else ""))
+    ws.delete_cluster(args.name, force=args.force)
+    return None

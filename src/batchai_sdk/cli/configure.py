@@ -1,0 +1,84 @@
+"""``batchai configure``: the profile (backend for new workspaces, its options, defaults)."""
+
+from __future__ import annotations
+
+import argparse
+
+from ._context import Context, Result, UsageError
+from ._format import OUTPUT_FORMATS
+from ._params import Commands, positive
+from ._state import BACKENDS
+
+
+def register(commands: Commands) -> None:
+    p = commands.command(
+        "configure", configure, "the profile: backend for new workspaces, its options, defaults"
+    )
+    p.add_argument("--backend", choices=BACKENDS, help="backend of workspaces created from now on")
+    p.add_argument(
+        "--root", help="local: folder holding the local workspaces (default: $BATCHAI_HOME/groups)"
+    )
+    p.add_argument("--hosts", nargs="+", help="ssh: the nodes' addresses; the first is the head node")
+    p.add_argument("--user", help="ssh: user on the nodes")
+    p.add_argument("--key-file", help="ssh: private key file (its path is stored, never its content)")
+    p.add_argument(
+        "--share-root", help="ssh: a folder every node sees; workspaces go below <root>/<group>/<ws>"
+    )
+    p.add_argument("--port", type=positive, help="ssh: port (default 22)")
+    p.add_argument("--known-hosts", help="ssh: known_hosts file of the nodes")
+    p.add_argument(
+        "--trust-on-first-use", action="store_true", default=None, help="ssh: pin unknown host keys"
+    )
+    p.add_argument("--jump-host", help="ssh: user@host to reach the nodes through")
+    p.add_argument("--subscription", help="azure: subscription id")
+    p.add_argument("--location", "-l", help="azure: region of new workspaces (default: the group's)")
+    p.add_argument(
+        "--defaults",
+        nargs="+",
+        metavar="KEY=VALUE",
+        help="defaults for group, workspace, experiment, output; KEY= clears one",
+    )
+
+
+def configure(ctx: Context, args: argparse.Namespace) -> Result | None:
+    data = ctx.profile.data
+    changed = False
+    if args.backend:
+        data["backend"] = args.backend
+        changed = True
+    sections = {
+        "local": {"root": args.root},
+        "ssh": {
+            "hosts": args.hosts,
+            "user": args.user,
+            "key_file": args.key_file,
+            "share_root": args.share_root,
+            "port": args.port,
+            "known_hosts": args.known_hosts,
+            "trust_on_first_use": args.trust_on_first_use,
+            "jump_host": args.jump_host,
+        },
+        "azure": {"subscription_id": args.subscription, "location": args.location},
+    }
+    for section, values in sections.items():
+        for key, value in values.items():
+            if value is not None:
+                data.setdefault(section, {})[key] = value
+                changed = True
+    for item in args.defaults or ():
+        key, sep, value = item.partition("=")
+        if not sep or key not in ("group", "workspace", "experiment", "output"):
+            raise UsageError(
+                f"--defaults takes KEY=VALUE, KEY one of group, workspace, experiment, output; got {item!r}"
+            )
+        if key == "output" and value and value not in OUTPUT_FORMATS:
+            raise UsageError(f"--defaults output={value}: expected one of {', '.join(OUTPUT_FORMATS)}")
+        defaults = data.setdefault("defaults", {})
+        if value:
+            defaults[key] = value
+        else:
+            defaults.pop(key, None)
+        changed = True
+    if changed:
+        ctx.profile.save()
+    return Result({"path": str(ctx.profile.path), "backend": ctx.profile.backend, **data})

@@ -1,0 +1,216 @@
+"""``batchai job ...`` and ``batchai job file ...``: training jobs and their files."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .._models import JobState
+from ..batchai_json import parse_job_json
+from ..share import join
+from ._context import Context, Handler, Result, UsageError
+from ._format import file_table, file_view, job_table, job_view
+from ._params import Commands, experiment_arg, positive, resource_group_arg, seconds, workspace_arg, yes_arg
+
+if TYPE_CHECKING:
+    from ..job import Job
+
+
+def register(commands: Commands) -> None:
+    j = commands.group("job", "training jobs")
+    _register_create(j)
+    _job_command(j, "show", job_show, "show a job")
+    p = j.command("list", job_list, "list an experiment's jobs")
+    resource_group_arg(p)
+    workspace_arg(p)
+    experiment_arg(p)
+    p = _job_command(j, "wait", job_wait, "wait for a job to end; the exit status is the job's exit code")
+    p.add_argument("--interval", type=seconds, default=2.0, help="seconds between polls (default 2)")
+    p.add_argument("--timeout", type=seconds, help="give up after this many seconds")
+    p = _job_command(j, "terminate", job_terminate, "terminate a job")
+    p.add_argument("--no-wait", action="store_true", help="return without waiting for the ranks to stop")
+    yes_arg(p)
+    p = _job_command(j, "delete", job_delete, "delete a job with its logs and outputs")
+    p.add_argument("--force", action="store_true", help="terminate it first if it has not ended")
+    yes_arg(p)
+    _register_file(j.group("file", "a job's files: logs (stdouterr) and output directories"))
+
+
+def _job_command(j: Commands, name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
+    """A command on one job: -g, -w, -e and --name."""
+    p = j.command(name, handler, help_text)
+    resource_group_arg(p)
+    workspace_arg(p)
+    experiment_arg(p)
+    p.add_argument("--name", "-n", required=True)
+    return p
+
+
+def _register_create(j: Commands) -> None:
+    p = _job_command(j, "create", job_create, "create and submit a job from a Batch AI job.json (or flags)")
+    p.add_argument("--cluster", "-c", required=True)
+    p.add_argument("--config-file", "-f", help="Batch AI 2018-05-01 job.json")
+    p.add_argument("--nodes", type=positive, help="number of nodes; overrides nodeCount of the file")
+    p.add_argument(
+        "--storage-account-name",
+        help="fills <AZURE_BATCHAI_STORAGE_ACCOUNT> (default: "
+        "$AZURE_BATCHAI_STORAGE_ACCOUNT, else the resource group's only storage account)",
+    )
+    p.add_argument(
+        "--storage-account-key",
+        help="fills <AZURE_BATCHAI_STORAGE_KEY> (default: $AZURE_BATCHAI_STORAGE_KEY); never stored",
+    )
+    p.add_argument(
+        "--python-script",
+        help="without --config-file: the Horovod script (a local file, a "
+        "$AZ_BATCHAI_JOB_MOUNT_ROOT/... share path or a module name)",
+    )
+    p.add_argument("--script-args", help="without --config-file: the script's arguments, one string")
+    p.add_argument("--command-line", help="without --config-file: a custom MPI command line")
+    p.add_argument("--process-count", type=positive, help="without --config-file: number of ranks")
+    p.add_argument("--job-preparation", help="without --config-file: command run once per node first")
+
+
+def _register_file(jf: Commands) -> None:
+    for name, handler, text in (
+        ("list", job_file_list, "list a job's files"),
+        ("stream", job_file_stream, "print a job file as it grows, until the job ends"),
+        ("download", job_file_download, "download a job file"),
+    ):
+        p = jf.command(name, handler, text)
+        resource_group_arg(p)
+        workspace_arg(p)
+        experiment_arg(p)
+        p.add_argument("--job", "-j", required=True)
+        p.add_argument(
+            "--output-directory-id",
+            "-d",
+            default="stdouterr",
+            help="'stdouterr' (default) or an output directory id",
+        )
+        p.add_argument("--path", "-p", default="", help="a folder inside that directory")
+        if name != "list":
+            p.add_argument("--file-name", "-f", required=True)
+        if name == "download":
+            p.add_argument("--dest", help="file or folder to write (default: the working directory)")
+
+
+def _storage_account_for(ctx: Context, args: argparse.Namespace, group: str) -> str | None:
+    """--storage-account-name, else $AZURE_BATCHAI_STORAGE_ACCOUNT, else the group's only storage account."""
+    if args.storage_account_name:
+        return str(args.storage_account_name)
+    env = os.environ.get("AZURE_BATCHAI_STORAGE_ACCOUNT")
+    if env:
+        return env
+    accounts = list(ctx.registry.get_group(group).get("storageAccounts", {}))
+    return accounts[0] if len(accounts) == 1 else None
+
+
+def job_create(ctx: Context, args: argparse.Namespace) -> Result | None:
+    group, _, exp = ctx.experiment()
+    convenience = {
+        "--python-script": args.python_script,
+        "--script-args": args.script_args,
+        "--command-line": args.command_line,
+        "--job-preparation": args.job_preparation,
+        "--process-count": args.process_count,
+    }
+    given = [flag for flag, value in convenience.items() if value is not None]
+    if args.config_file:
+        if given:
+            raise UsageError(
+                f"{', '.join(given)} cannot be combined with --config-file (put them in the file)"
+            )
+        spec = parse_job_json(
+            Path(args.config_file).expanduser(),
+            name=args.name,
+            experiment=exp.name,
+            cluster=args.cluster,
+            storage_account=_storage_account_for(ctx, args, group),
+            storage_key=args.storage_account_key or os.environ.get("AZURE_BATCHAI_STORAGE_KEY"),
+        )
+        if args.nodes is not None:
+            spec = spec.replace(node_count=args.nodes)
+        job = exp.job_from_spec(spec)
+    else:
+        if args.python_script is None and args.command_line is None:
+            raise UsageError(
+                "give --config-file, or --python-script (Horovod) or --command-line (custom MPI)"
+            )
+        if args.python_script is not None and args.command_line is not None:
+            raise UsageError("give either --python-script or --command-line, not both")
+        job = exp.create_job(
+            args.name,
+            cluster=args.cluster,
+            node_count=args.nodes or 1,
+            python_script=args.python_script,
+            args=shlex.split(args.script_args or ""),
+            command_line=args.command_line,
+            process_count=args.process_count,
+            job_preparation=args.job_preparation,
+        )
+    job.submit()
+    return Result(job_view(job, group), job_table)
+
+
+def _job(ctx: Context, name: str) -> tuple[str, Job]:
+    group, _, exp = ctx.experiment()
+    return group, exp.get_job(name)
+
+
+def job_show(ctx: Context, args: argparse.Namespace) -> Result | None:
+    group, job = _job(ctx, args.name)
+    return Result(job_view(job, group), job_table)
+
+
+def job_list(ctx: Context, args: argparse.Namespace) -> Result | None:
+    group, _, exp = ctx.experiment()
+    return Result([job_view(j, group) for j in exp.list_jobs()], job_table)
+
+
+def job_wait(ctx: Context, args: argparse.Namespace) -> Result | None:
+    """Like az: blocks until the job ends; the exit status is the job's exit code."""
+    group, job = _job(ctx, args.name)
+    state = job.wait(timeout=args.timeout, poll_interval=args.interval)
+    code = 0 if state is JobState.SUCCEEDED else (job.exit_code or 1)
+    return Result(job_view(job, group), job_table, exit_code=code)
+
+
+def job_terminate(ctx: Context, args: argparse.Namespace) -> Result | None:
+    group, job = _job(ctx, args.name)
+    ctx.confirm(f"terminate job {args.name!r}")
+    job.terminate(wait=not args.no_wait)
+    return Result(job_view(job, group), job_table)
+
+
+def job_delete(ctx: Context, args: argparse.Namespace) -> Result | None:
+    _, job = _job(ctx, args.name)
+    ctx.confirm(f"delete job {args.name!r} with its logs and outputs")
+    job.delete(force=args.force)
+    return None
+
+
+def job_file_list(ctx: Context, args: argparse.Namespace) -> Result | None:
+    _, job = _job(ctx, args.job)
+    files = job.files(args.path or "", directory=args.output_directory_id)
+    return Result([file_view(f) for f in files], file_table)
+
+
+def job_file_stream(ctx: Context, args: argparse.Namespace) -> Result | None:
+    _, job = _job(ctx, args.job)
+    name = join(args.path or "", args.file_name)
+    for line in job.stream(name, follow=True, directory=args.output_directory_id):
+        print(line, flush=True)
+    return None
+
+
+def job_file_download(ctx: Context, args: argparse.Namespace) -> Result | None:
+    _, job = _job(ctx, args.job)
+    name = join(args.path or "", args.file_name)
+    local = job.download(
+        name, Path(args.dest).expanduser() if args.dest else Path.cwd(), directory=args.output_directory_id
+    )
+    return Result({"path": str(local), "size": local.stat().st_size if local.is_file() else None})

@@ -1,0 +1,130 @@
+"""``batchai workspace ...``: a workspace per registry entry, on the backend it was created with."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+from typing import Any
+
+from .._models import utcnow
+from ..exceptions import BatchAIError, NotFoundError
+from ._context import Context, Result, UsageError
+from ._format import workspace_table, workspace_view
+from ._params import Commands, resource_group_arg, workspace_arg, yes_arg
+from ._state import BACKENDS
+
+
+def register(commands: Commands) -> None:
+    w = commands.group("workspace", "workspaces")
+    p = w.command("create", workspace_create, "create a workspace (returns the existing one if it exists)")
+    resource_group_arg(p)
+    workspace_arg(p, "--name", "-n")
+    p.add_argument("--location", "-l", help="default: the resource group's")
+    p.add_argument("--backend", choices=BACKENDS, help="default: the profile's backend (local if none)")
+    p = w.command("show", workspace_show, "show a workspace")
+    resource_group_arg(p)
+    workspace_arg(p, "--name", "-n")
+    p = w.command("list", workspace_list, "list workspaces (of one resource group with -g)")
+    resource_group_arg(p)
+    p = w.command("delete", workspace_delete, "delete a workspace with its clusters, experiments and files")
+    resource_group_arg(p)
+    workspace_arg(p, "--name", "-n")
+    p.add_argument("--force", action="store_true", help="terminate running jobs")
+    yes_arg(p)
+
+
+def _new_workspace_entry(
+    ctx: Context, kind: str, group: dict[str, Any], name: str, location: str | None
+) -> dict[str, Any]:
+    options = ctx.profile.options(kind)
+    if kind == "local":
+        base = options.get("root")
+        root = (
+            Path(base).expanduser() / group["name"] / name
+            if base
+            else ctx.registry.local_root(group["name"], name)
+        )
+        options = {"root": str(root)}
+    elif kind == "ssh":
+        missing = [k for k in ("hosts", "user", "share_root") if not options.get(k)]
+        if missing:
+            raise UsageError(
+                "the ssh backend needs "
+                + ", ".join(f"--{m.replace('_', '-')}" for m in missing)
+                + " in the profile: batchai configure --backend ssh --hosts H1 H2 --user U --key-file F "
+                "--share-root /mnt/share"
+            )
+        share_root = str(options.pop("share_root")).rstrip("/")
+        options["share_path"] = f"{share_root}/{group['name']}/{name}"
+        options["hosts"] = list(options["hosts"])
+    elif kind == "azure":
+        options["location"] = location or options.get("location") or group.get("location")
+    return {"backend": kind, "options": options, "created": utcnow().isoformat()}
+
+
+def workspace_create(ctx: Context, args: argparse.Namespace) -> Result | None:
+    group_name = ctx.group()
+    group = ctx.registry.get_group(group_name)
+    name = ctx.workspace_name()
+    entry = group.setdefault("workspaces", {}).get(name)
+    if entry is None:
+        kind = args.backend or ctx.profile.backend
+        entry = _new_workspace_entry(ctx, kind, group, name, args.location)
+        try:
+            ws = ctx.open_workspace(group_name, name, entry=entry)
+        except NotFoundError as exc:
+            if kind != "ssh":
+                raise
+            where = f"{entry['options']['share_path']} on {entry['options']['hosts'][0]}"
+            raise BatchAIError(
+                f"the workspace's share folder {where} could not be used ({exc}); create it on the shared "
+                "file system (mkdir -p) and run this again"
+            ) from exc
+        group["workspaces"][name] = entry
+        ctx.registry.save_group(group)
+    else:  # creating an existing workspace returns it, as ARM's PUT did
+        ws = ctx.open_workspace(group_name, name)
+    return Result(workspace_view(ws, group, entry), workspace_table)
+
+
+def workspace_show(ctx: Context, args: argparse.Namespace) -> Result | None:
+    group_name = ctx.group()
+    name = ctx.workspace_name()
+    group = ctx.registry.get_group(group_name)
+    entry = ctx.registry.workspace_entry(group_name, name)
+    return Result(workspace_view(ctx.open_workspace(group_name, name), group, entry), workspace_table)
+
+
+def workspace_list(ctx: Context, args: argparse.Namespace) -> Result | None:
+    only = ctx.optional_group()
+    groups = [ctx.registry.get_group(only)] if only else ctx.registry.list_groups()
+    out = []
+    for group in groups:
+        for name, entry in sorted(group.get("workspaces", {}).items()):
+            out.append(
+                {
+                    "name": name,
+                    "resourceGroup": group["name"],
+                    "location": entry.get("options", {}).get("location") or group.get("location"),
+                    "backend": entry.get("backend"),
+                    "creationTime": entry.get("created"),
+                }
+            )
+    return Result(out, workspace_table)
+
+
+def workspace_delete(ctx: Context, args: argparse.Namespace) -> Result | None:
+    group_name = ctx.group()
+    name = ctx.workspace_name()
+    entry = ctx.registry.workspace_entry(group_name, name)
+    ctx.confirm(f"delete workspace {name!r} with its clusters, experiments and files")
+    ctx.open_workspace(group_name, name).delete(force=args.force)
+    group = ctx.registry.get_group(group_name)
+    group["workspaces"].pop(name, None)
+    for account in group.get("storageAccounts", {}).values():
+        account["shares"] = {s: w for s, w in account.get("shares", {}).items() if w != name}
+    ctx.registry.save_group(group)
+    if entry.get("backend") == "local":
+        shutil.rmtree(entry["options"]["root"], ignore_errors=True)
+    return None
