@@ -319,7 +319,11 @@ def _delete(doc: dict[str, Any], dotted: str) -> dict[str, Any]:
             "properties.nodecount",
             ["unknown field", "nodeCount"],
         ),
-        (_set(tutorial_doc(), "location", "eastus"), "location", ["unknown field", "$schema, batchaiSdk, properties"]),
+        (
+            _set(tutorial_doc(), "location", "eastus"),
+            "location",
+            ["unknown field", "$schema, batchaiSdk, properties"],
+        ),
         (
             _set(tutorial_doc(), "properties.mountVolumes.azureFileShares.0.mountOptions", "x"),
             "properties.mountVolumes.azureFileShares[0].mountOptions",

@@ -208,7 +208,9 @@ def test_last_output_time_takes_the_newest_non_empty_log(tmp_path: Path) -> None
 
 def test_hang_verdict() -> None:
     # Output 100 s ago with a 60 s timeout: hung; the reason names the stack files.
-    reason = watchdog.hang_verdict(1000.0, 900.0, 1100.4, 60, stack_files=["a/stacks-n1.txt", "a/stacks-n2.txt"])
+    reason = watchdog.hang_verdict(
+        1000.0, 900.0, 1100.4, 60, stack_files=["a/stacks-n1.txt", "a/stacks-n2.txt"]
+    )
     assert reason == "no output for 100 s (possible hang); stacks in a/stacks-n1.txt, a/stacks-n2.txt"
     assert watchdog.hang_verdict(1000.0, 900.0, 1059.9, 60) is None
     assert watchdog.hang_verdict(1000.0, 900.0, 1060.0, 60) is not None
@@ -241,7 +243,9 @@ def test_output_tracker_uses_the_callers_clock(tmp_path: Path) -> None:
 VM = "batchaivmss_3"
 
 
-def _event(event_type: str = "Preempt", resources: tuple[str, ...] = (VM,), **overrides: Any) -> dict[str, Any]:
+def _event(
+    event_type: str = "Preempt", resources: tuple[str, ...] = (VM,), **overrides: Any
+) -> dict[str, Any]:
     event = {
         "EventId": "C7061BAC-AFDC-4513-B24B-AA5F13A16123",
         "EventType": event_type,
@@ -366,7 +370,9 @@ def test_poll_finds_a_preempt_event_for_this_vm(imds: FakeImds) -> None:
 
 
 def test_terminate_counts_other_events_do_not(imds: FakeImds) -> None:
-    imds.documents = [{"DocumentIncarnation": 1, "Events": [_event("Terminate", NotBefore="", EventStatus="Started")]}]
+    imds.documents = [
+        {"DocumentIncarnation": 1, "Events": [_event("Terminate", NotBefore="", EventStatus="Started")]}
+    ]
     [notice] = evictions.poll(VM)
     assert notice.event_type == "Terminate"
     assert notice.not_before is None and notice.seconds_left(datetime.now(timezone.utc)) is None
@@ -375,7 +381,9 @@ def test_terminate_counts_other_events_do_not(imds: FakeImds) -> None:
         assert evictions.poll(VM) == []
     imds.documents = [{"DocumentIncarnation": 0, "Events": []}]
     assert evictions.poll(VM) == []
-    document = {"Events": [_event(EventId="A"), _event("Reboot", EventId="B"), _event("Terminate", EventId="C")]}
+    document = {
+        "Events": [_event(EventId="A"), _event("Reboot", EventId="B"), _event("Terminate", EventId="C")]
+    }
     assert [n.event_id for n in evictions.find_notices(document, VM)] == ["A", "C"]
     assert evictions.find_notice(document, "othervm") is None
 
@@ -438,7 +446,10 @@ def test_watch_reports_each_event_once_and_survives_errors(imds: FakeImds) -> No
 def test_watch_stops_promptly(imds: FakeImds) -> None:
     stop = threading.Event()
     thread = threading.Thread(
-        target=evictions.watch, args=(lambda n: None,), kwargs={"interval": 60, "stop_event": stop}, daemon=True
+        target=evictions.watch,
+        args=(lambda n: None,),
+        kwargs={"interval": 60, "stop_event": stop},
+        daemon=True,
     )
     thread.start()
     time.sleep(0.2)
@@ -488,7 +499,9 @@ def test_evict_terminates_the_ranks_waits_for_the_checkpoint_then_acknowledges(
     assert imds.post_times[-1] >= float(saved.read_text())  # acknowledged only after the checkpoint
 
 
-def test_evict_with_every_rank_done_acknowledges_at_once(imds: FakeImds, procs: Procs, tmp_path: Path) -> None:
+def test_evict_with_every_rank_done_acknowledges_at_once(
+    imds: FakeImds, procs: Procs, tmp_path: Path
+) -> None:
     saved = tmp_path / "saved"
     rank = procs.start([sys.executable, "-c", CHECKPOINTING_RANK, str(saved)], None)
     assert rank.stdout is not None and rank.stdout.readline() == b"ready\n"
@@ -555,7 +568,9 @@ def test_success_and_plain_failures() -> None:
     wall = decide(policy, EndCause.WALL_CLOCK, history=[_ended(EndCause.NODE_LOST)])
     assert wall == retries.Decision(Outcome.FAILED, "max_wall_clock_time reached (after 2 attempts)")
     hang = decide(policy, EndCause.HANG, detail="no output for 1800 s (possible hang); stacks in x")
-    assert hang.outcome is Outcome.FAILED and hang.reason == "no output for 1800 s (possible hang); stacks in x"
+    assert (
+        hang.outcome is Outcome.FAILED and hang.reason == "no output for 1800 s (possible hang); stacks in x"
+    )
     with pytest.raises(ValueError):
         decide(policy, EndCause.EXIT)
 

@@ -21,7 +21,12 @@ def _spec(**kw: Any) -> JobSpec:
 
 def test_defaults_off_for_user_scripts_on_for_shipped_modules() -> None:
     user = _spec()
-    assert (user.hang_timeout, user.watchdog_seconds, user.max_retries, user.retry_on_exit_codes) == (None, None, 0, ())
+    assert (user.hang_timeout, user.watchdog_seconds, user.max_retries, user.retry_on_exit_codes) == (
+        None,
+        None,
+        0,
+        (),
+    )
     shipped = _spec(python_script="batchai_sdk.train.cifar10")
     assert shipped.hang_timeout == TRAINING_MODULE_HANG_TIMEOUT == 1800.0
     assert shipped.watchdog_seconds == 1800.0

@@ -195,9 +195,14 @@ def start_ranks(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]
         pytest.skip("mpirun is not installed (apt-get install openmpi-bin)")
     started: list[subprocess.Popen[str]] = []
 
-    def start(args: Sequence[str], env: dict[str, str] | None = None, ranks: int = 2) -> subprocess.Popen[str]:
+    def start(
+        args: Sequence[str], env: dict[str, str] | None = None, ranks: int = 2
+    ) -> subprocess.Popen[str]:
         command = mpirun_command(ranks, [sys.executable, "-m", "batchai_sdk.train.cifar10", *args])
-        with (tmp_path / "ranks-stdout.txt").open("w") as out, (tmp_path / "ranks-stderr.txt").open("w") as err:
+        with (
+            (tmp_path / "ranks-stdout.txt").open("w") as out,
+            (tmp_path / "ranks-stderr.txt").open("w") as err,
+        ):
             proc = subprocess.Popen(command, stdout=out, stderr=err, text=True, env={**train_env(), **(env or {})},
                                     start_new_session=True)  # fmt: skip
         started.append(proc)

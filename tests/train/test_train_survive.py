@@ -83,7 +83,9 @@ def test_sigterm_to_one_rank_checkpoints_and_a_restart_resumes_by_itself(
     assert len(stopped) == 1, report
     step, epoch, end_epoch, checkpoint = stopped[0]
     for rank in (0, 1):
-        assert f"rank {rank}: stopped by SIGTERM, checkpoint {checkpoint}; exiting with status 143" in first_err
+        assert (
+            f"rank {rank}: stopped by SIGTERM, checkpoint {checkpoint}; exiting with status 143" in first_err
+        )
     assert "Traceback" not in first_err, report
     assert Path(checkpoint).is_file()
     if step:
@@ -122,7 +124,12 @@ def test_restart_without_a_checkpoint_starts_from_epoch_0(tmp_path: Path) -> Non
     assert cifar10._prepare_outputs(out, resume=False, restart=2) == []
     assert (out / "metrics.jsonl").read_text() == ""
     ckpts = out / "checkpoints"
-    for name in ("checkpoint-001.h5", "checkpoint-002.h5", "interrupted-002-00007.h5", ".saving-checkpoint-003.h5"):
+    for name in (
+        "checkpoint-001.h5",
+        "checkpoint-002.h5",
+        "interrupted-002-00007.h5",
+        ".saving-checkpoint-003.h5",
+    ):
         (ckpts / name).write_bytes(b"x")
     points = cifar10._prepare_outputs(out, resume=False, restart=1)
     assert [(e, s, p.name) for e, s, p in points] == [
