@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -91,3 +92,61 @@ def test_a_notebook_opens_the_workspace_the_cli_made(tmp_path: Path, script: Scr
     assert main(["job", "wait", "-g", "g", "-w", "w", "-e", "e", "-n", "from-notebook"]) == 0
     with pytest.raises(Exception, match="workspace 'nope' not found"):
         Workspace.from_cli("g", "nope")
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    from batchai_sdk.cli import main
+
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+G = ("-g", "g", "-w", "w")
+
+
+def test_the_cli_streams_says_why_and_exits_with_the_job(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (("group", "create", "-n", "g", "-l", "eastus"), ("workspace", "create", "-g", "g", "-w", "w"),
+                 ("experiment", "create", *G, "-n", "e"), ("cluster", "create", *G, "-n", "c", "-s", "x", "-t", "1")):  # fmt: skip
+        assert cli(capsys, *argv)[0] == 0
+    code, out, _ = cli(capsys, "job", "create", *G, "-e", "e", "-c", "c", "-n", "first",
+                       "--command-line", "echo one; sleep 2", "--stream")  # fmt: skip
+    assert code == 0 and out.splitlines() == ["one"]
+    assert (
+        cli(capsys, "job", "create", *G, "-e", "e", "-c", "c", "-n", "hold", "--command-line", "sleep 2")[0]
+        == 0
+    )
+    assert cli(capsys, "job", "create", *G, "-e", "e", "-c", "c", "-n", "later", "--command-line",
+               "echo two; echo 'ValueError: bad lr' >&2; exit 5")[0] == 0  # fmt: skip
+    code, out, err = cli(capsys, "job", "file", "stream", *G, "-e", "e", "-j", "later", "-f", "stdout.txt")
+    assert "later is queued: waiting for 1 node(s) of cluster 'c' (1 busy, 0 idle" in err
+    assert out.splitlines() == ["two"] and code == 5
+    assert "job later failed: " in err and "exited with code 5: ValueError: bad lr" in err
+    assert "batchai job logs -g g -w w -e e -n later --file-name stderr.txt" in err
+    code, _, err = cli(capsys, "job", "file", "stream", *G, "-e", "e", "-j", "later", "-f", "nope.txt")
+    assert code != 0 and "nope.txt" in err and "stdout.txt" in err and "stderr.txt" in err
+    code, out, err = cli(capsys, "job", "logs", *G, "-e", "e", "-n", "later", "--file-name", "stderr.txt")
+    assert code == 5 and "ValueError: bad lr" in out
+    code, out, _ = cli(
+        capsys, "job", "create", *G, "-e", "e", "-c", "c", "--command-line", "true", "-o", "json"
+    )
+    assert code == 0 and json.loads(out)["name"].startswith("job-")
+
+
+def test_the_cli_creates_and_changes_autoscale_clusters(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(capsys, "group", "create", "-n", "g", "-l", "eastus")[0] == 0
+    assert cli(capsys, "workspace", "create", "-g", "g", "-w", "w")[0] == 0
+    code, out, _ = cli(
+        capsys, "cluster", "create", *G, "-n", "a", "-s", "x", "--min", "0", "--max", "3", "-o", "json"
+    )
+    view = json.loads(out)
+    assert code == 0 and view["scaleSettings"] == {
+        "autoScale": {"minimumNodeCount": 0, "maximumNodeCount": 3, "initialNodeCount": 0}
+    }
+    assert view["targetNodeCount"] == 0 and view["pricePerNodeHour"] == "$0.00/h"
+    code, out, _ = cli(
+        capsys, "cluster", "auto-scale", *G, "-n", "a", "--min", "1", "--max", "2", "-o", "json"
+    )
+    assert code == 0 and json.loads(out)["scaleSettings"]["autoScale"]["maximumNodeCount"] == 2
+    code, out, _ = cli(capsys, "cluster", "resize", *G, "-n", "a", "-t", "2", "-o", "json")
+    assert json.loads(out)["scaleSettings"] == {"manual": {"targetNodeCount": 2}}

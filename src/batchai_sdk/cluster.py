@@ -21,6 +21,7 @@ from ._models import (
     validate_node_target,
 )
 from .backends.base import ClusterStatus
+from .cost import format_cost
 from .exceptions import BatchAITimeoutError, ClusterBusyError, NotFoundError
 from .node.autoscale import DEFAULT_IDLE_SECONDS
 
@@ -239,15 +240,24 @@ class Cluster:
             "workspace": self.workspace.name,
             "vmSize": self.vm_size.upper(),
             "vmPriority": self.vm_priority,
-            "targetNodeCount": self._spec.nodes,
+            "targetNodeCount": self.spec.nodes,
             "allocationState": self._state_of(st).value,
             "currentNodeCount": counts.total,
             "nodeStateCounts": counts.to_batchai(),
             "creationTime": self._spec.created.isoformat(),
+            "scaleSettings": (
+                {"autoScale": self._spec.autoscale.to_batchai()}
+                if self._spec.autoscale
+                else {"manual": {"targetNodeCount": self._spec.nodes}}
+            ),
+            "pricePerNodeHour": str(self.price_per_hour) if self.price_per_hour is not None else "unknown",
+            "costSoFar": format_cost(self.cost_so_far),
         }
 
     def __repr__(self) -> str:
-        return f"Cluster({self.name!r}, vm_size={self.vm_size!r}, nodes={self._spec.nodes})"
+        price = self.price_per_hour
+        shown = f", {price}" if price is not None and price.value else ""
+        return f"Cluster({self.name!r}, vm_size={self.vm_size!r}, nodes={self.spec.nodes}{shown})"
 
     def _repr_html_(self) -> str:
         from ._display import cluster_html

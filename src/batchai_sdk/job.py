@@ -31,6 +31,7 @@ from ._models import (
 )
 from .backends.base import ClusterScheduler, JobRequest, LaunchTarget
 from .backends.head_scheduler import ensure_node_code
+from .cost import format_cost
 from .exceptions import (
     AlreadyExistsError,
     BatchAIError,
@@ -615,6 +616,8 @@ class Job:
             "failureReason": st.failure_reason,
             "nodes": list(st.nodes),
             "stdOutErrPath": self.paths.stdouterr,
+            "attempts": self.attempts if self.submitted else [],
+            "cost": format_cost(self.cost) if self.submitted else "unknown",
         }
 
     def __repr__(self) -> str:

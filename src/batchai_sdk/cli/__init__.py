@@ -62,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
         ctx.close()
     if result is None:
         return 0
+    if result.value is None:  # the command printed what it had to (a stream); only its status is left
+        return result.exit_code
     output = getattr(args, "output", None) or ctx.profile.default("output") or "json"
     text = render(result.value, output=output, query=getattr(args, "query", None), table=result.table)
     if text:

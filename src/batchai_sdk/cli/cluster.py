@@ -14,7 +14,10 @@ def register(commands: Commands) -> None:
     p = _cluster_command(c, "create", cluster_create, "create a cluster")
     p.add_argument("--vm-size", "-s", required=True, help="e.g. Standard_NC6")
     p.add_argument("--vm-priority", choices=("dedicated", "lowpriority"), default="dedicated")
-    p.add_argument("--target", "-t", type=non_negative, default=1, help="number of nodes (default 1)")
+    p.add_argument(
+        "--target", "-t", type=non_negative, help="number of nodes (default 1, or --min with --max)"
+    )
+    _autoscale_args(p, required=False)
     p.add_argument("--image", "-i", help="node image (backend-specific)")
     p.add_argument("--setup-task", help="command line run on each node when it is set up")
     p.add_argument("--generate-ssh-keys", action="store_true", help="accepted; see the note it prints")
@@ -29,9 +32,24 @@ def register(commands: Commands) -> None:
         c, "resize", cluster_resize, "change a cluster's number of nodes (0 releases them all)"
     )
     p.add_argument("--target", "-t", type=non_negative, required=True)
+    p = _cluster_command(
+        c, "auto-scale", cluster_auto_scale, "let the cluster's scheduler size it between --min and --max"
+    )
+    _autoscale_args(p, required=True)
     p = _cluster_command(c, "delete", cluster_delete, "delete a cluster")
     p.add_argument("--force", action="store_true", help="terminate its running jobs")
     yes_arg(p)
+
+
+def _autoscale_args(p: argparse.ArgumentParser, *, required: bool) -> None:
+    p.add_argument(
+        "--min", type=non_negative, required=required, help="autoscale: fewest nodes (0: scale to zero)"
+    )
+    p.add_argument("--max", type=non_negative, required=required, help="autoscale: most nodes")
+    p.add_argument("--initial", type=non_negative, help="autoscale: nodes at creation (default --min)")
+    p.add_argument(
+        "--idle-seconds", type=non_negative, default=600, help="autoscale: idle time before a node goes (600)"
+    )
 
 
 def _cluster_command(c: Commands, name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
@@ -61,13 +79,18 @@ def cluster_create(ctx: Context, args: argparse.Namespace) -> Result | None:
     ):
         if value:
             ctx.note(f"{flag} is ignored on the {kind} backend ({where})")
+    auto = args.min is not None or args.max is not None
     cluster = ws.create_cluster(
         args.name,
         vm_size=args.vm_size,
-        nodes=args.target,
+        nodes=args.target if args.target is not None or auto else 1,
         vm_priority=args.vm_priority,
         image=args.image,
         node_setup=args.setup_task,
+        min_nodes=args.min,
+        max_nodes=args.max,
+        initial_nodes=args.initial,
+        idle_seconds_before_scaledown=args.idle_seconds,
     )
     return Result(cluster_view(cluster, group), cluster_table)
 
@@ -85,6 +108,18 @@ def cluster_list(ctx: Context, args: argparse.Namespace) -> Result | None:
 def cluster_resize(ctx: Context, args: argparse.Namespace) -> Result | None:
     group = ctx.group()
     cluster = ctx.open_workspace(group).get_cluster(args.name).resize(args.target)
+    return Result(cluster_view(cluster, group), cluster_table)
+
+
+def cluster_auto_scale(ctx: Context, args: argparse.Namespace) -> Result | None:
+    group = ctx.group()
+    cluster = ctx.open_workspace(group).get_cluster(args.name)
+    cluster.set_autoscale(
+        min_nodes=args.min,
+        max_nodes=args.max,
+        initial_nodes=args.initial,
+        idle_seconds_before_scaledown=args.idle_seconds,
+    )
     return Result(cluster_view(cluster, group), cluster_table)
 
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._models import JobState
 from ..batchai_json import parse_job_json
+from ..exceptions import NotFoundError
+from ..experiment import unique_job_name
 from ..share import join
 from ._context import Context, Handler, Result, UsageError
 from ._format import file_table, file_view, job_table, job_view
@@ -36,6 +39,13 @@ def register(commands: Commands) -> None:
     p = _job_command(j, "delete", job_delete, "delete a job with its logs and outputs")
     p.add_argument("--force", action="store_true", help="terminate it first if it has not ended")
     yes_arg(p)
+    p = _job_command(j, "logs", job_logs, "print a job's output (stdout.txt); with --follow, until it ends")
+    p.add_argument(
+        "--follow", "-f", action="store_true", help="keep printing as the job writes, until it ends"
+    )
+    p.add_argument(
+        "--file-name", default="stdout.txt", help="which log (default stdout.txt; e.g. stderr.txt)"
+    )
     _register_file(j.group("file", "a job's files: logs (stdouterr) and output directories"))
 
 
@@ -45,7 +55,13 @@ def _job_command(j: Commands, name: str, handler: Handler, help_text: str) -> ar
     resource_group_arg(p)
     workspace_arg(p)
     experiment_arg(p)
-    p.add_argument("--name", "-n", required=True)
+    p.add_argument(
+        "--name",
+        "-n",
+        required=(handler is not job_create),
+        help="the job's name"
+        + (" (default: a unique job-<time>-<hex> name)" if handler is job_create else ""),
+    )
     return p
 
 
@@ -72,6 +88,18 @@ def _register_create(j: Commands) -> None:
     p.add_argument("--command-line", help="without --config-file: a custom MPI command line")
     p.add_argument("--process-count", type=positive, help="without --config-file: number of ranks")
     p.add_argument("--job-preparation", help="without --config-file: command run once per node first")
+    p.add_argument(
+        "--stream", action="store_true", help="print the job's output until it ends (as job logs -f)"
+    )
+    p.add_argument("--max-retries", type=int, help="requeue after a lost node or a listed exit code")
+    p.add_argument(
+        "--retry-on-exit-code",
+        type=int,
+        action="append",
+        default=None,
+        help="an exit code that requeues (repeat)",
+    )
+    p.add_argument("--hang-timeout", type=seconds, help="end the job when no rank wrote output for this long")
 
 
 def _register_file(jf: Commands) -> None:
@@ -111,6 +139,7 @@ def _storage_account_for(ctx: Context, args: argparse.Namespace, group: str) -> 
 
 def job_create(ctx: Context, args: argparse.Namespace) -> Result | None:
     group, _, exp = ctx.experiment()
+    name = args.name or unique_job_name()
     convenience = {
         "--python-script": args.python_script,
         "--script-args": args.script_args,
@@ -126,7 +155,7 @@ def job_create(ctx: Context, args: argparse.Namespace) -> Result | None:
             )
         spec = parse_job_json(
             Path(args.config_file).expanduser(),
-            name=args.name,
+            name=name,
             experiment=exp.name,
             cluster=args.cluster,
             storage_account=_storage_account_for(ctx, args, group),
@@ -134,6 +163,7 @@ def job_create(ctx: Context, args: argparse.Namespace) -> Result | None:
         )
         if args.nodes is not None:
             spec = spec.replace(node_count=args.nodes)
+        spec = spec.replace(**_survive_options(args))
         job = exp.job_from_spec(spec)
     else:
         if args.python_script is None and args.command_line is None:
@@ -143,7 +173,7 @@ def job_create(ctx: Context, args: argparse.Namespace) -> Result | None:
         if args.python_script is not None and args.command_line is not None:
             raise UsageError("give either --python-script or --command-line, not both")
         job = exp.create_job(
-            args.name,
+            name,
             cluster=args.cluster,
             node_count=args.nodes or 1,
             python_script=args.python_script,
@@ -151,9 +181,67 @@ def job_create(ctx: Context, args: argparse.Namespace) -> Result | None:
             command_line=args.command_line,
             process_count=args.process_count,
             job_preparation=args.job_preparation,
+            **_survive_options(args),
         )
     job.submit()
+    if args.stream:
+        return _follow(job, group, "stdout.txt")
     return Result(job_view(job, group), job_table)
+
+
+def _survive_options(args: argparse.Namespace) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    if args.max_retries is not None:
+        options["max_retries"] = args.max_retries
+    if args.retry_on_exit_code:
+        options["retry_on_exit_codes"] = tuple(args.retry_on_exit_code)
+    if args.hang_timeout is not None:
+        options["hang_timeout"] = args.hang_timeout
+    return options
+
+
+def _waiting_line(job: Job) -> str:
+    """``queued: waiting for 2 node(s) of cluster c (1 busy, 0 idle)``."""
+    cluster = job.workspace.get_cluster(job.spec.cluster)
+    counts = cluster.node_counts
+    return (
+        f"{job.name} is queued: waiting for {job.spec.node_count} node(s) of cluster {cluster.name!r} "
+        f"({counts.running + counts.preparing} busy, {counts.idle} idle, {counts.unusable} unusable)"
+    )
+
+
+def _end_line(job: Job, group: str) -> tuple[str | None, int]:
+    """How the job ended, for stderr, and the exit status that says it (0: succeeded)."""
+    status = job.status
+    if status.state is JobState.SUCCEEDED:
+        return None, 0
+    where = (
+        f"the full output: batchai job logs -g {shlex.quote(group)} -w {shlex.quote(job.workspace.name)} "
+        f"-e {shlex.quote(job.experiment.name)} -n {shlex.quote(job.name)} --file-name stderr.txt"
+    )
+    line = f"job {job.name} {status.state.value}: {status.failure_reason or 'no reason recorded'}\n{where}"
+    return line, status.exit_code or 1
+
+
+def _follow(job: Job, group: str, name: str, *, directory: str | None = None, follow: bool = True) -> Result:
+    """Print a job file as it grows; say what a queued job waits for; end with how the job ended."""
+    if follow and job.state is JobState.QUEUED:
+        print(_waiting_line(job), file=sys.stderr, flush=True)
+    known = [f.name for f in job.files()] if job.state.ended else None
+    if known is not None and directory in (None, "stdouterr") and name not in known and "/" not in name:
+        roots = job.file_roots()
+        if not any(job.workspace.share.exists(join(r, name)) for r in roots):
+            raise NotFoundError(
+                "file", name, f"job {job.name!r}; its files: {', '.join(sorted(known)) or 'none'}"
+            )
+    for line in job.stream(name, follow=follow, directory=directory):
+        print(line, flush=True)
+    if not follow and not job.state.ended:
+        return Result(None)
+    end, code = _end_line(job, group)
+    if end:
+        print(end, file=sys.stderr, flush=True)
+    return Result(None, exit_code=code)
 
 
 def _job(ctx: Context, name: str) -> tuple[str, Job]:
@@ -174,9 +262,16 @@ def job_list(ctx: Context, args: argparse.Namespace) -> Result | None:
 def job_wait(ctx: Context, args: argparse.Namespace) -> Result | None:
     """Like az: blocks until the job ends; the exit status is the job's exit code."""
     group, job = _job(ctx, args.name)
-    state = job.wait(timeout=args.timeout, poll_interval=args.interval)
-    code = 0 if state is JobState.SUCCEEDED else (job.exit_code or 1)
+    job.wait(timeout=args.timeout, poll_interval=args.interval)
+    end, code = _end_line(job, group)
+    if end:
+        print(end, file=sys.stderr, flush=True)
     return Result(job_view(job, group), job_table, exit_code=code)
+
+
+def job_logs(ctx: Context, args: argparse.Namespace) -> Result | None:
+    group, job = _job(ctx, args.name)
+    return _follow(job, group, args.file_name, follow=args.follow)
 
 
 def job_terminate(ctx: Context, args: argparse.Namespace) -> Result | None:
@@ -200,11 +295,10 @@ def job_file_list(ctx: Context, args: argparse.Namespace) -> Result | None:
 
 
 def job_file_stream(ctx: Context, args: argparse.Namespace) -> Result | None:
-    _, job = _job(ctx, args.job)
+    group, job = _job(ctx, args.job)
     name = join(args.path or "", args.file_name)
-    for line in job.stream(name, follow=True, directory=args.output_directory_id):
-        print(line, flush=True)
-    return None
+    directory = None if args.output_directory_id == "stdouterr" else args.output_directory_id
+    return _follow(job, group, name, directory=directory)
 
 
 def job_file_download(ctx: Context, args: argparse.Namespace) -> Result | None:
