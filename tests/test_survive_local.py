@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -68,3 +69,89 @@ def test_a_silent_job_is_ended_by_the_watchdog_with_its_stacks(ws: Workspace, sc
     assert any(
         "wait_forever" in line for line in stack_file + job.tail("stderr.txt", 80)
     )  # py-spy or faulthandler
+
+
+class FakeImds:
+    """Scheduled Events for one VM on 127.0.0.1: a Preempt notice until it is acknowledged."""
+
+    def __init__(self, vm: str) -> None:
+        import http.server
+        import json as _json
+        import threading
+        from datetime import datetime, timedelta, timezone
+
+        self.acknowledged: list[str] = []
+        self.armed = threading.Event()  # the notice is served once the test arms it
+        not_before = (datetime.now(timezone.utc) + timedelta(seconds=20)).strftime(
+            "%a, %d %b %Y %H:%M:%S GMT"
+        )
+        imds = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def reply(self, body: bytes, kind: str = "application/json") -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                if self.path.startswith("/metadata/instance/compute/name"):
+                    return self.reply(vm.encode(), "text/plain")
+                events = [] if imds.acknowledged or not imds.armed.is_set() else [{
+                    "EventId": "E-1", "EventType": "Preempt", "ResourceType": "VirtualMachine",
+                    "Resources": [vm], "EventStatus": "Scheduled", "NotBefore": not_before,
+                    "Description": "", "EventSource": "Platform", "DurationInSeconds": -1,
+                }]  # fmt: skip
+                return self.reply(_json.dumps({"DocumentIncarnation": 1, "Events": events}).encode())
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                imds.acknowledged += [r["EventId"] for r in _json.loads(body)["StartRequests"]]
+                self.reply(b"{}")
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+EVICTABLE = """
+    import os, signal, sys, time
+    def checkpoint(signum, frame):
+        print("checkpointed on SIGTERM", flush=True)
+        sys.exit(143)
+    signal.signal(signal.SIGTERM, checkpoint)
+    attempt = os.environ["AZ_BATCHAI_JOB_RESTART_COUNT"]
+    print("attempt", attempt, flush=True)
+    if attempt == "0":
+        time.sleep(120)
+"""
+
+
+def test_a_spot_eviction_requeues_the_job_without_spending_a_retry(
+    ws: Workspace, script: Script, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    imds = FakeImds("vm-under-test")
+    monkeypatch.setenv("BATCHAI_IMDS_URL", imds.url)  # the scheduler, and so every rank, inherits it
+    exp = ws.create_experiment("e")
+    cluster = ws.create_cluster("spot", vm_size="Standard_NC6", nodes=1, vm_priority="lowpriority")
+    job = exp.create_job("evicted", cluster=cluster, python_script=str(script("ev.py", EVICTABLE))).submit()
+    deadline = time.monotonic() + 30
+    while not job.files() or job.tail() != ["attempt 0"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    imds.armed.set()  # Azure announces the eviction while the job runs
+    try:
+        assert job.wait(timeout=90) is JobState.SUCCEEDED, job.status.failure_reason
+    finally:
+        imds.server.shutdown()
+    assert imds.acknowledged == ["E-1"]
+    first, second = job.attempts
+    assert first["cause"] == "evicted" and "evictions do not count against max_retries" in first["reason"]
+    assert first["extra"]["evictions"][0]["event_id"] == "E-1"
+    assert second["cause"] == "exit" and second["exit_code"] == 0
+    assert job.tail("attempt-1/stdout.txt") == ["attempt 0", "checkpointed on SIGTERM"]
+    assert job.tail("stdout.txt") == ["attempt 1"]

@@ -198,7 +198,9 @@ class Job:
         target = self._prepare(cluster, nodes)
         self._reserve_name()
         try:
-            secrets = self._stage(target, local_script, script_rel)
+            secrets = self._stage(
+                target, local_script, script_rel, evictable=cluster.vm_priority == "lowpriority"
+            )
             self._start(cluster, nodes, secrets)
         except BaseException:
             self._unstage()
@@ -248,7 +250,12 @@ class Job:
             ) from exc
 
     def _stage(
-        self, target: LaunchTarget, local_script: Path | None, script_rel: str | None
+        self,
+        target: LaunchTarget,
+        local_script: Path | None,
+        script_rel: str | None,
+        *,
+        evictable: bool = False,
     ) -> dict[str, str]:
         """Upload the script, write launch.json, the queued status and the job record; returns the
         secret values, which go to the scheduler and never to the share."""
@@ -278,6 +285,9 @@ class Job:
                 share_name=share.name,
                 script_on_node=script_on_node,
                 node_main=node_main,
+            )
+            config["eviction_watch"] = (
+                evictable  # Spot / low priority: each node watches for eviction notices
             )
             what = "the job's launch configuration"
             share.write_json(join(self.paths.run_dir, "launch.json"), config)

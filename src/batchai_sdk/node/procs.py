@@ -36,6 +36,28 @@ def tagged_pids(tag: str) -> list[int]:
     return found
 
 
+OURS = (b"batchai_node", b"batchai_sdk/node/")  # the node code: scheduler, launcher, rank shims
+MPI_DAEMONS = (b"mpirun", b"mpiexec", b"orted", b"prted", b"prterun")
+
+
+def rank_pids(tag: str) -> list[int]:
+    """The job's own processes on this node — its ranks and what they started — without our launcher,
+    rank shims and MPI's daemons (a notice meant for the ranks must reach each of them once)."""
+    out = []
+    for pid in tagged_pids(tag):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if any(mark in arg for arg in argv[:3] for mark in OURS):
+            continue
+        if argv and os.path.basename(argv[0]) in MPI_DAEMONS:
+            continue
+        out.append(pid)
+    return out
+
+
 def signal_tagged(tag: str, sig: int) -> int:
     """Send ``sig`` to every process of the job on this node; returns how many were signalled."""
     count = 0

@@ -19,7 +19,7 @@ import tempfile
 import threading
 from typing import Any
 
-from .common import expand, job_env, load, try_append
+from .common import expand, job_env, load, try_append, write_json_atomic
 
 
 def make_node_dirs(cfg: dict[str, Any]) -> None:
@@ -183,6 +183,7 @@ def run_rank(config_path: str) -> int:
     ]
     for t in relays:
         t.start()
+    watcher = start_eviction_watch(cfg, env, node, log)
     received: list[int] = []
 
     def forward(signum: int, _frame: Any) -> None:
@@ -194,6 +195,8 @@ def run_rank(config_path: str) -> int:
     code = child.wait()
     for t in relays:
         t.join(timeout=5)
+    if watcher is not None:
+        watcher.finish()  # an eviction in progress acknowledges the event before this process ends
     if env_file:
         with contextlib.suppress(OSError):
             os.unlink(env_file)
@@ -217,6 +220,55 @@ def last_error_line(lines: list[bytes]) -> str | None:
         ) or line.startswith("error:"):
             return line[:300]
     return text[-1][:300] if text else None
+
+
+class EvictionWatch:
+    """On a Spot / low-priority node, one rank per node watches the Scheduled Events for this VM. On a
+    notice it marks the eviction in the job's run folder (the scheduler then requeues the job without
+    spending a retry), sends SIGTERM to the job's processes here so they checkpoint, and acknowledges the
+    event shortly before the VM is taken."""
+
+    def __init__(self, cfg: dict[str, Any], env: dict[str, str], node: str, log: str) -> None:
+        self.cfg, self.node, self.log = cfg, node, log
+        self.tag = env.get("BATCHAI_JOB_TAG", "")
+        self.stop = threading.Event()
+        self.evicting = threading.Event()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        from . import evictions
+
+        try:
+            evictions.watch(self.on_notice, interval=2.0, stop_event=self.stop)
+        finally:
+            self.done.set()
+
+    def on_notice(self, notice: Any) -> None:
+        from . import evictions, procs
+
+        self.evicting.set()
+        self.stop.set()
+        marker = os.path.join(self.cfg["run_dir"], f"evicted-{self.node}.json")
+        with contextlib.suppress(OSError):
+            write_json_atomic(marker, {"node": self.node, **notice.to_dict()})
+        try_append(self.log, f"eviction notice for {self.node}: {notice.event_type} at {notice.not_before}")
+        evictions.evict(notice, procs.rank_pids(self.tag))
+
+    def finish(self) -> None:
+        self.stop.set()
+        if self.evicting.is_set():
+            self.done.wait(timeout=120)
+
+
+def start_eviction_watch(
+    cfg: dict[str, Any], env: dict[str, str], node: str, log: str
+) -> EvictionWatch | None:
+    if not cfg.get("eviction_watch") or env.get("OMPI_COMM_WORLD_LOCAL_RANK", "0") != "0":
+        return None
+    watch = EvictionWatch(cfg, env, node, log)
+    watch.thread.start()
+    return watch
 
 
 def run_prep(config_path: str, node: str, secrets: dict[str, str] | None = None) -> int:

@@ -441,9 +441,15 @@ class Scheduler:
                 "exit_code": None,
                 "reason": f"the job's launcher {how}; every process of the job was stopped",
             }
+        evicted = self.evictions(row)
         if row["stop_state"]:
             cause = row["stop_cause"] or retries.EndCause.USER_TERMINATE.value
             reason = row["stop_reason"]
+        elif evicted:
+            cause = retries.EndCause.EVICTED.value
+            reason = "evicted: " + ", ".join(
+                f"{e.get('node')} ({e.get('event_type', 'Preempt')})" for e in evicted
+            )
         elif result.get("exit_code") is None:
             lost = (code is not None and code < 0) or "stopped answering" in str(result.get("reason"))
             cause = retries.EndCause.NODE_LOST.value if lost else retries.EndCause.EXIT.value
@@ -462,6 +468,22 @@ class Scheduler:
             self.conclude(self.rows("id = ?", job_id)[0])
             return  # nothing of it is left on this machine: its nodes are free at once
         self.cleaning[job_id] = self.pool_exec.submit(self.clean_nodes, row["tag"], json.loads(row["nodes"]))
+
+    def evictions(self, row: sqlite3.Row) -> list[dict[str, Any]]:
+        """The eviction notices the job's nodes marked in its run folder during this attempt."""
+        run_dir = os.path.join(self.job_share_dir(row["experiment"], row["name"]), "run")
+        try:
+            names = sorted(n for n in os.listdir(run_dir) if n.startswith("evicted-") and n.endswith(".json"))
+        except OSError:
+            return []
+        return [load_or_none(os.path.join(run_dir, n)) or {} for n in names]
+
+    def clear_evictions(self, row: sqlite3.Row) -> None:
+        run_dir = os.path.join(self.job_share_dir(row["experiment"], row["name"]), "run")
+        with contextlib.suppress(OSError):
+            for name in os.listdir(run_dir):
+                if name.startswith("evicted-") and name.endswith(".json"):
+                    os.unlink(os.path.join(run_dir, name))
 
     def clean_nodes(self, tag: str, node_ids: list[str]) -> int:
         """End what is left of the job on each of its nodes; returns how many processes survived."""
@@ -521,6 +543,7 @@ class Scheduler:
             cause=cause,
             exit_code=row["exit_code"],
             reason=decision.reason,
+            extra={"evictions": self.evictions(row)} if cause is retries.EndCause.EVICTED else {},
         )
         if not decision.requeue:
             self.update(row["id"], attempts=json.dumps([*[a.to_dict() for a in history], attempt.to_dict()]))
@@ -535,6 +558,7 @@ class Scheduler:
             except OSError as exc:
                 self.log(f"could not keep the logs of {row['key']} attempt {row['attempt']}: {exc}")
         self.trackers.pop(row["id"], None)
+        self.clear_evictions(row)
         self.update(
             row["id"],
             state="queued",
