@@ -77,3 +77,17 @@ def test_cost_so_far_follows_the_size_over_time(ws: Workspace) -> None:
     cluster.resize(0)
     time.sleep(0.5)
     assert (cluster.cost_so_far or 0.0) - first < 0.5  # nothing accrues at size 0
+
+
+def test_max_cost_ends_a_job_whose_estimate_passes_it(ws: Workspace) -> None:
+    from batchai_sdk import JobState
+
+    cluster = ws.create_cluster("priced", vm_size="Standard_NC6", nodes=2, price_per_hour=3600.0)  # $1/node-s
+    exp = ws.create_experiment("e")
+    job = exp.create_job("dear", cluster=cluster, node_count=2, command_line="sleep 60", max_cost=3).submit()
+    assert job.wait(timeout=30) is JobState.FAILED
+    reason = job.status.failure_reason or ""
+    assert "passed max_cost 3; the job was stopped" in reason, reason
+    free = ws.create_cluster("free", vm_size="Standard_NC6", nodes=1)  # local: price 0, never passes
+    cheap = exp.create_job("cheap", cluster=free, command_line="sleep 1", max_cost=0.01).submit()
+    assert cheap.wait(timeout=30) is JobState.SUCCEEDED

@@ -336,6 +336,7 @@ class JobSpec:
     # TRAINING_MODULE_HANG_TIMEOUT for the shipped batchai_sdk.train modules), 0 = off.
     hang_timeout: float | None = None
     max_retries: int = 0  # requeues after a lost node or a listed exit code (evictions do not count)
+    max_cost: float | None = None  # end the job once its cost estimate passes this (the cluster's currency)
     retry_on_exit_codes: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
@@ -381,6 +382,12 @@ class JobSpec:
             isinstance(wall, bool) or not isinstance(wall, int | float) or not 0 < wall < float("inf")
         ):
             raise ValidationError("max_wall_clock_seconds", wall, "a finite number of seconds > 0")
+        if self.max_cost is not None and (
+            isinstance(self.max_cost, bool)
+            or not isinstance(self.max_cost, int | float)
+            or not 0 < self.max_cost < float("inf")
+        ):
+            raise ValidationError("max_cost", self.max_cost, "a finite amount > 0")
         if self.mount_path is not None and (
             not self.mount_path.strip("/")
             or ".." in self.mount_path.split("/")

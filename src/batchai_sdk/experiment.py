@@ -61,6 +61,7 @@ class Experiment:
         hang_timeout: float | None = None,
         max_retries: int = 0,
         retry_on_exit_codes: Sequence[int] = (),
+        max_cost: float | None = None,
     ) -> Job:
         """Describe a job (nothing runs until ``Job.submit``).
 
@@ -108,6 +109,7 @@ class Experiment:
             hang_timeout=hang_timeout,
             max_retries=max_retries,
             retry_on_exit_codes=retry_on_exit_codes,  # type: ignore[arg-type]  # JobSpec makes it a tuple
+            max_cost=max_cost,
         )
         return self.job_from_spec(spec)
 

@@ -321,9 +321,23 @@ class Job:
             hang_timeout=self.spec.watchdog_seconds,
             max_retries=self.spec.max_retries,
             retry_on_exit_codes=tuple(self.spec.retry_on_exit_codes),
+            max_cost=self.spec.max_cost,
+            price_per_node_hour=self._price(cluster) if self.spec.max_cost is not None else None,
             secrets=secrets,
         )
         self.workspace.backend.scheduler(cluster.spec).submit(request)
+
+    @staticmethod
+    def _price(cluster: Cluster) -> float:
+        """The price per node-hour ``max_cost`` is measured with; an unknown price cannot bound a cost."""
+        price = cluster.price_per_hour
+        if price is None:
+            raise ValidationError(
+                "max_cost",
+                "set",
+                f"a known price for cluster {cluster.name!r} (pass create_cluster(price_per_hour=...))",
+            )
+        return float(price.value)
 
     def _unstage(self) -> None:
         """Remove what a failed submit wrote (its own folder only: the name is free again)."""

@@ -80,6 +80,8 @@ class JobRequest:
     hang_timeout: float | None = None  # the watchdog: no output for this long ends the job (None: off)
     max_retries: int = 0
     retry_on_exit_codes: tuple[int, ...] = ()
+    max_cost: float | None = None  # with price_per_node_hour: end the job once its estimate passes it
+    price_per_node_hour: float | None = None
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)  # never written to the share
 
     @property

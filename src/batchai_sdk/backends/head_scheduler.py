@@ -128,6 +128,8 @@ class HeadNodeScheduler(ClusterScheduler):
                 "hang_timeout": request.hang_timeout,
                 "max_retries": request.max_retries,
                 "retry_on_exit_codes": list(request.retry_on_exit_codes),
+                "max_cost": request.max_cost,
+                "price": request.price_per_node_hour,
                 "secrets": dict(request.secrets),
             },
             timeout=timeout,

@@ -58,7 +58,7 @@ CREATE TABLE IF NOT EXISTS jobs (
   stop_state TEXT, stop_reason TEXT, stop_sent REAL,
   published INTEGER NOT NULL DEFAULT 0, beat REAL NOT NULL DEFAULT 0,
   hang REAL, max_retries INTEGER NOT NULL DEFAULT 0, retry_codes TEXT NOT NULL DEFAULT '[]',
-  attempts TEXT NOT NULL DEFAULT '[]', stdouterr TEXT, stop_cause TEXT
+  attempts TEXT NOT NULL DEFAULT '[]', stdouterr TEXT, stop_cause TEXT, max_cost REAL, price REAL
 );
 CREATE UNIQUE INDEX IF NOT EXISTS one_active_run ON jobs(key)
   WHERE state IN ('queued', 'running', 'cleaning');
@@ -72,6 +72,8 @@ ADDED_COLUMNS = {  # columns later versions added: a database an older scheduler
     "attempts": "TEXT NOT NULL DEFAULT '[]'",
     "stdouterr": "TEXT",
     "stop_cause": "TEXT",
+    "max_cost": "REAL",
+    "price": "REAL",
 }
 
 
@@ -282,7 +284,8 @@ class Scheduler:
         try:
             cur = self.db.execute(
                 "INSERT INTO jobs (key, experiment, name, request_id, node_count, wall, state, creation_time,"
-                " hang, max_retries, retry_codes) VALUES (?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?)",
+                " hang, max_retries, retry_codes, max_cost, price)"
+                " VALUES (?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?)",
                 (
                     f"{experiment}/{name}",
                     experiment,
@@ -294,6 +297,8 @@ class Scheduler:
                     request.get("hang_timeout"),
                     int(request.get("max_retries") or 0),
                     json.dumps(codes),
+                    request.get("max_cost"),
+                    request.get("price"),
                 ),
             )
         except sqlite3.IntegrityError as exc:
@@ -414,6 +419,10 @@ class Scheduler:
                     f"maxWallClockTime of {row['wall']:g}s exceeded; the job was terminated",
                     retries.EndCause.WALL_CLOCK.value,
                 )
+            elif row["stop_state"] is None and row["max_cost"] and row["price"] is not None:
+                self.check_cost(row, t)
+                if row["hang"] and row["stdouterr"]:
+                    self.check_hang(row, t)
             elif row["stop_state"] is None and row["hang"] and row["stdouterr"]:
                 self.check_hang(row, t)
             elif row["stop_sent"] and t - row["stop_sent"] > TERM_GRACE + 5:
@@ -578,6 +587,19 @@ class Scheduler:
             stop_cause=None,
         )
         self.log(f"{row['key']} requeued: {decision.reason}")
+
+    def check_cost(self, row: sqlite3.Row, t: float) -> None:
+        """End the job once price × nodes × hours, over every attempt, passes its max_cost."""
+        node_hours = len(json.loads(row["nodes"])) * (t - row["started"]) / 3600.0
+        for attempt in json.loads(row["attempts"]):
+            start, end = attempt.get("start"), attempt.get("end")
+            if start and end:
+                seconds = (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+                node_hours += max(0.0, seconds) / 3600.0 * len(attempt.get("nodes") or [])
+        cost = row["price"] * node_hours
+        if cost > row["max_cost"]:
+            reason = f"estimated cost {cost:.2f} passed max_cost {row['max_cost']:g}; the job was stopped"
+            self.stop(row, "failed", reason, retries.EndCause.WALL_CLOCK.value)
 
     # -- the hang watchdog ----------------------------------------------------------------------------
     def check_hang(self, row: sqlite3.Row, t: float) -> None:
