@@ -27,3 +27,34 @@ def test_job_submit_runs_through_sbatch_and_reports_its_outcome(slurm_ws: object
     bad = exp.create_job("bad", cluster=cluster, python_script=str(failing)).submit()
     assert bad.wait(timeout=120) is JobState.FAILED
     assert bad.exit_code == 3
+
+
+def test_the_tutorial_commands_on_a_slurm_profile(
+    slurm_ws: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """batchai configure --backend slurm, then the tutorial's commands: a job.json through sbatch."""
+    import json
+    import shutil
+
+    from batchai_sdk.cli import main
+
+    monkeypatch.setenv("BATCHAI_HOME", str(tmp_path / "home"))
+    share_root = tmp_path / "shared"
+    share_root.mkdir()
+    partition = slurm_ws.backend.partition  # type: ignore[attr-defined]
+    assert (
+        main(["configure", "--backend", "slurm", "--share-root", str(share_root), "--partition", partition])
+        == 0
+    )
+    assert main(["group", "create", "-n", "g", "-l", "eastus"]) == 0
+    assert main(["workspace", "create", "-g", "g", "-w", "w"]) == 0
+    assert main(["experiment", "create", "-g", "g", "-w", "w", "-n", "e"]) == 0
+    assert main(["cluster", "create", "-g", "g", "-w", "w", "-n", "cpu", "-s", "slurm", "-t", "1"]) == 0
+    script = tmp_path / "hello.py"
+    script.write_text("print('hello from slurm', flush=True)\n")
+    job_json = tmp_path / "job.json"
+    job_json.write_text(json.dumps({"properties": {"nodeCount": 1, "customToolkitSettings": {
+        "commandLine": f"{shutil.which('python3') or 'python3'} {script}"}}}))  # fmt: skip
+    create = ["job", "create", "-g", "g", "-w", "w", "-e", "e", "-c", "cpu", "-n", "j", "-f", str(job_json)]
+    assert main([*create, "--stream"]) == 0
+    assert (share_root / "g" / "w").is_dir()

@@ -24,7 +24,7 @@ from typing import Any
 from .._models import utcnow
 from ..exceptions import AlreadyExistsError, BatchAIError, NotFoundError, ValidationError
 
-BACKENDS = ("local", "ssh", "azure")
+BACKENDS = ("local", "ssh", "azure", "slurm")
 GROUP_RE = re.compile(r"[-\w.()]{1,90}")
 ACCOUNT_RE = re.compile(r"[a-z0-9]{3,24}")
 SHARE_RE = re.compile(r"[a-z0-9](?:[a-z0-9]|-(?!-)){1,61}[a-z0-9]")

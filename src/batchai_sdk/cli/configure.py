@@ -30,6 +30,9 @@ def register(commands: Commands) -> None:
         "--trust-on-first-use", action="store_true", default=None, help="ssh: pin unknown host keys"
     )
     p.add_argument("--jump-host", help="ssh: user@host to reach the nodes through")
+    p.add_argument("--partition", help="slurm: the partition new clusters use (default: Slurm's default)")
+    p.add_argument("--account", help="slurm: the account jobs are charged to")
+    p.add_argument("--login-host", help="slurm: the login node (omit when this machine is one)")
     p.add_argument("--subscription", help="azure: subscription id")
     p.add_argument("--location", "-l", help="azure: region of new workspaces (default: the group's)")
     p.add_argument(
@@ -59,6 +62,21 @@ def configure(ctx: Context, args: argparse.Namespace) -> Result | None:
             "jump_host": args.jump_host,
         },
         "azure": {"subscription_id": args.subscription, "location": args.location},
+        "slurm": {
+            "share_root": args.share_root,
+            "partition": args.partition,
+            "account": args.account,
+            "login_host": args.login_host,
+            "user": args.user,
+            "key_file": args.key_file,
+        },
+    }
+    # --share-root, --user and --key-file serve the ssh and the slurm backend: they go to the one in use
+    shared = "slurm" if (args.backend or data.get("backend")) == "slurm" else "ssh"
+    sections["slurm" if shared == "ssh" else "ssh"] = {
+        k: v
+        for k, v in sections["slurm" if shared == "ssh" else "ssh"].items()
+        if k not in ("share_root", "user", "key_file")
     }
     for section, values in sections.items():
         for key, value in values.items():

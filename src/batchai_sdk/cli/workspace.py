@@ -60,6 +60,15 @@ def _new_workspace_entry(
         options["hosts"] = list(options["hosts"])
     elif kind == "azure":
         options["location"] = location or options.get("location") or group.get("location")
+    elif kind == "slurm":
+        if not options.get("share_root"):
+            raise UsageError(
+                "the slurm backend needs --share-root in the profile (a folder every Slurm node sees): "
+                "batchai configure --backend slurm --share-root /shared/batchai [--partition P]"
+            )
+        share_root = str(options.pop("share_root")).rstrip("/")
+        options["share_path"] = f"{share_root}/{group['name']}/{name}"
+        options = {k: v for k, v in options.items() if v is not None}
     return {"backend": kind, "options": options, "created": utcnow().isoformat()}
 
 
