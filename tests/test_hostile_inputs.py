@@ -144,7 +144,9 @@ def planted_job(ws: Workspace, tmp_path: Path) -> tuple[Job, Path]:
     return job, outside
 
 
-def test_links_a_job_plants_out_of_the_share_are_not_followed_by_downloads(ws: Workspace, tmp_path: Path) -> None:
+def test_links_a_job_plants_out_of_the_share_are_not_followed_by_downloads(
+    ws: Workspace, tmp_path: Path
+) -> None:
     job, _ = planted_job(ws, tmp_path)
     dest = tmp_path / "dl"
     dest.mkdir()
@@ -163,7 +165,9 @@ def test_links_a_job_plants_out_of_the_share_are_not_followed_by_downloads(ws: W
     assert b"OUTSIDE" not in b"".join(p.read_bytes() for p in dest.rglob("*") if p.is_file())
 
 
-def test_links_a_job_plants_out_of_the_share_are_not_followed_by_delete(ws: Workspace, tmp_path: Path) -> None:
+def test_links_a_job_plants_out_of_the_share_are_not_followed_by_delete(
+    ws: Workspace, tmp_path: Path
+) -> None:
     keep = sentinels(ws, tmp_path)
     job, outside = planted_job(ws, tmp_path)
     job.delete()

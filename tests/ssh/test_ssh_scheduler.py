@@ -198,7 +198,9 @@ def _nothing_left(ssh_nodes: SSHNodes, cluster: Cluster) -> Iterator[None]:
     assert left_on_nodes(ssh_nodes, [HEAD, SECOND]) == []
 
 
-def sleeper_job(exp: Experiment, cluster: Cluster, name: str, script: Path, out: Path) -> tuple[Job, list[int]]:
+def sleeper_job(
+    exp: Experiment, cluster: Cluster, name: str, script: Path, out: Path
+) -> tuple[Job, list[int]]:
     """A 2-node job whose ranks sleep; returns it once both ranks run, with their pids."""
     out.mkdir(exist_ok=True)
     job = exp.create_job(
@@ -460,4 +462,6 @@ def test_a_custom_toolkit_job_runs_on_the_node_it_was_given(
     assert holder.wait(timeout=60, poll_interval=0.1) is JobState.SUCCEEDED
     assert custom.status.nodes == (SECOND,)
     run = json.loads((out / "custom-0.json").read_text())
-    assert run["sshd"] == SECOND, f"given {SECOND}, ran under the sshd of {run['sshd']} while 'holder' held it"
+    assert run["sshd"] == SECOND, (
+        f"given {SECOND}, ran under the sshd of {run['sshd']} while 'holder' held it"
+    )
