@@ -7,7 +7,7 @@ import contextlib
 import os
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -84,3 +84,64 @@ def test_a_full_share_at_submit_is_a_typed_error_that_leaves_nothing(
     assert exp.list_jobs() == []
     ok = exp.create_job("big", cluster=cluster, command_line="true").submit()  # the name is free again
     assert ok.wait(timeout=60) is JobState.SUCCEEDED
+
+
+@pytest.fixture
+def read_only(tmp_path: Path) -> Iterator[Callable[[Path], None]]:
+    """``make(folder)``: bind-mounts ``folder`` over itself read-only (root bypasses chmod); undone after."""
+    if os.geteuid() != 0:
+        pytest.skip("a read-only bind mount needs root")
+    mounted: list[Path] = []
+
+    def make(folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        for argv in (
+            ["mount", "--bind", str(folder), str(folder)],
+            ["mount", "-o", "remount,bind,ro", str(folder)],
+        ):
+            done = subprocess.run(argv, capture_output=True)
+            if done.returncode != 0:
+                pytest.skip(f"cannot make a read-only bind mount here: {done.stderr.decode().strip()}")
+            if argv[1] == "--bind":
+                mounted.append(folder)
+
+    yield make
+    for folder in reversed(mounted):
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+@pytest.mark.parametrize(
+    ("read_only_folder", "what"),
+    [
+        (".batchai/experiments/e/jobs", "the job's folder"),
+        ("logs", "the job's folders"),  # the name is reserved first, then this write fails
+    ],
+)
+def test_a_read_only_share_at_submit_is_a_typed_error_that_leaves_nothing(
+    ws: Workspace,
+    read_only: Callable[[Path], None],
+    script: Callable[[str, str], Path],
+    read_only_folder: str,
+    what: str,
+) -> None:
+    from batchai_sdk import ShareError
+
+    exp = ws.create_experiment("e")
+    cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=1)
+    share = Path(ws.share.root)  # type: ignore[attr-defined]
+    read_only(share / read_only_folder)
+    job = exp.create_job(
+        "ro",
+        cluster=cluster,
+        python_script=str(script("s.py", "print('ran')\n")),
+        std_out_err_path_prefix="$AZ_BATCHAI_JOB_MOUNT_ROOT/logs",
+    )
+    with pytest.raises(ShareError) as err:
+        job.submit()
+    assert "share 'share'" in str(err.value) and what in str(err.value), str(err.value)
+    assert not job.submitted
+    assert not (share / ".batchai" / "experiments" / "e" / "jobs" / "ro").exists()
+    assert [p for p in share.rglob("*") if p.suffix in (".part", ".tmp")] == []
+    assert exp.list_jobs() == []
+    nodes = ws.share.read_json_or_none(".batchai/clusters/c/nodes.json") or {}
+    assert nodes.get("queued", []) == [] and nodes.get("nodes", {}) == {}

@@ -139,6 +139,8 @@ class Share(ABC):
         info = self.stat(src)
         if info is None:
             raise NotFoundError("file", src, f"share {self.name!r}")
+        if self._escapes(src):
+            raise ValidationError("path", src, "a path inside the share (this one leads out through a link)")
         total = sum(i.size or 0 for _, i in self.walk(src)) if info.is_dir else (info.size or 0)
         with _progress.transfer(total, f"download {posixpath.basename(src)}", show_progress) as bar:
             return self._download_tree(src, info, Path(dest).expanduser(), _progress.chain(progress, bar))
@@ -147,7 +149,10 @@ class Share(ABC):
         target = dest / posixpath.basename(src) if dest.is_dir() else dest
         if info.is_dir:
             target.mkdir(parents=True, exist_ok=True)
+            links_out = self._links_out(src)
             for entry in self.list(src):
+                if entry.name in links_out:
+                    continue  # a symbolic link out of the share is not followed
                 self._download_tree(join(src, entry.name), entry, target / entry.name, progress)
             return target
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -165,13 +170,24 @@ class Share(ABC):
     def walk(self, path: str = "") -> list[tuple[str, FileInfo]]:
         """Every file below ``path`` as (share path, info), depth first."""
         out: list[tuple[str, FileInfo]] = []
+        links_out = self._links_out(path)
         for entry in self.list(path):
+            if entry.name in links_out:
+                continue
             full = join(path, entry.name)
             if entry.is_dir:
                 out.extend(self.walk(full))
             else:
                 out.append((full, entry))
         return out
+
+    def _escapes(self, path: str) -> bool:
+        """Whether ``path`` resolves outside the share (through a symbolic link a job planted)."""
+        return False
+
+    def _links_out(self, path: str) -> set[str]:
+        """Names of the entries of directory ``path`` that are symbolic links leading out of the share."""
+        return set()
 
     # -- primitives ----------------------------------------------------------------------------------
     @abstractmethod
@@ -300,8 +316,23 @@ class LocalShare(Share):
     def restrict(self, path: str) -> None:
         os.chmod(self.local_path(path), 0o600)
 
+    def _inside(self, real: Path) -> bool:
+        return real == self.root or real.is_relative_to(self.root)
+
+    def _escapes(self, path: str) -> bool:
+        return not self._inside(self.local_path(path).resolve())
+
+    def _links_out(self, path: str) -> set[str]:
+        return {
+            c.name
+            for c in self.local_path(path).iterdir()
+            if c.is_symlink() and not self._inside(c.resolve())
+        }
+
     def delete(self, path: str, *, recursive: bool = False) -> None:
         p = self.local_path(path)
+        if normalize(path) and not self._inside(p.parent.resolve()):
+            return  # reached through a symbolic link out of the share: nothing of the share is there
         if p.is_dir() and not p.is_symlink():
             if recursive:
                 shutil.rmtree(p, ignore_errors=True)

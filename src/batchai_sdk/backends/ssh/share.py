@@ -41,9 +41,40 @@ class SFTPShare(Share):
         self.root = posixpath.normpath(root)
         self.name = name or posixpath.basename(self.root) or "share"
         self._lock = threading.RLock()
+        self._resolved_root: str | None = None
 
     def __repr__(self) -> str:
         return f"SFTPShare({self.runner.host}:{self.root!r})"
+
+    def _real_root(self, sftp: paramiko.SFTPClient) -> str:
+        """The share's root with its symbolic links resolved (the server's realpath), asked once."""
+        if self._resolved_root is None:
+            self._resolved_root = sftp.normalize(self.root)
+        return self._resolved_root
+
+    def _resolves_inside(self, sftp: paramiko.SFTPClient, remote: str) -> bool:
+        root = self._real_root(sftp)
+        try:
+            real = sftp.normalize(remote)
+        except OSError:
+            return False  # a dangling link leads nowhere in the share
+        return real == root or real.startswith(root.rstrip("/") + "/")
+
+    def _escapes(self, path: str) -> bool:
+        return not self._call("resolve", path, lambda s: self._resolves_inside(s, self.remote_path(path)))
+
+    def _links_out(self, path: str) -> set[str]:
+        target = self.remote_path(path)
+
+        def links(sftp: paramiko.SFTPClient) -> set[str]:
+            return {
+                a.filename
+                for a in sftp.listdir_attr(target)
+                if stat_mod.S_ISLNK(a.st_mode or 0)
+                and not self._resolves_inside(sftp, posixpath.join(target, a.filename))
+            }
+
+        return self._call("list", path, links)
 
     def remote_path(self, path: str) -> str:
         rel = normalize(path)
@@ -196,6 +227,9 @@ class SFTPShare(Share):
         if info is None:
             return
         target = self.remote_path(rel)
+        parent = posixpath.dirname(target)
+        if not self._call("resolve", rel, lambda s: self._resolves_inside(s, parent)):
+            return  # reached through a symbolic link out of the share: nothing of the share is there
         if info.is_dir and recursive:
             # one command on the head node instead of a round trip per file
             result = self.runner.run(f"rm -rf -- {shlex.quote(target)}", timeout=600)
