@@ -436,10 +436,6 @@ def test_terminate_ends_every_process_of_the_job_on_both_nodes(
     assert cluster.node_counts == NodeCounts(idle=2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the launcher runs a custom-toolkit job's command on the head node whatever node it was given",
-)
 def test_a_custom_toolkit_job_runs_on_the_node_it_was_given(
     exp: Experiment, cluster: Cluster, scripts: Callable[[str, str], Path], tmp_path: Path
 ) -> None:

@@ -40,8 +40,12 @@ def main(argv: list[str]) -> int:
         raw = sys.stdin.read() if not sys.stdin.isatty() else ""
         secrets = json.loads(raw) if raw.strip() else {}
         return int(_mod("rank").run_prep(args[0], args[1], secrets))
-    if mode == "rank" and len(args) == 1:
-        return int(_mod("rank").run_rank(args[0]))
+    if mode == "rank" and len(args) in (1, 2):
+        secrets = None
+        if args[1:] == ["--secrets-on-stdin"]:  # a custom command started over ssh: secrets never in argv
+            raw = sys.stdin.read()
+            secrets = json.loads(raw) if raw.strip() else {}
+        return int(_mod("rank").run_rank(args[0], secrets))
     if mode == "stacks":
         return int(_mod("stacks").main(args))
     if mode == "reap" and len(args) == 1:

@@ -9,6 +9,7 @@ Its whole environment — and so mpirun's, every rank's and their children's —
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import os
 import shlex
@@ -30,6 +31,14 @@ from .common import (
 from .rank import run_prep
 
 POLL = 0.2
+# what a custom command on another node must get from the launcher (the rest comes from launch.json)
+PASSED_TO_REMOTE = (
+    "BATCHAI_JOB_TAG",
+    "BATCHAI_JOB_NODES",
+    "BATCHAI_RANK_NODES",
+    "AZ_BATCHAI_JOB_RESTART_COUNT",
+    "PYTHONUNBUFFERED",
+)
 TERM_GRACE = 10.0
 
 
@@ -113,10 +122,21 @@ class Launcher:
             return "job preparation failed on " + ", ".join(f"{n} (exit code {c})" for n, c, _ in failed)
         return None
 
-    def launch_argv(self) -> list[str]:
-        if self.cfg["toolkit"] == "custom":
-            return [self.cfg["python"], "-S", self.assignment["node_main"], "rank", self.config_path]
-        return list(self.cfg["mpirun_argv"])
+    def launch_argv(self, env: dict[str, str]) -> tuple[list[str], bytes | None]:
+        """The command that starts the ranks, and what it reads on stdin.
+
+        A custom toolkit's command runs on the job's first node: over ssh when the nodes are other
+        machines, with the job's own variables (the tag among them) in an ``env`` prefix and the secrets
+        on stdin, never on a command line.
+        """
+        if self.cfg["toolkit"] != "custom":
+            return list(self.cfg["mpirun_argv"]), None
+        shim = [self.cfg["python"], "-S", self.assignment["node_main"], "rank", self.config_path]
+        if self.cfg.get("ssh_command") is None:
+            return shim, None
+        carried = {k: env[k] for k in PASSED_TO_REMOTE if k in env}
+        remote = ["env", *(f"{k}={v}" for k, v in sorted(carried.items())), *shim, "--secrets-on-stdin"]
+        return self.node_command(self.nodes[0], remote), json.dumps(self.secrets).encode()
 
     def run_ranks(self) -> tuple[int | None, str | None]:
         ranks = self.cfg["ranks_per_node"]
@@ -138,15 +158,20 @@ class Launcher:
             open(os.path.join(out_dir, "stdout.txt"), "ab") as out,
             open(os.path.join(out_dir, "stderr.txt"), "ab") as err,
         ):
+            argv, feed = self.launch_argv(env)
             self.proc = subprocess.Popen(
-                self.launch_argv(),
+                argv,
                 cwd=self.cfg["wd"],
                 env=env,
                 stdout=out,
                 stderr=err,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE if feed is not None else subprocess.DEVNULL,
                 start_new_session=True,
             )
+            if feed is not None and self.proc.stdin is not None:
+                with contextlib.suppress(OSError):
+                    self.proc.stdin.write(feed)
+                    self.proc.stdin.close()
             while True:
                 try:
                     code = self.proc.wait(timeout=0.02)

@@ -159,10 +159,10 @@ def in_container(
     return wrapped, env_file
 
 
-def run_rank(config_path: str) -> int:
+def run_rank(config_path: str, secrets: dict[str, str] | None = None) -> int:
     cfg = load(config_path)
     make_node_dirs(cfg)
-    env = job_env(cfg)
+    env = job_env(cfg, secrets)
     rank = int(env.get("OMPI_COMM_WORLD_RANK", env.get("PMI_RANK", "0")))
     nodes = env.get("BATCHAI_RANK_NODES", "").split(",")
     node = nodes[rank] if rank < len(nodes) and nodes[rank] else cfg["head"]
