@@ -409,8 +409,8 @@ def _delete(doc: dict[str, Any], dotted: str) -> dict[str, Any]:
         ),
         (
             _set(tutorial_doc(), "properties.pyTorchSettings", {"pythonScriptFilePath": "a.py"}),
-            "properties.pyTorchSettings",
-            ["not supported", "horovodSettings"],
+            "properties",
+            ["horovodSettings, pyTorchSettings", "exactly one of"],
         ),
         (
             _set(tutorial_doc(), "properties.mountVolumes.azureBlobFileSystems", []),

@@ -153,8 +153,64 @@ def valid_documents(draw: st.DrawFn) -> dict[str, Any]:
     props: dict[str, Any] = {}
     if draw(st.booleans()):
         props["nodeCount"] = draw(st.integers(1, 64))
-    toolkit = draw(st.sampled_from(["horovodSettings", "customMpiSettings", "customToolkitSettings"]))
-    if toolkit == "horovodSettings":
+    toolkit = draw(
+        st.sampled_from(
+            [
+                "horovodSettings",
+                "customMpiSettings",
+                "customToolkitSettings",
+                "pyTorchSettings",
+                "tensorFlowSettings",
+                "chainerSettings",
+                "cntkSettings",
+                "caffeSettings",
+                "caffe2Settings",
+            ]
+        )
+    )
+
+    def shell_args() -> str:
+        args = draw(st.lists(safe_text, max_size=4))
+        return " ".join("'" + a.replace("'", "'\"'\"'") + "'" for a in args)
+
+    if toolkit in (
+        "pyTorchSettings",
+        "tensorFlowSettings",
+        "chainerSettings",
+        "cntkSettings",
+        "caffeSettings",
+        "caffe2Settings",
+    ):
+        kit: dict[str, Any] = {}
+        brainscript = toolkit == "cntkSettings" and draw(st.booleans())
+        solver = toolkit == "caffeSettings" and draw(st.booleans())
+        if brainscript:
+            kit["languageType"] = draw(st.sampled_from(["BrainScript", "brainscript"]))
+        elif toolkit == "cntkSettings" and draw(st.booleans()):
+            kit["languageType"] = draw(st.sampled_from(["Python", "PYTHON"]))
+        if brainscript or solver:
+            kit["configFilePath"] = draw(nonblank)
+        else:
+            kit["pythonScriptFilePath"] = draw(nonblank)
+        if draw(st.booleans()):
+            kit["pythonInterpreterPath"] = draw(nonblank)
+        if toolkit == "tensorFlowSettings":
+            for key in ("masterCommandLineArgs", "workerCommandLineArgs", "parameterServerCommandLineArgs"):
+                if draw(st.booleans()):
+                    kit[key] = shell_args()
+            if draw(st.booleans()):
+                kit["workerCount"] = draw(st.integers(1, 64))
+            if draw(st.booleans()):
+                kit["parameterServerCount"] = draw(st.integers(0, 8))
+        else:
+            if draw(st.booleans()):
+                kit["commandLineArgs"] = shell_args()
+            if toolkit != "caffe2Settings" and draw(st.booleans()):
+                kit["processCount"] = draw(st.integers(1, 128))
+        if toolkit == "pyTorchSettings" and draw(st.booleans()):
+            kit["communicationBackend"] = draw(st.sampled_from(["TCP", "gloo", "NCCL", "MPI"]))
+        props[toolkit] = kit
+    elif toolkit == "horovodSettings":
         hvd: dict[str, Any] = {"pythonScriptFilePath": draw(nonblank)}
         if draw(st.booleans()):
             args = draw(st.lists(safe_text, max_size=4))

@@ -288,14 +288,89 @@ class ExperimentSpec:
 
 
 class Toolkit(str, enum.Enum):
-    """How the job's processes are started: Batch AI's horovodSettings / customMpiSettings / customToolkit."""
+    """How the job's processes are started: Batch AI's ``<toolkit>Settings`` of job.json."""
 
     HOROVOD = "horovod"
     CUSTOM_MPI = "custommpi"
     CUSTOM = "custom"
+    PYTORCH = "pytorch"
+    TENSORFLOW = "tensorflow"
+    CHAINER = "chainer"
+    CNTK = "cntk"
+    CAFFE = "caffe"
+    CAFFE2 = "caffe2"
 
     def __str__(self) -> str:
         return self.value
+
+    @classmethod
+    def parse(cls, value: object) -> Toolkit:
+        """``value`` as a Toolkit (any case); ValidationError naming ``toolkit`` otherwise."""
+        try:
+            return cls(value.lower() if isinstance(value, str) else value)
+        except ValueError:
+            names = ", ".join(t.value for t in cls)
+            raise ValidationError("toolkit", value, f"one of {names}") from None
+
+    @property
+    def runs_command_line(self) -> bool:
+        """custommpi and custom run ``command_line``; every other toolkit a script (or a config file)."""
+        return self in (Toolkit.CUSTOM_MPI, Toolkit.CUSTOM)
+
+
+TORCH_BACKENDS = ("tcp", "gloo", "nccl", "mpi")
+CNTK_LANGUAGES = ("Python", "BrainScript")
+# The keys of JobSpec.toolkit_settings each toolkit accepts (snake_case; job.json names in batchai_json).
+TOOLKIT_SETTING_KEYS: dict[Toolkit, tuple[str, ...]] = {
+    Toolkit.PYTORCH: ("communication_backend",),
+    Toolkit.TENSORFLOW: (
+        "worker_count",
+        "parameter_server_count",
+        "master_args",
+        "worker_args",
+        "parameter_server_args",
+    ),
+    Toolkit.CNTK: ("language_type", "config_file"),
+    Toolkit.CAFFE: ("config_file",),
+}
+_ARG_LISTS = ("master_args", "worker_args", "parameter_server_args")
+
+
+def validate_toolkit_settings(toolkit: Toolkit, settings: object) -> dict[str, Any]:
+    """``settings`` checked for ``toolkit`` and normalised (argument lists as lists); errors name the
+    field as ``toolkit_settings.<key>``."""
+    if not isinstance(settings, Mapping):
+        raise ValidationError("toolkit_settings", settings, "a mapping of setting names to values")
+    allowed = TOOLKIT_SETTING_KEYS.get(toolkit, ())
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        where = f"toolkit_settings.{key}"
+        if key not in allowed:
+            expected = f"one of {', '.join(allowed)}" if allowed else "no settings"
+            raise ValidationError(where, value, f"{expected} for a {toolkit} job")
+        if value is None:
+            continue
+        if key == "communication_backend":
+            if not isinstance(value, str) or value.lower() not in TORCH_BACKENDS:
+                raise ValidationError(where, value, "one of TCP, Gloo, NCCL, MPI (any case)")
+        elif key in ("worker_count", "parameter_server_count"):
+            least = 1 if key == "worker_count" else 0
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValidationError(where, value, f"an integer >= {least}")
+        elif key in _ARG_LISTS:
+            if isinstance(value, str) or not isinstance(value, Sequence):
+                raise ValidationError(where, value, "a list of strings, one per argument")
+            for i, arg in enumerate(value):
+                if not isinstance(arg, str):
+                    raise ValidationError(f"{where}[{i}]", arg, "a string")
+            value = list(value)
+        elif key == "language_type":
+            if value not in CNTK_LANGUAGES:
+                raise ValidationError(where, value, "'Python' or 'BrainScript'")
+        elif key == "config_file" and (not isinstance(value, str) or not value.strip()):
+            raise ValidationError(where, value, "a config file path")
+        out[key] = value
+    return out
 
 
 def default_hang_timeout(python_script: str | None) -> float | None:
@@ -338,6 +413,8 @@ class JobSpec:
     max_retries: int = 0  # requeues after a lost node or a listed exit code (evictions do not count)
     max_cost: float | None = None  # end the job once its cost estimate passes this (the cluster's currency)
     retry_on_exit_codes: tuple[int, ...] = ()
+    # the toolkit's own settings, snake_case (see TOOLKIT_SETTING_KEYS and docs/toolkits.md)
+    toolkit_settings: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         validate_name(self.name, "job name")
@@ -351,19 +428,17 @@ class JobSpec:
             or self.process_count < 1
         ):
             raise ValidationError("process_count", self.process_count, "an integer >= 1 or None")
-        object.__setattr__(self, "toolkit", Toolkit(self.toolkit))
+        object.__setattr__(self, "toolkit", Toolkit.parse(self.toolkit))
         if isinstance(self.args, str):
             raise ValidationError("args", self.args, "a list of strings, one per argument")
         object.__setattr__(self, "args", tuple(self.args))
         for i, arg in enumerate(self.args):
             if not isinstance(arg, str):
                 raise ValidationError(f"args[{i}]", arg, "a string")
-        if self.toolkit is Toolkit.HOROVOD and not self.python_script:
-            raise ValidationError("python_script", self.python_script, "a script path for a Horovod job")
-        if self.toolkit is not Toolkit.HOROVOD and not self.command_line:
-            raise ValidationError(
-                "command_line", self.command_line, f"a command line for a {self.toolkit} job"
-            )
+        object.__setattr__(
+            self, "toolkit_settings", validate_toolkit_settings(self.toolkit, self.toolkit_settings)
+        )
+        self._check_toolkit()
         for key, value in self.environment.items():
             if not ENV_NAME_RE.fullmatch(str(key)):
                 raise ValidationError("environment", key, "variable names of letters, digits and '_'")
@@ -429,6 +504,52 @@ class JobSpec:
         """The hang watchdog's timeout, or None when it is off (``hang_timeout`` None or 0)."""
         return self.hang_timeout or None
 
+    def _check_toolkit(self) -> None:
+        """What each toolkit needs: a script (or, for cntk BrainScript and caffe, a config file), or a
+        command line; and nothing its job.json settings cannot hold."""
+        kit, settings = self.toolkit, self.toolkit_settings
+        if kit.runs_command_line:
+            if not self.command_line:
+                raise ValidationError("command_line", self.command_line, f"a command line for a {kit} job")
+            return
+        config = settings.get("config_file")
+        if kit is Toolkit.CNTK and settings.get("language_type") == "BrainScript":
+            if not config:
+                raise ValidationError(
+                    "toolkit_settings.config_file", config, "the BrainScript config file of a cntk job"
+                )
+            if self.python_script:
+                raise ValidationError(
+                    "python_script", self.python_script, "None for a cntk job in BrainScript"
+                )
+        elif kit is Toolkit.CAFFE and config:
+            if self.python_script:
+                raise ValidationError(
+                    "python_script", self.python_script, "None when a caffe job has a config_file"
+                )
+        elif not self.python_script:
+            raise ValidationError("python_script", self.python_script, f"a script path for a {kit} job")
+        elif config is not None:
+            raise ValidationError(
+                "toolkit_settings.config_file", config, f"unset for a {kit} job with a python_script"
+            )
+        if kit is Toolkit.TENSORFLOW:
+            if self.args:
+                raise ValidationError(
+                    "args",
+                    list(self.args),
+                    "empty for a tensorflow job: use toolkit_settings master_args, "
+                    "worker_args and parameter_server_args",
+                )
+            if self.process_count is not None:
+                raise ValidationError(
+                    "process_count",
+                    self.process_count,
+                    "None for a tensorflow job: use toolkit_settings worker_count and parameter_server_count",
+                )
+        if kit is Toolkit.CAFFE2 and self.process_count is not None:
+            raise ValidationError("process_count", self.process_count, "None for a caffe2 job (one per node)")
+
     def __repr__(self) -> str:
         shown = ", ".join(
             f"{k}={v!r}" for k, v in self.to_dict(redact=True).items() if v not in (None, (), [], {})
@@ -437,7 +558,17 @@ class JobSpec:
 
     @property
     def total_processes(self) -> int:
-        return self.process_count if self.process_count is not None else self.node_count
+        """Processes the job starts on nodes without GPUs (pytorch starts one per GPU where there are)."""
+        from .node.toolkits import process_count
+
+        return process_count(self.toolkit.value, self.launch_settings(), self.node_count, 0)
+
+    def launch_settings(self) -> dict[str, Any]:
+        """``toolkit_settings`` plus ``process_count`` when set: what the nodes' toolkit functions read."""
+        out = dict(self.toolkit_settings)
+        if self.process_count is not None:
+            out["process_count"] = self.process_count
+        return out
 
     def to_dict(self, *, redact: bool = True) -> dict[str, Any]:
         """A JSON-ready dict; values of secret variables are replaced unless ``redact=False``."""
@@ -451,6 +582,7 @@ class JobSpec:
         data["input_directories"] = dict(self.input_directories)
         data["output_directories"] = dict(self.output_directories)
         data["retry_on_exit_codes"] = list(self.retry_on_exit_codes)
+        data["toolkit_settings"] = dict(self.toolkit_settings)
         return data
 
     @classmethod

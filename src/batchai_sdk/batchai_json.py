@@ -41,7 +41,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ._models import OUTPUT_ID_RE, JobSpec, Toolkit, default_hang_timeout
+from ._models import CNTK_LANGUAGES, OUTPUT_ID_RE, TORCH_BACKENDS, JobSpec, Toolkit, default_hang_timeout
 from .exceptions import BatchAIJsonError, NotFoundError, ValidationError
 
 __all__ = [
@@ -74,20 +74,23 @@ _TIMESPAN_RE = re.compile(
 # Arguments written bare by to_job_json; anything else is double-quoted (which keeps $VARS expandable).
 _BARE_ARG_RE = re.compile(r"^[A-Za-z0-9_@%+=:,./${}-]+$")
 
-_TOOLKITS = ("horovodSettings", "customMpiSettings", "customToolkitSettings")
-_OTHER_TOOLKIT = "not supported; use horovodSettings, customMpiSettings or customToolkitSettings"
+_TOOLKITS = (
+    "horovodSettings",
+    "customMpiSettings",
+    "customToolkitSettings",
+    "pyTorchSettings",
+    "tensorFlowSettings",
+    "chainerSettings",
+    "cntkSettings",
+    "caffeSettings",
+    "caffe2Settings",
+)
 _NO_PRIORITY = "not supported; a queued job starts as soon as enough of the cluster's nodes are free"
 _PROPERTIES_UNSUPPORTED = {
     "cluster": "not supported in job.json; the cluster is given separately (--cluster / cluster=)",
     "priority": _NO_PRIORITY,
     "schedulingPriority": _NO_PRIORITY,
     "experimentName": "not supported in job.json; the experiment is given separately (--experiment)",
-    "pyTorchSettings": _OTHER_TOOLKIT,
-    "tensorFlowSettings": _OTHER_TOOLKIT,
-    "cntkSettings": _OTHER_TOOLKIT,
-    "caffeSettings": _OTHER_TOOLKIT,
-    "caffe2Settings": _OTHER_TOOLKIT,
-    "chainerSettings": _OTHER_TOOLKIT,
 }
 _PROPERTIES_KNOWN = (
     "nodeCount",
@@ -548,10 +551,37 @@ def _sdk_extension_json(spec: JobSpec) -> dict[str, Any]:
     return {SDK_EXTENSION: ext} if ext else {}
 
 
+# The script toolkits: job.json key -> (toolkit, its fields beyond the common ones)
+_SCRIPT_TOOLKITS: dict[str, tuple[Toolkit, tuple[str, ...]]] = {
+    "horovodSettings": (Toolkit.HOROVOD, ("commandLineArgs", "processCount")),
+    "pyTorchSettings": (Toolkit.PYTORCH, ("commandLineArgs", "processCount", "communicationBackend")),
+    "chainerSettings": (Toolkit.CHAINER, ("commandLineArgs", "processCount")),
+    "caffe2Settings": (Toolkit.CAFFE2, ("commandLineArgs",)),
+    "tensorFlowSettings": (
+        Toolkit.TENSORFLOW,
+        (
+            "masterCommandLineArgs",
+            "workerCommandLineArgs",
+            "parameterServerCommandLineArgs",
+            "workerCount",
+            "parameterServerCount",
+        ),
+    ),
+    "cntkSettings": (Toolkit.CNTK, ("commandLineArgs", "processCount", "languageType", "configFilePath")),
+    "caffeSettings": (Toolkit.CAFFE, ("commandLineArgs", "processCount", "configFilePath")),
+}
+_TF_ARGS = {
+    "masterCommandLineArgs": "master_args",
+    "workerCommandLineArgs": "worker_args",
+    "parameterServerCommandLineArgs": "parameter_server_args",
+}
+_SCRIPT = "the path of the Python script to run"
+
+
 def _parse_toolkit(r: _Reader, props: Mapping[str, Any]) -> dict[str, Any]:
     present = [k for k in _TOOLKITS if k in props]
     if len(present) != 1:
-        expected = "exactly one of horovodSettings, customMpiSettings, customToolkitSettings"
+        expected = f"exactly one of {', '.join(_TOOLKITS)}"
         if present:
             raise _error(
                 "properties", None, expected, f"properties has {', '.join(present)}; expected {expected}"
@@ -559,32 +589,13 @@ def _parse_toolkit(r: _Reader, props: Mapping[str, Any]) -> dict[str, Any]:
         _missing("properties.horovodSettings", expected)
     key = present[0]
     path = f"properties.{key}"
-    if key == "horovodSettings":
-        hvd = r.obj(
-            props[key],
-            path,
-            ("pythonScriptFilePath", "commandLineArgs", "processCount", "pythonInterpreterPath"),
-        )
-        if "pythonScriptFilePath" not in hvd:
-            _missing(f"{path}.pythonScriptFilePath", "the path of the Python script to run")
-        fields: dict[str, Any] = {
-            "toolkit": Toolkit.HOROVOD,
-            "python_script": r.string(hvd["pythonScriptFilePath"], f"{path}.pythonScriptFilePath"),
-        }
-        if "commandLineArgs" in hvd:
-            fields["args"] = _split_args(r, hvd["commandLineArgs"], f"{path}.commandLineArgs")
-        if "processCount" in hvd:
-            fields["process_count"] = r.integer(hvd["processCount"], f"{path}.processCount")
-        if "pythonInterpreterPath" in hvd:
-            fields["python_interpreter"] = r.string(
-                hvd["pythonInterpreterPath"], f"{path}.pythonInterpreterPath"
-            )
-        return fields
+    if key in _SCRIPT_TOOLKITS:
+        return _parse_script_toolkit(r, key, props[key], path)
     if key == "customMpiSettings":
         mpi = r.obj(props[key], path, ("commandLine", "processCount"))
         if "commandLine" not in mpi:
             _missing(f"{path}.commandLine", "the command line mpirun starts on each node")
-        fields = {
+        fields: dict[str, Any] = {
             "toolkit": Toolkit.CUSTOM_MPI,
             "command_line": r.string(mpi["commandLine"], f"{path}.commandLine"),
         }
@@ -595,6 +606,72 @@ def _parse_toolkit(r: _Reader, props: Mapping[str, Any]) -> dict[str, Any]:
     if "commandLine" not in custom:
         _missing(f"{path}.commandLine", "the command line to run on the head node")
     return {"toolkit": Toolkit.CUSTOM, "command_line": r.string(custom["commandLine"], f"{path}.commandLine")}
+
+
+def _parse_script_toolkit(r: _Reader, key: str, value: Any, path: str) -> dict[str, Any]:
+    toolkit, own = _SCRIPT_TOOLKITS[key]
+    doc = r.obj(value, path, ("pythonScriptFilePath", "pythonInterpreterPath", *own))
+    fields: dict[str, Any] = {"toolkit": toolkit}
+    settings: dict[str, Any] = {}
+    if "pythonScriptFilePath" in doc:
+        fields["python_script"] = r.string(doc["pythonScriptFilePath"], f"{path}.pythonScriptFilePath")
+    if "pythonInterpreterPath" in doc:
+        fields["python_interpreter"] = r.string(doc["pythonInterpreterPath"], f"{path}.pythonInterpreterPath")
+    if "commandLineArgs" in doc:
+        fields["args"] = _split_args(r, doc["commandLineArgs"], f"{path}.commandLineArgs")
+    if "processCount" in doc:
+        fields["process_count"] = r.integer(doc["processCount"], f"{path}.processCount")
+    if "communicationBackend" in doc:
+        where = f"{path}.communicationBackend"
+        backend = r.string(doc["communicationBackend"], where)
+        if backend.lower() not in TORCH_BACKENDS:
+            _invalid(where, r.shown(backend), "one of TCP, Gloo, NCCL, MPI (any case)")
+        settings["communication_backend"] = backend
+    for name, setting in _TF_ARGS.items():
+        if name in doc:
+            settings[setting] = list(_split_args(r, doc[name], f"{path}.{name}"))
+    if "workerCount" in doc:
+        settings["worker_count"] = r.integer(doc["workerCount"], f"{path}.workerCount")
+    if "parameterServerCount" in doc:
+        where = f"{path}.parameterServerCount"
+        count = doc["parameterServerCount"]
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            _invalid(where, count, "an integer >= 0")
+        settings["parameter_server_count"] = count
+    if "languageType" in doc:
+        where = f"{path}.languageType"
+        language = r.string(doc["languageType"], where)
+        canonical = {name.lower(): name for name in CNTK_LANGUAGES}.get(language.lower())
+        if canonical is None:
+            _invalid(where, r.shown(language), "'Python' or 'BrainScript'")
+        settings["language_type"] = canonical
+    if "configFilePath" in doc:
+        settings["config_file"] = r.string(doc["configFilePath"], f"{path}.configFilePath")
+    # which of script and config file each toolkit needs
+    script, config = "python_script" in fields, "config_file" in settings
+    if toolkit is Toolkit.CAFFE:
+        if script == config:
+            expected = "exactly one of configFilePath (caffe train) and pythonScriptFilePath (pycaffe)"
+            if script:
+                raise _error(path, None, expected, f"{path} has both; expected {expected}")
+            _missing(f"{path}.configFilePath", expected)
+    elif toolkit is Toolkit.CNTK and settings.get("language_type") == "BrainScript":
+        if not config:
+            _missing(f"{path}.configFilePath", "the BrainScript config file (languageType BrainScript)")
+        if script:
+            where = f"{path}.pythonScriptFilePath"
+            expected = "no Python script with languageType BrainScript (configFilePath runs instead)"
+            raise _error(where, None, expected, f"{where} is given; expected {expected}")
+    else:
+        if not script:
+            _missing(f"{path}.pythonScriptFilePath", _SCRIPT)
+        if config:
+            where = f"{path}.configFilePath"
+            expected = "no config file with languageType Python (the script runs instead)"
+            raise _error(where, None, expected, f"{where} is given; expected {expected}")
+    if settings:
+        fields["toolkit_settings"] = settings
+    return fields
 
 
 def _split_args(r: _Reader, value: Any, path: str) -> tuple[str, ...]:
@@ -828,21 +905,40 @@ def to_job_json(spec: JobSpec, *, storage_account: str | None = None, redact: bo
     return {"$schema": SCHEMA_URL, "properties": props, **_sdk_extension_json(spec)}
 
 
+_JSON_KEY = {toolkit: key for key, (toolkit, _) in _SCRIPT_TOOLKITS.items()}
+
+
 def _toolkit_json(spec: JobSpec) -> dict[str, Any]:
     def refuse(field: str, value: Any, why: str) -> NoReturn:
         raise ValidationError(field, value, why)
 
-    if spec.toolkit is Toolkit.HOROVOD:
+    settings = spec.toolkit_settings
+    if not spec.toolkit.runs_command_line:
         if spec.command_line is not None:
-            refuse("command_line", spec.command_line, "None for a Horovod job in job.json")
-        hvd: dict[str, Any] = {"pythonScriptFilePath": spec.python_script}
-        if spec.args:
-            hvd["commandLineArgs"] = join_args(spec.args)
-        if spec.process_count is not None:
-            hvd["processCount"] = spec.process_count
+            refuse("command_line", spec.command_line, f"None for a {spec.toolkit} job in job.json")
+        doc: dict[str, Any] = {}
+        if spec.python_script is not None:
+            doc["pythonScriptFilePath"] = spec.python_script
         if spec.python_interpreter is not None:
-            hvd["pythonInterpreterPath"] = spec.python_interpreter
-        return {"horovodSettings": hvd}
+            doc["pythonInterpreterPath"] = spec.python_interpreter
+        if spec.args:
+            doc["commandLineArgs"] = join_args(spec.args)
+        if spec.process_count is not None:
+            doc["processCount"] = spec.process_count
+        if "communication_backend" in settings:
+            doc["communicationBackend"] = settings["communication_backend"]
+        for name, setting in _TF_ARGS.items():
+            if settings.get(setting) is not None:
+                doc[name] = join_args(settings[setting])
+        if settings.get("worker_count") is not None:
+            doc["workerCount"] = settings["worker_count"]
+        if settings.get("parameter_server_count") is not None:
+            doc["parameterServerCount"] = settings["parameter_server_count"]
+        if settings.get("language_type") is not None:
+            doc["languageType"] = settings["language_type"]
+        if settings.get("config_file") is not None:
+            doc["configFilePath"] = settings["config_file"]
+        return {_JSON_KEY[spec.toolkit]: doc}
     checks: list[tuple[str, Any, Callable[[Any], bool]]] = [
         ("python_script", spec.python_script, lambda v: v is None),
         ("args", spec.args, lambda v: not v),

@@ -51,6 +51,7 @@ class Experiment:
         std_out_err_path_prefix: str | None = None,
         command_line: str | None = None,
         toolkit: Toolkit | str | None = None,
+        toolkit_settings: Mapping[str, Any] | None = None,
         python_interpreter: str | None = None,
         mount_path: str | None = None,
         input_directories: Mapping[str, str] | None = None,
@@ -68,6 +69,8 @@ class Experiment:
         ``python_script`` is a local file (uploaded at submit), a path on the share written with
         ``$AZ_BATCHAI_JOB_MOUNT_ROOT/...``, or a module name such as ``"batchai_sdk.train.cifar10"``
         (its file is uploaded). ``args`` may use ``$VARS``: they are expanded on the node.
+        ``toolkit`` (``"horovod"``, ``"pytorch"``, ``"tensorflow"``, ...) and ``toolkit_settings`` (e.g.
+        ``{"communication_backend": "gloo"}``) are Batch AI's ``<toolkit>Settings``: see docs/toolkits.md.
         ``secrets`` are environment variables never written to records or logs.
         ``hang_timeout`` (seconds without output from any rank: stacks collected, job failed; 0 turns it off,
         None is off for your scripts and 30 minutes for the shipped training modules), ``max_retries`` and
@@ -84,7 +87,9 @@ class Experiment:
         env = dict(environment or {})
         env.update(secrets or {})
         kind = (
-            Toolkit(toolkit) if toolkit else (Toolkit.HOROVOD if command_line is None else Toolkit.CUSTOM_MPI)
+            Toolkit.parse(toolkit)
+            if toolkit
+            else (Toolkit.HOROVOD if command_line is None else Toolkit.CUSTOM_MPI)
         )
         spec = JobSpec(
             name=name,
@@ -110,6 +115,7 @@ class Experiment:
             max_retries=max_retries,
             retry_on_exit_codes=retry_on_exit_codes,  # type: ignore[arg-type]  # JobSpec makes it a tuple
             max_cost=max_cost,
+            toolkit_settings=toolkit_settings if toolkit_settings is not None else {},
         )
         return self.job_from_spec(spec)
 

@@ -21,6 +21,7 @@ __all__ = [
     "node_command",
     "on_node",
     "ranks_per_node",
+    "toolkit_settings_for_launch",
 ]
 
 ALWAYS_EXPORTED = (
@@ -181,3 +182,10 @@ def node_command(python: str, node_main: str, *args: str, env: Mapping[str, str]
     if env:
         prefix = "env " + " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(env.items())) + " "
     return prefix + " ".join(shlex.quote(a) for a in (python, "-S", node_main, *args))
+
+
+def toolkit_settings_for_launch(spec: JobSpec) -> dict[str, Any]:
+    """``launch.json["toolkit_settings"]``: the settings ``batchai_sdk.node.toolkits`` reads on the nodes
+    (``RankContext.settings``, ``process_count``, ``backend_notice``) — the spec's ``toolkit_settings``
+    plus ``process_count`` when the job sets it. Plain JSON; no secrets (settings hold none)."""
+    return spec.launch_settings()
