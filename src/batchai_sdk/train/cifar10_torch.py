@@ -1,0 +1,538 @@
+"""Distributed CIFAR-10 training with PyTorch DDP: the Batch AI tutorial's CNN, for ``pyTorchSettings`` jobs.
+
+The same model and recipe as ``batchai_sdk.train.cifar10`` (the tutorial's Keras CNN: Conv32(same)-Conv32-
+Pool-Dropout(0.25)-Conv64(same)-Conv64-Pool-Dropout(0.25)-Flatten-Dense512-Dropout(0.5)-Dense10, RMSprop with
+learning rate 1e-4 x ranks, Keras 2's time-based decay 1e-6, batch 32 per rank, random shifts of up to 10 %
+and horizontal flips), in ``torch.distributed`` with ``DistributedDataParallel``: gloo on CPU, NCCL on GPU
+(``--mixed-precision``: ``torch.autocast`` float16 with a gradient scaler, CUDA only).
+
+Run it as ``python -m batchai_sdk.train.cifar10_torch --dir OUT`` or, on nodes without batchai_sdk, as
+``python cifar10_torch.py --dir OUT`` with ``cifar10.py`` beside it (its TensorFlow-free data loader is
+reused). It reads the variables torchrun and Batch AI set (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT`` or ``AZ_BATCHAI_PYTORCH_INIT_METHOD``,
+``AZ_BATCHAI_PYTORCH_BACKEND``); without ``WORLD_SIZE`` it trains alone.
+
+Choices and semantics
+---------------------
+* Sharding, epochs, steps and learning rate as in ``cifar10.py``: in one epoch the ranks together make one
+  pass over the training set (each rank its own 1/N, reshuffled every epoch with a seed all ranks share);
+  every rank runs the same number of steps; lr x N with a linear warm-up over ``--warmup-epochs``.
+* Checkpoints and resume (the contract of issue 13): rank 0 writes ``<dir>/checkpoints/checkpoint-NNN.pt``
+  (model, optimizer, scheduler, epoch, seed) after every epoch, atomically (a temp file, then a rename), and
+  keeps the last three. A run whose ``--dir`` holds checkpoints resumes by itself from the latest one (no flag
+  needed; ``--resume`` makes a missing checkpoint an error, ``--restart`` deletes them and starts over).
+  ``metrics.jsonl`` is cut back to the checkpoint's epoch. So a restarted job loses at most one epoch.
+* SIGTERM (eviction notice, ``job terminate``): the ranks agree at the next step (a tiny allreduce per
+  step), rank 0 writes ``checkpoint-NNN.pt`` holding the weights reached so far in the interrupted epoch
+  NNN+1 (it is redone on resume), and every rank exits with status 143. SIGUSR1 dumps every thread's
+  stack to stderr (``faulthandler``): what the hang watchdog collects.
+* Metrics: rank 0 appends one JSON line per epoch to ``<dir>/metrics.jsonl``, the same keys as ``cifar10.py``
+  (epoch, loss, accuracy, val_loss, val_accuracy, images_per_sec, seconds), so ``job.metrics()`` reads both.
+* Outputs: ``<dir>/saved_models/cifar10_torch_model.pt`` (the final ``state_dict``, rank 0);
+  ``--save-rank-weights``: every rank writes the SHA-256 of its weights to
+  ``<dir>/rank-<r>.weights.sha256``.
+* Errors a user can fix (no data, no checkpoint for ``--resume``) print ``error: ...`` on every rank and
+  exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import hashlib
+import json
+import math
+import os
+import random
+import re
+import signal
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+try:
+    from .cifar10 import CIFAR_ARCHIVE, CIFAR_FOLDER, UserError, load_dataset
+except ImportError:  # run as a plain file next to cifar10.py
+    from cifar10 import CIFAR_ARCHIVE, CIFAR_FOLDER, UserError, load_dataset  # type: ignore[no-redef]
+
+MODEL_FILE = "cifar10_torch_model.pt"
+CHECKPOINT_PATTERN = "checkpoint-{epoch:03d}.pt"
+KEEP_CHECKPOINTS = 3
+SIGTERM_EXIT = 143
+_CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)\.pt$")
+
+
+# ------------------------------------------------------------------------------------------------ model
+
+
+def build_model(num_classes: int = 10) -> Any:
+    """The tutorial's CNN for 32x32x3 images (logits out; the softmax is in the loss)."""
+    from torch import nn
+
+    return nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(32, 32, 3),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Dropout(0.25),
+        nn.Conv2d(32, 64, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(64, 64, 3),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Dropout(0.25),
+        nn.Flatten(),
+        nn.Linear(64 * 6 * 6, 512),
+        nn.ReLU(),
+        nn.Dropout(0.5),
+        nn.Linear(512, num_classes),
+    )
+
+
+def weights_sha256(model: Any) -> str:
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def lr_factor(step: int, *, world: int, warmup_steps: int, decay: float) -> float:
+    """Multiplier of --lr at optimizer step ``step``: warm-up from 1 to ``world``, then Keras 2's decay."""
+    scale = world if warmup_steps <= 0 else 1 + (world - 1) * min(1.0, step / warmup_steps)
+    return scale / (1.0 + decay * step)
+
+
+def steps_per_epoch(train_samples: int, batch_size: int, world: int) -> int:
+    return max(1, math.ceil(train_samples / (world * batch_size)))
+
+
+def shard_indices(n: int, *, seed: int, epoch: int, rank: int, world: int, steps: int, batch: int) -> Any:
+    """This rank's training indices for ``epoch``: a permutation every rank draws alike, dealt round-robin,
+    wrapped around so that every rank has exactly ``steps * batch`` of them."""
+    order = np.random.default_rng([seed, epoch]).permutation(n)
+    mine = order[rank::world]
+    need = steps * batch
+    return np.resize(mine, need) if len(mine) else order[:need]
+
+
+def augment(images: Any, generator: Any, shift: float = 0.1) -> Any:
+    """Random horizontal flips and integer shifts of up to ``shift`` x size, borders filled with the nearest
+    pixel (the tutorial's ImageDataGenerator, to the nearest pixel)."""
+    import torch
+    import torch.nn.functional as F
+
+    n, _, h, w = images.shape
+    flip = torch.rand(n, generator=generator) < 0.5
+    images = torch.where(flip[:, None, None, None], images.flip(3), images)
+    pad_h, pad_w = max(1, int(h * shift)), max(1, int(w * shift))
+    padded = F.pad(images, (pad_w, pad_w, pad_h, pad_h), mode="replicate")
+    dy = torch.randint(0, 2 * pad_h + 1, (n,), generator=generator)
+    dx = torch.randint(0, 2 * pad_w + 1, (n,), generator=generator)
+    rows = (dy[:, None] + torch.arange(h)[None, :])[:, None, :, None].expand(
+        n, images.shape[1], h, w + 2 * pad_w
+    )
+    out = padded.gather(2, rows)
+    cols = (dx[:, None] + torch.arange(w)[None, :])[:, None, None, :].expand(n, images.shape[1], h, w)
+    return out.gather(3, cols)
+
+
+# ----------------------------------------------------------------------------------- checkpoints, logs
+
+
+def find_checkpoints(folder: Path) -> list[tuple[int, Path]]:
+    if not folder.is_dir():
+        return []
+    found = []
+    for path in folder.iterdir():
+        match = _CHECKPOINT_RE.match(path.name)
+        if match and path.is_file():
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def save_atomic(obj: Any, path: Path) -> None:
+    import torch
+
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    torch.save(obj, tmp)
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def trim_metrics(path: Path, last_epoch: int) -> None:
+    """Keep the lines of epochs 1..last_epoch (a resumed run writes the later ones again)."""
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if (
+            isinstance(record, dict)
+            and isinstance(record.get("epoch"), int)
+            and record["epoch"] <= last_epoch
+        ):
+            kept.append(line)
+    path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+
+
+# --------------------------------------------------------------------------------------------- command
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "cifar10_torch.py",
+        description="Train the Batch AI tutorial's CIFAR-10 CNN with PyTorch DDP (one process per rank, "
+        "started by a pyTorchSettings job, torchrun or mpirun with the torch variables set).",
+    )
+    parser.add_argument(
+        "-d",
+        "--dir",
+        type=Path,
+        required=True,
+        help="output directory (checkpoints/, "
+        "saved_models/, metrics.jsonl); a run resumes from the checkpoints found there",
+    )
+    parser.add_argument(
+        "--epochs", type=_positive_int, default=100, help="total epochs (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--batch-size", type=_positive_int, default=32, help="per rank (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--lr", type=float, default=1e-4, help="base learning rate, x ranks (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--decay", type=float, default=1e-6, help="lr / (1 + decay x step) (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--warmup-epochs",
+        type=_non_negative_int,
+        default=5,
+        help="linear warm-up from lr to lr x ranks (default: %(default)s)",
+    )
+    parser.add_argument("--dataset", choices=("cifar10", "digits"), default="cifar10")
+    parser.add_argument(
+        "--data-dir", type=Path, default=None, help=f"directory holding {CIFAR_ARCHIVE} or {CIFAR_FOLDER}/"
+    )
+    parser.add_argument("--no-augmentation", action="store_true", help="no random shifts and flips")
+    parser.add_argument(
+        "--mixed-precision",
+        action="store_true",
+        help="float16 autocast with a gradient scaler on CUDA; ignored with a warning on CPU",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=None, help="seed (default: a random one chosen by rank 0)"
+    )
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--resume",
+        action="store_true",
+        help="require a checkpoint to resume from (resuming is automatic when one exists)",
+    )
+    group.add_argument("--restart", action="store_true", help="delete earlier checkpoints and start over")
+    parser.add_argument("--max-train-samples", type=_positive_int, default=None)
+    parser.add_argument("--max-test-samples", type=_positive_int, default=None)
+    parser.add_argument(
+        "--save-rank-weights",
+        action="store_true",
+        help="every rank writes the SHA-256 of its final weights to <dir>/rank-<r>.weights.sha256",
+    )
+    return parser
+
+
+class _Stop:
+    """Set by SIGTERM; the ranks agree on it at every step."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def __call__(self, signum: int, _frame: Any) -> None:
+        self.requested = True
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return int(value) if value not in (None, "") else default
+
+
+def train(args: argparse.Namespace) -> int:
+    try:
+        import torch
+        import torch.distributed as dist
+        import torch.nn.functional as F
+        from torch.nn.parallel import DistributedDataParallel
+    except ImportError as exc:
+        raise UserError(f"PyTorch is required (pip install 'batchai_sdk[torch]'): {exc}") from exc
+
+    stop = _Stop()
+    signal.signal(signal.SIGTERM, stop)
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+
+    world = _env_int("WORLD_SIZE", 1)
+    rank = _env_int("RANK", 0)
+    local_rank = _env_int("LOCAL_RANK", 0)
+    local_world = _env_int("LOCAL_WORLD_SIZE", 1)
+    cuda = torch.cuda.is_available()
+    backend = os.environ.get("AZ_BATCHAI_PYTORCH_BACKEND") or ("nccl" if cuda else "gloo")
+    if cuda:
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, local_world)))
+    distributed = world > 1
+    if distributed:
+        init = os.environ.get("AZ_BATCHAI_PYTORCH_INIT_METHOD") or "env://"
+        dist.init_process_group(backend=backend, init_method=init, rank=rank, world_size=world)
+    out = args.dir
+    ckpt_dir = out / "checkpoints"
+    metrics_path = out / "metrics.jsonl"
+
+    def agree(obj: Any) -> Any:
+        """Rank 0's ``obj`` on every rank."""
+        if not distributed:
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    # -- rank 0 decides: seed, where to start, or an error every rank reports
+    decision: dict[str, Any] = {}
+    if rank == 0:
+        try:
+            ckpt_dir.mkdir(parents=True, exist_ok=True)
+            found = find_checkpoints(ckpt_dir)
+            if args.restart:
+                for _, path in found:
+                    path.unlink()
+                found = []
+            if args.resume and not found:
+                raise UserError(f"--resume: no checkpoint-NNN.pt in {ckpt_dir}")
+            state = None
+            if found:
+                try:
+                    state = torch.load(found[-1][1], map_location="cpu", weights_only=False)
+                except Exception as exc:
+                    raise UserError(
+                        f"cannot load checkpoint {found[-1][1]} ({type(exc).__name__}: {exc})"
+                    ) from exc
+                trim_metrics(metrics_path, int(state["epoch"]))
+            else:
+                metrics_path.write_text("", encoding="utf-8")
+            seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
+            if state is not None:
+                seed = int(state["seed"])
+            decision = {"seed": seed, "state": state}
+        except UserError as exc:
+            decision = {"error": str(exc)}
+        except OSError as exc:
+            decision = {"error": f"cannot prepare {out}: {exc.strerror or exc}"}
+    decision = agree(decision)
+    if "error" in decision:
+        raise UserError(decision["error"])
+    seed = int(decision["seed"])
+    state = decision["state"]
+
+    (x_train, y_train), (x_test, y_test) = load_dataset(args.dataset, args.data_dir)
+    if args.max_train_samples:
+        x_train, y_train = x_train[: args.max_train_samples], y_train[: args.max_train_samples]
+    if args.max_test_samples:
+        x_test, y_test = x_test[: args.max_test_samples], y_test[: args.max_test_samples]
+    if len(x_train) < world or len(x_test) == 0:
+        raise UserError(
+            f"{len(x_train)} training and {len(x_test)} test images are too few for {world} ranks"
+        )
+
+    def tensors(images: Any, labels: Any) -> tuple[Any, Any]:
+        x = torch.from_numpy(np.ascontiguousarray(images.transpose(0, 3, 1, 2))).float().div_(255.0)
+        return x, torch.from_numpy(labels.astype(np.int64))
+
+    train_x, train_y = tensors(x_train, y_train)
+    test_x, test_y = tensors(x_test, y_test)
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    model = build_model().to(device)
+    steps = steps_per_epoch(len(train_x), args.batch_size, world)
+    optimizer = torch.optim.RMSprop(model.parameters(), lr=args.lr, alpha=0.9, eps=1e-7)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda step: lr_factor(step, world=world, warmup_steps=args.warmup_epochs * steps, decay=args.decay),
+    )
+    start_epoch = 0
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        start_epoch = int(state["epoch"])
+        if rank == 0:
+            how = " (written on SIGTERM mid-epoch)" if state.get("interrupted") else ""
+            print(f"resuming from checkpoint epoch {start_epoch}{how}", flush=True)
+    amp = bool(args.mixed_precision and device.type == "cuda")
+    if args.mixed_precision and not amp and rank == 0:
+        warnings.warn("--mixed-precision needs CUDA: training in float32", stacklevel=1)
+    scaler = torch.amp.GradScaler("cuda", enabled=amp)
+    ddp = (
+        DistributedDataParallel(model, device_ids=[device.index] if cuda else None) if distributed else model
+    )
+
+    def all_sum(values: list[float]) -> list[float]:
+        t = torch.tensor(values, dtype=torch.float64, device=device)
+        if distributed:
+            dist.all_reduce(t)
+        return [float(v) for v in t.cpu()]
+
+    def checkpoint(epoch: int, interrupted: bool) -> None:
+        if rank != 0:
+            return
+        save_atomic(
+            {
+                "epoch": epoch,
+                "seed": seed,
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "interrupted": interrupted,
+                "world_size": world,
+            },
+            ckpt_dir / CHECKPOINT_PATTERN.format(epoch=epoch),
+        )
+        for _, old in find_checkpoints(ckpt_dir)[:-KEEP_CHECKPOINTS]:
+            old.unlink(missing_ok=True)
+
+    def evaluate(xs: Any, ys: Any) -> tuple[float, float, float]:
+        """(sum of losses, correct, count) over ``xs``."""
+        model.eval()
+        loss_sum = correct = 0.0
+        with torch.no_grad(), torch.autocast(device_type=device.type, dtype=torch.float16, enabled=amp):
+            for i in range(0, len(xs), 256):
+                x, y = xs[i : i + 256].to(device), ys[i : i + 256].to(device)
+                logits = model(x).float()
+                loss_sum += float(F.cross_entropy(logits, y, reduction="sum"))
+                correct += float((logits.argmax(1) == y).sum())
+        return loss_sum, correct, float(len(xs))
+
+    for epoch in range(start_epoch, args.epochs):
+        began = time.perf_counter()
+        ddp.train()
+        idx = torch.from_numpy(
+            shard_indices(
+                len(train_x),
+                seed=seed,
+                epoch=epoch,
+                rank=rank,
+                world=world,
+                steps=steps,
+                batch=args.batch_size,
+            )
+        )
+        gen = torch.Generator().manual_seed(seed * 1000003 + epoch * 1009 + rank)
+        loss_sum = correct = seen = 0.0
+        interrupted = False
+        for step in range(steps):
+            flag = all_sum([1.0 if stop.requested else 0.0])[0] if distributed else float(stop.requested)
+            if flag:
+                interrupted = True
+                break
+            batch = idx[step * args.batch_size : (step + 1) * args.batch_size]
+            x, y = train_x[batch], train_y[batch]
+            if not args.no_augmentation:
+                x = augment(x, gen)
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            optimizer.zero_grad(set_to_none=True)
+            with torch.autocast(device_type=device.type, dtype=torch.float16, enabled=amp):
+                logits = ddp(x)
+                loss = F.cross_entropy(logits.float(), y)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            scheduler.step()
+            loss_sum += float(loss.detach()) * len(y)
+            correct += float((logits.argmax(1) == y).sum())
+            seen += len(y)
+        if interrupted:
+            checkpoint(epoch, interrupted=True)
+            if distributed:
+                dist.barrier()
+            if rank == 0:
+                print(f"SIGTERM: checkpoint of epoch {epoch} written; exiting", flush=True)
+            return SIGTERM_EXIT
+        train_seconds = time.perf_counter() - began
+        # validation sharded over the ranks, summed
+        share = slice(rank, None, world)
+        v_loss, v_correct, v_count = evaluate(test_x[share], test_y[share])
+        totals = all_sum([loss_sum, correct, seen, v_loss, v_correct, v_count])
+        checkpoint(epoch + 1, interrupted=False)
+        if rank == 0:
+            record = {
+                "epoch": epoch + 1,
+                "loss": totals[0] / totals[2],
+                "accuracy": totals[1] / totals[2],
+                "val_loss": totals[3] / totals[5],
+                "val_accuracy": totals[4] / totals[5],
+                "images_per_sec": totals[2] / train_seconds if train_seconds > 0 else None,
+                "seconds": time.perf_counter() - began,
+            }
+            with metrics_path.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+            print(
+                f"Epoch {epoch + 1}/{args.epochs} - loss {record['loss']:.4f}"
+                f" - accuracy {record['accuracy']:.4f}"
+                f" - val_loss {record['val_loss']:.4f} - val_accuracy {record['val_accuracy']:.4f}"
+                f" - {record['seconds']:.1f}s",
+                flush=True,
+            )
+
+    if rank == 0:
+        t_loss, t_correct, t_count = evaluate(test_x, test_y)
+        print(f"Test loss: {t_loss / t_count:.4f}", flush=True)
+        print(f"Test accuracy: {t_correct / t_count:.4f}", flush=True)
+        saved = out / "saved_models"
+        saved.mkdir(parents=True, exist_ok=True)
+        save_atomic(model.state_dict(), saved / MODEL_FILE)
+        print(f"Saved trained model at {saved / MODEL_FILE}", flush=True)
+    if args.save_rank_weights:
+        (out / f"rank-{rank}.weights.sha256").write_text(weights_sha256(model) + "\n", encoding="utf-8")
+    if distributed:
+        dist.barrier()
+        dist.destroy_process_group()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return train(args)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
