@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepares this checkout on a fresh Debian machine: system packages, .venv, the pinned training stack
-# (tensorflow-cpu 2.15.1 + Horovod 0.28.1 built with MPI and Gloo) and batchai_sdk itself.
+# (tensorflow-cpu 2.15.1 + Horovod 0.28.1 built with MPI and Gloo), torch, and batchai_sdk itself.
 # Idempotent: each step is skipped when already done. The Horovod wheel is cached outside the checkout
 # (BATCHAI_WHEEL_CACHE, default ~/.cache/batchai_sdk/wheels) so later runs skip the ~6 minute build.
 set -euo pipefail
@@ -58,8 +58,15 @@ if ! "$VENV/bin/python" -c "import horovod.tensorflow as h; import horovod, sys;
   "$PIP" install -q "$key"/horovod-"$HVD_VERSION"-*.whl
 fi
 
+# PyTorch for pyTorchSettings jobs and batchai_sdk.train.cifar10_torch (the `torch` extra), from the index
+# pip is configured with; about a minute. Skipped when torch imports.
+if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+  log "installing torch (PyTorch DDP jobs)"
+  "$PIP" install -q "torch>=2.2"
+fi
+
 if [ -f "$ROOT/pyproject.toml" ]; then
-  log "installing batchai_sdk (editable) with extras ${BATCHAI_EXTRAS:-train,azure,dev}"
-  "$PIP" install -q -e "$ROOT[${BATCHAI_EXTRAS:-train,azure,dev}]"
+  log "installing batchai_sdk (editable) with extras ${BATCHAI_EXTRAS:-train,torch,azure,dev}"
+  "$PIP" install -q -e "$ROOT[${BATCHAI_EXTRAS:-train,torch,azure,dev}]"
 fi
 log "ready: $VENV"
