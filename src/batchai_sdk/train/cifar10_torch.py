@@ -57,7 +57,7 @@ import numpy as np
 try:
     from .cifar10 import CIFAR_ARCHIVE, CIFAR_FOLDER, UserError, load_dataset
 except ImportError:  # run as a plain file next to cifar10.py
-    from cifar10 import CIFAR_ARCHIVE, CIFAR_FOLDER, UserError, load_dataset  # type: ignore[no-redef]
+    from cifar10 import CIFAR_ARCHIVE, CIFAR_FOLDER, UserError, load_dataset  # type: ignore[no-redef,import-not-found]
 
 MODEL_FILE = "cifar10_torch_model.pt"
 CHECKPOINT_PATTERN = "checkpoint-{epoch:03d}.pt"
@@ -469,7 +469,7 @@ def train(args: argparse.Namespace) -> int:
             with torch.autocast(device_type=device.type, dtype=torch.float16, enabled=amp):
                 logits = ddp(x)
                 loss = F.cross_entropy(logits.float(), y)
-            scaler.scale(loss).backward()
+            scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
             scaler.step(optimizer)
             scaler.update()
             scheduler.step()
