@@ -24,7 +24,6 @@ from ._models import (
     JobStatus,
     Node,
     NodeState,
-    Toolkit,
     heartbeat_timeout,
     utcnow,
     validate_name,
@@ -158,7 +157,7 @@ class Job:
         cluster = self.workspace.get_cluster(self.spec.cluster)
         if self.spec.node_count > cluster.max_nodes:
             raise CapacityError(cluster.name, self.spec.node_count, cluster.max_nodes)
-        if self.spec.toolkit is Toolkit.HOROVOD:
+        if not self.spec.toolkit.runs_command_line and self.spec.python_script:
             return (cluster, *self._script_source())
         return cluster, None, None
 

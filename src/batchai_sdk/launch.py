@@ -13,6 +13,7 @@ from typing import Any
 from ._layout import JobPaths
 from ._models import JobSpec
 from .backends.base import LaunchTarget
+from .node import toolkits
 
 __all__ = [
     "job_environment",
@@ -29,6 +30,8 @@ ALWAYS_EXPORTED = (
     "BATCHAI_JOB_NODES",
     "BATCHAI_JOB_TAG",
     "AZ_BATCHAI_JOB_RESTART_COUNT",
+    "BATCHAI_NODE_ADDRESSES",
+    "BATCHAI_MASTER_PORT",
     "PYTHONUNBUFFERED",
     "OMPI_ALLOW_RUN_AS_ROOT",
     "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM",
@@ -37,9 +40,7 @@ ALWAYS_EXPORTED = (
 
 def ranks_per_node(node_count: int, process_count: int | None) -> list[int]:
     """One rank per node by default; ``process_count`` ranks spread evenly, first nodes first."""
-    total = node_count if process_count is None else process_count
-    base, extra = divmod(total, node_count)
-    return [base + (1 if i < extra else 0) for i in range(node_count)]
+    return toolkits.ranks_per_node(node_count, node_count if process_count is None else process_count)
 
 
 def on_node(target: LaunchTarget, share_path: str) -> str:
@@ -129,7 +130,9 @@ def launch_config(
     run_dir = on_node(target, paths.run_dir)
     config_path = posixpath.join(run_dir, "launch.json")
     hostfile = posixpath.join(run_dir, "hostfile")
-    ranks = ranks_per_node(spec.node_count, spec.process_count)
+    settings = toolkit_settings_for_launch(spec)
+    world = toolkits.process_count(spec.toolkit.value, settings, spec.node_count, target.num_gpus)
+    ranks = toolkits.ranks_per_node(spec.node_count, world)
     python = spec.python_interpreter or target.python
     temp = node_temp_dir(target, spec)
     mount_link = (
@@ -149,6 +152,8 @@ def launch_config(
         "container_image": spec.container_image,
         "container_python": spec.python_interpreter or "python",
         "node_count": spec.node_count,
+        "toolkit_settings": settings,
+        "gpus_per_node": target.num_gpus,
         "max_wall_clock_seconds": spec.max_wall_clock_seconds,
         "status_path": on_node(target, paths.status),
         "ranks_per_node": ranks,

@@ -14,10 +14,12 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import time
 from typing import Any
 
+from . import toolkits
 from .common import (
     hostfile_text,
     job_env,
@@ -38,8 +40,17 @@ PASSED_TO_REMOTE = (
     "BATCHAI_RANK_NODES",
     "AZ_BATCHAI_JOB_RESTART_COUNT",
     "PYTHONUNBUFFERED",
+    "BATCHAI_NODE_ADDRESSES",
+    "BATCHAI_MASTER_PORT",
 )
 TERM_GRACE = 10.0
+
+
+def free_port() -> int:
+    """A TCP port free on this node now: the rendezvous port of frameworks that need one (torch, TF)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
 
 
 class Launcher:
@@ -148,6 +159,11 @@ class Launcher:
         env["BATCHAI_RANK_NODES"] = ",".join(rank_node_ids(self.nodes, ranks))
         env["BATCHAI_JOB_NODES"] = ",".join(n["id"] for n in self.nodes)
         env["AZ_BATCHAI_JOB_RESTART_COUNT"] = str(self.assignment.get("attempt", 0))
+        env["BATCHAI_NODE_ADDRESSES"] = ",".join(n["address"] for n in self.nodes)
+        env["BATCHAI_MASTER_PORT"] = str(free_port())
+        notice = toolkits.backend_notice(self.cfg["toolkit"], self.cfg.get("toolkit_settings") or {})
+        if notice:
+            try_append(os.path.join(self.cfg["stdouterr_dir"], "stderr.txt"), notice)
         env.setdefault("PYTHONUNBUFFERED", "1")
         out_dir = self.cfg["stdouterr_dir"]
         self.log(

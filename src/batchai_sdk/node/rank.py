@@ -19,6 +19,7 @@ import tempfile
 import threading
 from typing import Any
 
+from . import toolkits
 from .common import expand, job_env, load, try_append, write_json_atomic
 
 
@@ -169,8 +170,14 @@ def run_rank(config_path: str, secrets: dict[str, str] | None = None) -> int:
     order = env.get("BATCHAI_JOB_NODES", "").split(",")
     env["AZ_BATCHAI_TASK_INDEX"] = str(order.index(node) if node in order else 0)
     env.setdefault("PYTHONUNBUFFERED", "1")
-    written = rank_command(cfg)
-    argv = [expand(a, env) for a in written] if cfg["toolkit"] == "horovod" else written
+    ctx = framework_context(cfg, env, rank)
+    if ctx is not None:  # pytorch, tensorflow, chainer, cntk, caffe, caffe2: the framework's own variables
+        env.update(toolkits.rank_env(ctx))
+        written = toolkits.rank_argv(ctx)
+    else:
+        written = rank_command(cfg)
+    expands = cfg["toolkit"] not in ("custom", "custommpi")
+    argv = [expand(a, env) for a in written] if expands else written
     log = os.path.join(cfg["stdouterr_dir"], f"execution-{node}.log")
     argv, env_file = in_container(cfg, env, argv, rank, log)
     shown = shlex.join(written)
@@ -192,7 +199,15 @@ def run_rank(config_path: str, secrets: dict[str, str] | None = None) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, forward)
-    code = child.wait()
+    shared = env.get("AZ_BATCHAI_SHARED_JOB_TEMP", "")
+    role = toolkits.role(ctx) if ctx is not None else "worker"
+    if role == "ps":  # a TensorFlow parameter server runs until the workers are done, then is stopped
+        workers, _ = toolkits.tf_counts(ctx.settings if ctx else {}, len(cfg["ranks_per_node"]))
+        code = toolkits.run_parameter_server(child, shared, workers)
+    else:
+        code = child.wait()
+        if ctx is not None and ctx.toolkit == "tensorflow" and code == 0:
+            toolkits.mark_worker_done(shared, toolkits.task_index(ctx))
     for t in relays:
         t.join(timeout=5)
     if watcher is not None:
@@ -269,6 +284,36 @@ def start_eviction_watch(
     watch = EvictionWatch(cfg, env, node, log)
     watch.thread.start()
     return watch
+
+
+FRAMEWORKS = ("pytorch", "tensorflow", "chainer", "cntk", "caffe", "caffe2")
+
+
+def framework_context(cfg: dict[str, Any], env: dict[str, str], rank: int) -> toolkits.RankContext | None:
+    """Where this rank stands, for the toolkits whose variables and command the framework functions make."""
+    if cfg["toolkit"] not in FRAMEWORKS:
+        return None
+    layout = [int(n) for n in cfg["ranks_per_node"]]
+    node_rank, local_rank, local_world = toolkits.rank_layout(rank, layout)
+    addresses = env.get("BATCHAI_NODE_ADDRESSES", "").split(",")
+    return toolkits.RankContext(
+        toolkit=cfg["toolkit"],
+        settings=cfg.get("toolkit_settings") or {},
+        rank=rank,
+        world_size=sum(layout),
+        local_rank=local_rank,
+        local_world_size=local_world,
+        node_rank=node_rank,
+        node_count=len(layout),
+        node_addresses=addresses,
+        master_port=int(env.get("BATCHAI_MASTER_PORT", "29500")),
+        python=cfg["python"],
+        script=cfg.get("script"),
+        args=list(cfg.get("args") or []),
+        command_line=cfg.get("command_line"),
+        gpus_per_node=int(cfg.get("gpus_per_node") or 0),
+        ranks_per_node=layout,
+    )
 
 
 def run_prep(config_path: str, node: str, secrets: dict[str, str] | None = None) -> int:
