@@ -150,3 +150,25 @@ def test_the_cli_creates_and_changes_autoscale_clusters(capsys: pytest.CaptureFi
     assert code == 0 and json.loads(out)["scaleSettings"]["autoScale"]["maximumNodeCount"] == 2
     code, out, _ = cli(capsys, "cluster", "resize", *G, "-n", "a", "-t", "2", "-o", "json")
     assert json.loads(out)["scaleSettings"] == {"manual": {"targetNodeCount": 2}}
+
+
+def test_a_project_of_several_files_runs_from_its_code_dir(ws: Workspace, tmp_path: Path) -> None:
+    from batchai_sdk import ValidationError
+
+    project = tmp_path / "project"
+    (project / "data").mkdir(parents=True)
+    (project / "helper.py").write_text("def greet():\n    return 'hello from helper'\n")
+    (project / "train.py").write_text("from helper import greet\nprint(greet(), flush=True)\n")
+    (project / "data" / "big.bin").write_bytes(b"0" * 1024)
+    (project / ".batchaiignore").write_text("data/\n")
+    exp = ws.create_experiment("e")
+    cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=2)
+    job = exp.create_job(
+        "proj", cluster=cluster, node_count=2, code_dir=project, python_script="train.py"
+    ).submit()
+    assert job.wait(timeout=120) is JobState.SUCCEEDED, job.status.failure_reason
+    assert job.tail("stdout.txt") == ["hello from helper", "hello from helper"]
+    staged = {p.name for p in ws.share.list(job.paths.wd)}
+    assert {"train.py", "helper.py"} <= staged and "data" not in staged
+    with pytest.raises(ValidationError, match="python_script"):
+        exp.create_job("x", cluster=cluster, code_dir=project, python_script="../outside.py")
