@@ -85,7 +85,9 @@ def _register_create(j: Commands) -> None:
         "$AZ_BATCHAI_JOB_MOUNT_ROOT/... share path or a module name)",
     )
     p.add_argument("--script-args", help="without --config-file: the script's arguments, one string")
-    p.add_argument("--code-dir", help="a local project folder uploaded whole; --python-script is a file in it")
+    p.add_argument(
+        "--code-dir", help="a local project folder, uploaded whole; --python-script is a file in it"
+    )
     p.add_argument("--command-line", help="without --config-file: a custom MPI command line")
     p.add_argument("--process-count", type=positive, help="without --config-file: number of ranks")
     p.add_argument("--job-preparation", help="without --config-file: command run once per node first")
