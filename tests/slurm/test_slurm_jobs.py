@@ -210,5 +210,11 @@ def test_one_name_submitted_at_once_runs_once(slurm: SlurmCluster, slurm_ws: Wor
         st = wait(slurm_ws, name)
         assert st.state is JobState.SUCCEEDED, st.failure_reason
         assert read(slurm_ws, name, "stdout.txt") == "ran\n"  # once
-        jobs = slurm.command("squeue", "-h", "-t", "all", "-n", f"batchai.slurmws.exp.{name}", "-o", "%T")
+        deadline = time.monotonic() + 30  # our record is written before Slurm marks the job COMPLETED
+        while True:
+            jobs = slurm.command("squeue", "-h", "-t", "all", "-n", f"batchai.slurmws.exp.{name}", "-o", "%T")
+            done = not any(state in jobs.stdout for state in ("RUNNING", "COMPLETING", "PENDING"))
+            if done or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         assert sorted(jobs.stdout.split()) == ["CANCELLED"] * jobs.stdout.count("CANCELLED") + ["COMPLETED"]

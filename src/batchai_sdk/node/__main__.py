@@ -6,6 +6,7 @@
 ``prep CONFIG NODE``      job preparation on a node (secrets as JSON on stdin)
 ``rank CONFIG``           one rank (started by mpirun or the launcher)
 ``reap TAG``              end every process of a job on this node; prints how many survived
+``slurm-job batch CONFIG``  inside a Slurm allocation: the job's launcher there (see slurm_job.py)
 ``stacks --tag T --out D --node N``  write the Python stacks of a job's processes here (hang watchdog)
 """
 
@@ -46,6 +47,8 @@ def main(argv: list[str]) -> int:
             raw = sys.stdin.read()
             secrets = json.loads(raw) if raw.strip() else {}
         return int(_mod("rank").run_rank(args[0], secrets))
+    if mode == "slurm-job":
+        return int(_mod("slurm_job").main(args))
     if mode == "stacks":
         return int(_mod("stacks").main(args))
     if mode == "reap" and len(args) == 1:

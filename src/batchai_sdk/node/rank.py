@@ -25,6 +25,11 @@ from .common import expand, job_env, load, try_append, write_json_atomic
 
 def make_node_dirs(cfg: dict[str, Any]) -> None:
     os.makedirs(cfg["env"]["AZ_BATCHAI_JOB_TEMP"], exist_ok=True)
+    make_mount_link(cfg)
+
+
+def make_mount_link(cfg: dict[str, Any]) -> None:
+    """The job's mount_path: a node-local link to the share under the job's mount root."""
     link = cfg.get("mount_link")
     if link:
         os.makedirs(os.path.dirname(link["path"]), exist_ok=True)

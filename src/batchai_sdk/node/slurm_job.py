@@ -16,7 +16,6 @@ pending, a node lost).
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -24,57 +23,17 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import datetime, timezone
 from typing import Any
+
+from .common import append, expand, load, now, write_json_atomic
+from .common import job_env as common_job_env
+from .rank import make_mount_link
 
 HEARTBEAT = 10.0
 
 
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat()
-
-
-def load(path: str) -> Any:
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
-def write_json_atomic(path: str, data: Any) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def append(path: str, line: str) -> None:
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(f"{now()} {line}\n")
-
-
-def expand(value: str, env: dict[str, str]) -> str:
-    """``$NAME`` / ``${NAME}`` from ``env``; unknown names stay as written."""
-    saved = os.environ.copy()
-    try:
-        os.environ.clear()
-        os.environ.update(env)
-        return os.path.expandvars(value)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-
-
 def job_env(cfg: dict[str, Any]) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(cfg.get("env") or {})
-    secret_file = cfg.get("secret_env_file")
-    if secret_file and os.path.exists(secret_file):
-        env.update(load(secret_file))
-    for key in cfg.get("expand_env") or []:
-        if key in env:
-            env[key] = expand(env[key], env)
+    env = common_job_env(cfg)
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 
@@ -129,13 +88,7 @@ def make_node_dirs(cfg: dict[str, Any], env: dict[str, str]) -> None:
     temp = env.get("AZ_BATCHAI_JOB_TEMP")
     if temp:
         os.makedirs(temp, exist_ok=True)
-    link = cfg.get("mount_link")
-    if link:
-        os.makedirs(os.path.dirname(link["path"]), exist_ok=True)
-        try:
-            os.symlink(link["target"], link["path"])
-        except FileExistsError:
-            pass
+    make_mount_link(cfg)
 
 
 def node_name() -> str:
@@ -252,7 +205,8 @@ class Batch:
         return self.proc.wait()
 
     def me(self, mode: str) -> list[str]:
-        return [sys.executable, os.path.abspath(__file__), mode, self.config_path]
+        node_main = os.path.join(os.path.dirname(os.path.abspath(__file__)), "__main__.py")
+        return [sys.executable, "-S", node_main, "slurm-job", mode, self.config_path]
 
     def prepare(self, env: dict[str, str]) -> str | None:
         if len(self.nodes) == 1:
@@ -350,7 +304,7 @@ def main(argv: list[str]) -> int:
         return run_prep(argv[1])
     if len(argv) >= 2 and argv[0] == "rank":
         return run_rank(argv[1])
-    sys.stderr.write("usage: slurm_job.py batch CONFIG [--mpi TYPE] | prep CONFIG | rank CONFIG\n")
+    sys.stderr.write("usage: __main__.py slurm-job batch CONFIG [--mpi TYPE] | prep CONFIG | rank CONFIG\n")
     return 2
 
 

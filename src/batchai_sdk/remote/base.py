@@ -59,6 +59,21 @@ class Runner(ABC):
         self.close()
 
 
+class BorrowedRunner(Runner):
+    """A runner lent to a caller: ``close()`` leaves the connection to its owner (a backend keeps one
+    connection per node and lends it out)."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+        self.node = runner.node
+
+    def run(self, command: str, *, timeout: float | None = None, stdin: str | None = None) -> CommandResult:
+        return self.runner.run(command, timeout=timeout, stdin=stdin)
+
+    def start_detached(self, command: str, *, log_path: str) -> None:
+        self.runner.start_detached(command, log_path=log_path)
+
+
 def run_on_all(
     runners: Mapping[str, Runner],
     command: str | Mapping[str, str],

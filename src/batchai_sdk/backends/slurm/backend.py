@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..._models import ClusterSpec, Node, NodeCounts, NodeState, count_nodes
 from ...exceptions import NotFoundError, NotSupportedError, ValidationError
-from ...remote.base import CommandResult, Runner
+from ...remote.base import BorrowedRunner, Runner
 from ...remote.host_keys import HostKeyStore
 from ...remote.local import LocalRunner
 from ...share import LocalShare, Share
@@ -36,20 +36,6 @@ RESIZE_HINT = (
     "Slurm manages the partition's capacity (its nodes, power saving and cloud autoscale, e.g. "
     "CycleCloud Workspace for Slurm); change it with Slurm's own tools, not cluster.resize()"
 )
-
-
-class _Borrowed(Runner):
-    """The backend's login-node runner lent out: ``close()`` leaves the connection open."""
-
-    def __init__(self, runner: Runner) -> None:
-        self.runner = runner
-        self.node = runner.node
-
-    def run(self, command: str, *, timeout: float | None = None, stdin: str | None = None) -> CommandResult:
-        return self.runner.run(command, timeout=timeout, stdin=stdin)
-
-    def start_detached(self, command: str, *, log_path: str) -> None:
-        self.runner.start_detached(command, log_path=log_path)
 
 
 class SlurmBackend(Backend):
@@ -228,7 +214,7 @@ class SlurmBackend(Backend):
 
     def head_runner(self, spec: ClusterSpec, nodes: tuple[Node, ...]) -> Runner:
         """The login node (jobs start through sbatch there, never directly on a compute node)."""
-        return _Borrowed(self.runner)
+        return BorrowedRunner(self.runner)
 
     def scheduler(self, spec: ClusterSpec) -> SlurmScheduler:
         """The cluster's scheduler: Slurm itself (sbatch, scancel, squeue)."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 import posixpath
 import shlex
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ... import _layout as layout
@@ -22,6 +21,7 @@ from ..._models import ClusterSpec, JobState, utcnow
 from ...exceptions import AlreadyExistsError, ValidationError
 from ...share import join
 from ..base import Assignment, ClusterScheduler, JobRequest
+from ..head_scheduler import ensure_node_code
 from . import states
 from .commands import QueuedJob
 from .script import SbatchRequest, parse_job_name, sbatch_script, slurm_job_name
@@ -29,8 +29,6 @@ from .script import SbatchRequest, parse_job_name, sbatch_script, slurm_job_name
 if TYPE_CHECKING:
     from .backend import SlurmBackend
 
-LAUNCHER_SOURCE = Path(__file__).resolve().parents[2] / "node" / "slurm_job.py"
-LAUNCHER_NAME = "slurm_job.py"
 SCRIPT_NAME = "job.sbatch"
 
 _PHASES = {"CONFIGURING": "preparing", "COMPLETING": "cleaning"}
@@ -72,9 +70,7 @@ class SlurmScheduler(ClusterScheduler):
             if _active(job):
                 raise AlreadyExistsError("job", request.name, f"Slurm (job {job.job_id}, {job.state})")
         cfg: dict[str, Any] = share.read_json(request.launch_config)
-        run_dir = posixpath.dirname(request.launch_config)
-        share.write_bytes(join(run_dir, LAUNCHER_NAME), LAUNCHER_SOURCE.read_bytes())
-        node_run_dir = posixpath.join(backend.share_path, run_dir)
+        node_main = posixpath.join(backend.share_path, ensure_node_code(backend), "__main__.py")
         ntasks = sum(cfg.get("ranks_per_node") or []) or request.node_count
         if cfg.get("toolkit") != "horovod":
             ntasks = max(ntasks, request.node_count)
@@ -86,7 +82,9 @@ class SlurmScheduler(ClusterScheduler):
             workdir=cfg["wd"],
             launcher=(
                 cfg.get("python") or backend.python,
-                posixpath.join(node_run_dir, LAUNCHER_NAME),
+                "-S",
+                node_main,
+                "slurm-job",
                 "batch",
                 posixpath.join(backend.share_path, request.launch_config),
                 "--mpi",
@@ -102,7 +100,9 @@ class SlurmScheduler(ClusterScheduler):
             extra=backend.sbatch_options,
         )
         script = sbatch_script(sbatch)
-        share.write_text(join(run_dir, SCRIPT_NAME), script)  # for the record: never holds a secret
+        share.write_text(
+            join(posixpath.dirname(request.launch_config), SCRIPT_NAME), script
+        )  # never a secret
         if request.secrets:
             # Secrets reach the job through its batch script, which only its owner and Slurm's admins can
             # read (slurmctld's state folder); never the share, never a command line.

@@ -50,7 +50,7 @@ class SbatchRequest:
     ntasks: int
     stdouterr_dir: str
     workdir: str
-    launcher: Sequence[str]  # argv run in the allocation: python, slurm_job.py, "batch", launch.json
+    launcher: Sequence[str]  # argv run in the allocation: python -S node code slurm-job batch launch.json
     partition: str | None = None
     account: str | None = None
     constraint: str | None = None

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from ... import _layout as layout
 from ..._models import ClusterSpec, Node, NodeState, utcnow
 from ...exceptions import BatchAIError, HostKeyError, NodeError, ValidationError
-from ...remote.base import CommandResult, Runner
+from ...remote.base import BorrowedRunner, CommandResult, Runner
 from ...remote.host_keys import HostKeyStore, known_hosts_name
 from ...remote.ssh import SSHRunner, probe_ssh
 from ...share import join
@@ -55,20 +55,6 @@ def parse_jump(spec: str, default_user: str) -> tuple[str, str, int]:
     if not host or not _HOST_RE.match(host):
         raise ValidationError("jump_host", spec, "'[user@]host[:port]'")
     return user or default_user, host, port
-
-
-class _Borrowed(Runner):
-    """The backend's runner lent to a caller: ``close()`` leaves the connection to the backend."""
-
-    def __init__(self, runner: SSHRunner) -> None:
-        self.runner = runner
-        self.node = runner.node
-
-    def run(self, command: str, *, timeout: float | None = None, stdin: str | None = None) -> CommandResult:
-        return self.runner.run(command, timeout=timeout, stdin=stdin)
-
-    def start_detached(self, command: str, *, log_path: str) -> None:
-        self.runner.start_detached(command, log_path=log_path)
 
     def close(self) -> None:
         return None
@@ -467,7 +453,7 @@ class SSHBackend(Backend):
         )
 
     def head_runner(self, spec: ClusterSpec, nodes: tuple[Node, ...]) -> Runner:
-        return _Borrowed(self.runner(nodes[0]))
+        return BorrowedRunner(self.runner(nodes[0]))
 
     # -- removal --------------------------------------------------------------------------------------
     def delete_cluster(self, spec: ClusterSpec) -> None:
