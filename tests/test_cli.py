@@ -389,8 +389,9 @@ def test_job_from_flags_failure_is_the_exit_status(tutorial: CLI, tmp_path: Path
                             "-o", "tsv")  # fmt: skip
     assert out == "failed\n"
     assert code == 3
-    stream = tutorial.ok("job", "file", "stream", *job, "-j", "fails", "-f", "stdout.txt")
+    code, stream, err = tutorial("job", "file", "stream", *job, "-j", "fails", "-f", "stdout.txt")
     assert stream.count("rank output ['--alpha', 'b c']") == 2
+    assert code == 3 and "job fails failed: rank" in err  # the output, then why, as job wait says it
     table = tutorial.ok("job", "list", *job, "-o", "table").splitlines()
     assert table[0].split() == [
         "Name",

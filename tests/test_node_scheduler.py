@@ -222,12 +222,13 @@ def test_a_killed_launcher_fails_the_job_and_its_processes_are_ended(h: Harness)
 def test_an_unwritable_share_keeps_the_outcome_until_it_can_be_written(h: Harness) -> None:
     h.submit("late", "sleep 0.3; exit 7")
     h.pump(lambda: h.row("late")["phase"] == "running")
-    experiments = h.share / ".batchai" / "experiments"
-    hidden = experiments.with_name("experiments.away")
-    experiments.rename(hidden)  # the share's folders are unreachable: every write there fails
+    record = h.job_dir("late") / "status.json"
+    record.unlink()
+    (record / "blocked").mkdir(parents=True)  # the record cannot be replaced: every publish of it fails
     h.pump(lambda: h.row("late")["state"] == "failed")
     assert h.row("late")["published"] == 0 and not h.sched.idle()
-    hidden.rename(experiments)
+    (record / "blocked").rmdir()
+    record.rmdir()
     h.pump(lambda: h.row("late")["published"] == 1)
     status = h.status("late")
     assert status["state"] == "failed" and status["exit_code"] == 7

@@ -198,7 +198,7 @@ def test_a_killed_scheduler_is_restarted_and_picks_its_running_job_up_again(
         p
         for p in os.listdir("/proc")
         if p.isdigit()
-        and Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[2:4] == [b"scheduler", bytes(state)]
+        and Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[3:5] == [b"scheduler", bytes(state)]
     ]
     assert len(sched) == 1
     os.kill(int(sched[0]), signal.SIGKILL)
