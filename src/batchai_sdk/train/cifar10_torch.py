@@ -55,9 +55,25 @@ from typing import Any
 import numpy as np
 
 try:
-    from .cifar10 import CIFAR_ARCHIVE, CIFAR_FOLDER, UserError, load_dataset
+    from .cifar10 import (
+        CIFAR_ARCHIVE,
+        CIFAR_FOLDER,
+        UserError,
+        _non_negative_int,
+        _positive_int,
+        load_dataset,
+    )
+    from .cifar10 import _trim_metrics as trim_metrics
 except ImportError:  # run as a plain file next to cifar10.py
-    from cifar10 import CIFAR_ARCHIVE, CIFAR_FOLDER, UserError, load_dataset  # type: ignore[no-redef,import-not-found]
+    from cifar10 import (  # type: ignore[no-redef,import-not-found]
+        CIFAR_ARCHIVE,
+        CIFAR_FOLDER,
+        UserError,
+        _non_negative_int,
+        _positive_int,
+        load_dataset,
+    )
+    from cifar10 import _trim_metrics as trim_metrics  # type: ignore[no-redef,import-not-found]
 
 MODEL_FILE = "cifar10_torch_model.pt"
 CHECKPOINT_PATTERN = "checkpoint-{epoch:03d}.pt"
@@ -166,40 +182,7 @@ def save_atomic(obj: Any, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def trim_metrics(path: Path, last_epoch: int) -> None:
-    """Keep the lines of epochs 1..last_epoch (a resumed run writes the later ones again)."""
-    if not path.exists():
-        return
-    kept = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if (
-            isinstance(record, dict)
-            and isinstance(record.get("epoch"), int)
-            and record["epoch"] <= last_epoch
-        ):
-            kept.append(line)
-    path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-
-
 # --------------------------------------------------------------------------------------------- command
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
