@@ -164,11 +164,11 @@ def test_a_project_of_several_files_runs_from_its_code_dir(ws: Workspace, tmp_pa
     exp = ws.create_experiment("e")
     cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=2)
     job = exp.create_job(
-        "proj", cluster=cluster, node_count=2, code_dir=project, python_script="train.py"
+        "proj", cluster=cluster, node_count=2, source_dir=project, python_script="train.py"
     ).submit()
     assert job.wait(timeout=120) is JobState.SUCCEEDED, job.status.failure_reason
     assert job.tail("stdout.txt") == ["hello from helper", "hello from helper"]
     staged = {p.name for p in ws.share.list(job.paths.wd)}
     assert {"train.py", "helper.py"} <= staged and "data" not in staged
     with pytest.raises(ValidationError, match="python_script"):
-        exp.create_job("x", cluster=cluster, code_dir=project, python_script="../outside.py")
+        exp.create_job("x", cluster=cluster, source_dir=project, python_script="../outside.py")

@@ -39,7 +39,10 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 30, what: str = "co
         time.sleep(0.1)
 
 
-def test_fifty_jobs_on_two_nodes_run_once_each_and_never_share_a_node(ws: Workspace, tmp_path: Path) -> None:
+@pytest.mark.parametrize("round_", [1, 2, 3])
+def test_fifty_jobs_on_two_nodes_run_once_each_and_never_share_a_node(
+    ws: Workspace, tmp_path: Path, round_: int
+) -> None:
     out = tmp_path / "runs"
     out.mkdir()
     exp = ws.create_experiment("q")

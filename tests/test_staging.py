@@ -119,7 +119,7 @@ def test_symlinks_inside_are_followed_outside_refused(tmp_path: Path) -> None:
     (src / "key").symlink_to(secret)
     with pytest.raises(UnsafeSymlinkError) as info:
         code_files(src)
-    assert info.value.field == "code_dir"
+    assert info.value.field == "source_dir"
     assert "leaves" in str(info.value) and str(secret) in str(info.value)
     (src / "key").unlink()
     (src / "gone").symlink_to(tmp_path / "nowhere")

@@ -412,7 +412,7 @@ class JobSpec:
     hang_timeout: float | None = None
     max_retries: int = 0  # requeues after a lost node or a listed exit code (evictions do not count)
     max_cost: float | None = None  # end the job once its cost estimate passes this (the cluster's currency)
-    code_dir: str | None = None  # a local folder uploaded whole; python_script is a path inside it
+    source_dir: str | None = None  # a local folder uploaded whole; python_script is a path inside it
     retry_on_exit_codes: tuple[int, ...] = ()
     # the toolkit's own settings, snake_case (see TOOLKIT_SETTING_KEYS and docs/toolkits.md)
     toolkit_settings: Mapping[str, Any] = field(default_factory=dict)

@@ -71,7 +71,7 @@ class CodeDirTooLargeError(ValidationError):
             f"(input_directories), list what the job does not need in {IGNORE_FILE}, or raise the limit "
             "(max_bytes= / BATCHAI_CODE_DIR_MAX_MB)"
         )
-        super().__init__("code_dir", str(source), expected)
+        super().__init__("source_dir", str(source), expected)
         self.args = (f"code directory {source} holds {total / _MiB:.1f} MiB: expected {expected}",)
 
 
@@ -81,7 +81,7 @@ class UnsafeSymlinkError(ValidationError):
     def __init__(self, link: Path, target: str, why: str) -> None:
         self.link = link
         self.target = target
-        super().__init__("code_dir", str(link), f"no symbolic link that {why} (it points to {target})")
+        super().__init__("source_dir", str(link), f"no symbolic link that {why} (it points to {target})")
 
 
 def default_max_bytes() -> int:

@@ -63,7 +63,7 @@ class Experiment:
         max_retries: int = 0,
         retry_on_exit_codes: Sequence[int] = (),
         max_cost: float | None = None,
-        code_dir: str | os.PathLike[str] | None = None,
+        source_dir: str | os.PathLike[str] | None = None,
     ) -> Job:
         """Describe a job (nothing runs until ``Job.submit``).
 
@@ -116,7 +116,7 @@ class Experiment:
             max_retries=max_retries,
             retry_on_exit_codes=retry_on_exit_codes,  # type: ignore[arg-type]  # JobSpec makes it a tuple
             max_cost=max_cost,
-            code_dir=os.fspath(code_dir) if code_dir is not None else None,
+            source_dir=os.fspath(source_dir) if source_dir is not None else None,
             toolkit_settings=toolkit_settings if toolkit_settings is not None else {},
         )
         return self.job_from_spec(spec)

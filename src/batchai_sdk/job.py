@@ -166,8 +166,8 @@ class Job:
         """(local file to upload, share path of a script already on the share); one of them is set."""
         script = self.spec.python_script or ""
         share = self.workspace.share
-        if self.spec.code_dir is not None:
-            return self._code_dir_script(), None
+        if self.spec.source_dir is not None:
+            return self._source_dir_script(), None
         if "$" in script:
             rel = share_relative(script, mount_path=self.spec.mount_path, share_name=share.name)
             if rel is not None and not share.exists(rel):
@@ -178,16 +178,16 @@ class Job:
             raise NotFoundError("script", script, "this machine (a file path or an importable module name)")
         return local, None
 
-    def _code_dir_script(self) -> Path:
-        """The script inside ``code_dir``, the folder checked (size, links) before anything is uploaded."""
-        root = Path(self.spec.code_dir or "").expanduser()
+    def _source_dir_script(self) -> Path:
+        """The script inside ``source_dir``, the folder checked (size, links) before anything is uploaded."""
+        root = Path(self.spec.source_dir or "").expanduser()
         if not root.is_dir():
-            raise ValidationError("code_dir", self.spec.code_dir, "a folder on this machine")
+            raise ValidationError("source_dir", self.spec.source_dir, "a folder on this machine")
         code_files(root)  # typed errors for a folder too large or with links out of it
         script = root / (self.spec.python_script or "")
         if not script.is_file() or root.resolve() not in script.resolve().parents:
             raise ValidationError(
-                "python_script", self.spec.python_script, f"a file inside code_dir {str(root)!r}"
+                "python_script", self.spec.python_script, f"a file inside source_dir {str(root)!r}"
             )
         return script
 
@@ -277,8 +277,8 @@ class Job:
         share = self.workspace.share
         what = "the job's script"
         try:
-            if self.spec.code_dir is not None and local_script is not None:  # the whole folder, one tree
-                stage_code(share, Path(self.spec.code_dir).expanduser(), self.paths.wd)
+            if self.spec.source_dir is not None and local_script is not None:  # the whole folder, one tree
+                stage_code(share, Path(self.spec.source_dir).expanduser(), self.paths.wd)
                 script_rel = join(self.paths.wd, self.spec.python_script or "")
             elif local_script is not None:
                 script_rel = share.upload(local_script, join(self.paths.wd, local_script.name))

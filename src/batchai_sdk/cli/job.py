@@ -86,7 +86,7 @@ def _register_create(j: Commands) -> None:
     )
     p.add_argument("--script-args", help="without --config-file: the script's arguments, one string")
     p.add_argument(
-        "--code-dir", help="a local project folder, uploaded whole; --python-script is a file in it"
+        "--source-dir", help="a local project folder, uploaded whole; --python-script is a file in it"
     )
     p.add_argument("--command-line", help="without --config-file: a custom MPI command line")
     p.add_argument("--process-count", type=positive, help="without --config-file: number of ranks")
@@ -184,7 +184,7 @@ def job_create(ctx: Context, args: argparse.Namespace) -> Result | None:
             command_line=args.command_line,
             process_count=args.process_count,
             job_preparation=args.job_preparation,
-            code_dir=args.code_dir,
+            source_dir=args.source_dir,
             **_survive_options(args),
         )
     job.submit()
