@@ -155,3 +155,23 @@ def test_a_spot_eviction_requeues_the_job_without_spending_a_retry(
     assert second["cause"] == "exit" and second["exit_code"] == 0
     assert job.tail("attempt-1/stdout.txt") == ["attempt 0", "checkpointed on SIGTERM"]
     assert job.tail("stdout.txt") == ["attempt 1"]
+
+
+def test_simulate_eviction_tries_the_resume_path(ws: Workspace, script: Script) -> None:
+    exp = ws.create_experiment("e")
+    cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=2)
+    job = exp.create_job("resumable", cluster=cluster, node_count=2,
+                         python_script=str(script("ev.py", EVICTABLE))).submit()  # fmt: skip
+    deadline = time.monotonic() + 30
+    while not job.files() or job.tail() != ["attempt 0", "attempt 0"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    node = job.status.nodes[1]
+    assert cluster.simulate_eviction(node, grace_seconds=10) == "e/resumable"
+    assert job.wait(timeout=90) is JobState.SUCCEEDED, job.status.failure_reason
+    first = job.attempts[0]
+    assert first["cause"] == "evicted" and first["extra"]["evictions"][0]["node"] == node
+    assert job.tail("stdout.txt") == ["attempt 1", "attempt 1"]
+    assert "checkpointed on SIGTERM" in job.tail("attempt-1/stdout.txt", 10)
+    with pytest.raises(Exception, match="runs a job"):
+        cluster.simulate_eviction()  # nothing runs now

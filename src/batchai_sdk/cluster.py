@@ -6,6 +6,7 @@ import contextlib
 import json
 import time
 from dataclasses import replace
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from . import _layout as layout
@@ -22,8 +23,9 @@ from ._models import (
 )
 from .backends.base import ClusterStatus
 from .cost import format_cost
-from .exceptions import BatchAITimeoutError, ClusterBusyError, NotFoundError
+from .exceptions import BatchAITimeoutError, ClusterBusyError, NotFoundError, ValidationError
 from .node.autoscale import DEFAULT_IDLE_SECONDS
+from .share import join
 
 if TYPE_CHECKING:
     from .job import Job
@@ -74,6 +76,30 @@ class Cluster:
         self._event({"to": self.spec.nodes, "reason": f"autoscale set by the user: {auto.to_dict()}"})
         self.workspace.backend.scheduler(self.spec).ensure_running()
         return self
+
+    def simulate_eviction(self, node: str | None = None, *, grace_seconds: float = 30.0) -> str:
+        """Evict ``node`` (default: the first node running a job) as Azure evicts a Spot VM, to try a
+        job's resume path before it costs anything: the node's ranks get SIGTERM, have ``grace_seconds``
+        to checkpoint, and the job is requeued (no retry spent) and starts again with
+        ``AZ_BATCHAI_JOB_RESTART_COUNT`` raised. Returns the job it hit (``experiment/job``)."""
+        held = self.workspace.backend.scheduler(self.spec).assignments()
+        node = node if node is not None else next(iter(sorted(held)), None)
+        if node is None or node not in held:
+            busy = ", ".join(sorted(held)) or "none"
+            raise ValidationError(
+                "node", node, f"a node of cluster {self.name!r} that runs a job (now: {busy})"
+            )
+        experiment, _, job = held[node].job.partition("/")
+        notice = {
+            "event_id": f"simulated-{utcnow():%Y%m%d%H%M%S}",
+            "event_type": "Preempt",
+            "not_before": (utcnow() + timedelta(seconds=grace_seconds)).isoformat(),
+            "grace_seconds": grace_seconds,
+            "source": "simulate_eviction",
+        }
+        path = join(layout.job_run_dir(experiment, job), f"simulate-eviction-{node}.json")
+        self.workspace.share.write_json(path, notice)
+        return held[node].job
 
     def events(self) -> list[dict[str, Any]]:
         """Every scaling decision, oldest first: time, from → to, nodes removed, why."""

@@ -36,6 +36,12 @@ def register(commands: Commands) -> None:
         c, "auto-scale", cluster_auto_scale, "let the cluster's scheduler size it between --min and --max"
     )
     _autoscale_args(p, required=True)
+    node = c.group("node", "a cluster's nodes")
+    p = _cluster_command(
+        node, "simulate-eviction", cluster_simulate_eviction, "evict a node as Azure evicts Spot VMs"
+    )
+    p.add_argument("--node", help="the node (default: the first node running a job)")
+    p.add_argument("--grace", type=non_negative, default=30, help="seconds the ranks get to checkpoint (30)")
     p = _cluster_command(c, "delete", cluster_delete, "delete a cluster")
     p.add_argument("--force", action="store_true", help="terminate its running jobs")
     yes_arg(p)
@@ -121,6 +127,13 @@ def cluster_auto_scale(ctx: Context, args: argparse.Namespace) -> Result | None:
         idle_seconds_before_scaledown=args.idle_seconds,
     )
     return Result(cluster_view(cluster, group), cluster_table)
+
+
+def cluster_simulate_eviction(ctx: Context, args: argparse.Namespace) -> Result | None:
+    group = ctx.group()
+    cluster = ctx.open_workspace(group).get_cluster(args.name)
+    job = cluster.simulate_eviction(args.node, grace_seconds=args.grace)
+    return Result({"cluster": cluster.name, "node": args.node, "job": job, "evicted": True})
 
 
 def cluster_delete(ctx: Context, args: argparse.Namespace) -> Result | None:

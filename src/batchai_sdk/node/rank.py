@@ -17,10 +17,11 @@ import socket
 import subprocess
 import tempfile
 import threading
+import time
 from typing import Any
 
 from . import toolkits
-from .common import expand, job_env, load, try_append, write_json_atomic
+from .common import expand, job_env, load, load_or_none, try_append, write_json_atomic
 
 
 def make_node_dirs(cfg: dict[str, Any]) -> None:
@@ -243,14 +244,16 @@ def last_error_line(lines: list[bytes]) -> str | None:
 
 
 class EvictionWatch:
-    """On a Spot / low-priority node, one rank per node watches the Scheduled Events for this VM. On a
-    notice it marks the eviction in the job's run folder (the scheduler then requeues the job without
-    spending a retry), sends SIGTERM to the job's processes here so they checkpoint, and acknowledges the
-    event shortly before the VM is taken."""
+    """One rank shim per node watches for an eviction notice: Azure's Scheduled Events for this VM (on a
+    Spot / low-priority cluster), or one ``cluster.simulate_eviction`` left in the job's run folder. On a
+    notice it marks the eviction in the run folder (the scheduler then requeues the job without spending a
+    retry), sends SIGTERM to the job's processes here so they checkpoint, and acknowledges the event (a
+    real one) shortly before the VM is taken."""
 
     def __init__(self, cfg: dict[str, Any], env: dict[str, str], node: str, log: str) -> None:
         self.cfg, self.node, self.log = cfg, node, log
         self.tag = env.get("BATCHAI_JOB_TAG", "")
+        self.simulated = os.path.join(cfg["run_dir"], f"simulate-eviction-{node}.json")
         self.stop = threading.Event()
         self.evicting = threading.Event()
         self.done = threading.Event()
@@ -259,21 +262,38 @@ class EvictionWatch:
     def run(self) -> None:
         from . import evictions
 
+        vm_name = None
         try:
-            evictions.watch(self.on_notice, interval=2.0, stop_event=self.stop)
+            while not self.stop.wait(1.0):
+                notice = load_or_none(self.simulated)
+                if notice:
+                    return self.on_notice(notice, None)
+                if not self.cfg.get("eviction_watch"):
+                    continue
+                try:
+                    vm_name = vm_name or evictions.get_vm_name()
+                    found = evictions.poll(vm_name)
+                except evictions.ImdsError:
+                    continue  # not answering yet: try again
+                if found:
+                    return self.on_notice(found[0].to_dict(), found[0])
         finally:
             self.done.set()
 
-    def on_notice(self, notice: Any) -> None:
+    def on_notice(self, notice: dict[str, Any], real: Any) -> None:
         from . import evictions, procs
 
         self.evicting.set()
-        self.stop.set()
         marker = os.path.join(self.cfg["run_dir"], f"evicted-{self.node}.json")
         with contextlib.suppress(OSError):
-            write_json_atomic(marker, {"node": self.node, **notice.to_dict()})
-        try_append(self.log, f"eviction notice for {self.node}: {notice.event_type} at {notice.not_before}")
-        evictions.evict(notice, procs.rank_pids(self.tag))
+            write_json_atomic(marker, {"node": self.node, **notice})
+        kind = notice.get("event_type", "Preempt")
+        try_append(self.log, f"eviction notice for {self.node}: {kind} at {notice.get('not_before')}")
+        if real is not None:
+            evictions.evict(real, procs.rank_pids(self.tag))
+        else:  # simulated: the same signal and grace, nothing to acknowledge
+            grace = float(notice.get("grace_seconds") or 30)
+            evictions.terminate_and_wait(procs.rank_pids(self.tag), time.monotonic() + grace)
 
     def finish(self) -> None:
         self.stop.set()
@@ -284,7 +304,10 @@ class EvictionWatch:
 def start_eviction_watch(
     cfg: dict[str, Any], env: dict[str, str], node: str, log: str
 ) -> EvictionWatch | None:
-    if not cfg.get("eviction_watch") or env.get("OMPI_COMM_WORLD_LOCAL_RANK", "0") != "0":
+    rank = int(env.get("OMPI_COMM_WORLD_RANK", env.get("PMI_RANK", "0")))
+    rank_nodes = env.get("BATCHAI_RANK_NODES", "").split(",")
+    first_here = node not in rank_nodes or rank_nodes.index(node) == rank  # one watcher per node
+    if not first_here or not cfg.get("run_dir"):
         return None
     watch = EvictionWatch(cfg, env, node, log)
     watch.thread.start()

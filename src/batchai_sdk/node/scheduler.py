@@ -491,7 +491,7 @@ class Scheduler:
         run_dir = os.path.join(self.job_share_dir(row["experiment"], row["name"]), "run")
         with contextlib.suppress(OSError):
             for name in os.listdir(run_dir):
-                if name.startswith("evicted-") and name.endswith(".json"):
+                if name.startswith(("evicted-", "simulate-eviction-")) and name.endswith(".json"):
                     os.unlink(os.path.join(run_dir, name))
 
     def clean_nodes(self, tag: str, node_ids: list[str]) -> int:
