@@ -58,3 +58,31 @@ def test_the_tutorial_commands_on_a_slurm_profile(
     create = ["job", "create", "-g", "g", "-w", "w", "-e", "e", "-c", "cpu", "-n", "j", "-f", str(job_json)]
     assert main([*create, "--stream"]) == 0
     assert (share_root / "g" / "w").is_dir()
+
+
+ALLREDUCE = """
+import os, torch, torch.distributed as dist
+dist.init_process_group(backend=os.environ["AZ_BATCHAI_PYTORCH_BACKEND"],
+                        init_method=os.environ["AZ_BATCHAI_PYTORCH_INIT_METHOD"],
+                        rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+t = torch.tensor([float(os.environ["RANK"]) + 1])
+dist.all_reduce(t)
+print(f"rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']} sum={t.item():g}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.train
+def test_a_two_process_torch_job_runs_through_sbatch(slurm_ws: object, tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    ws = slurm_ws
+    exp = ws.create_experiment("e")  # type: ignore[attr-defined]
+    cluster = ws.create_cluster("cpu", vm_size="slurm", nodes=1)  # type: ignore[attr-defined]
+    script = tmp_path / "ddp.py"
+    script.write_text(ALLREDUCE)
+    job = exp.create_job(
+        "ddp", cluster=cluster, toolkit="pytorch", process_count=2, python_script=str(script)
+    )
+    job.submit()
+    assert job.wait(timeout=180) is JobState.SUCCEEDED, job.status.failure_reason
+    assert sorted(job.tail("stdout.txt", 10)) == ["rank 0 of 2 sum=3", "rank 1 of 2 sum=3"]

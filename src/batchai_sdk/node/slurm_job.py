@@ -25,9 +25,11 @@ import threading
 import time
 from typing import Any
 
+from . import toolkits
 from .common import append, expand, load, now, write_json_atomic
 from .common import job_env as common_job_env
-from .rank import make_mount_link
+from .launcher import free_port
+from .rank import FRAMEWORKS, make_mount_link
 
 HEARTBEAT = 10.0
 
@@ -127,7 +129,30 @@ def run_rank(config_path: str) -> int:
     rank = int(env.get("SLURM_PROCID", "0"))
     node = node_name()
     env["AZ_BATCHAI_TASK_INDEX"] = env.get("SLURM_NODEID", "0")
-    argv = [cfg["python"], expand(cfg["script"], env)] + [expand(a, env) for a in cfg.get("args") or []]
+    written = [cfg["python"], cfg["script"], *(cfg.get("args") or [])]
+    if cfg["toolkit"] in FRAMEWORKS:  # the framework's own variables, from Slurm's task layout
+        layout = tasks_per_node(env.get("SLURM_TASKS_PER_NODE", "")) or [int(env.get("SLURM_NTASKS", "1"))]
+        node_rank, local_rank, local_world = toolkits.rank_layout(rank, layout)
+        ctx = toolkits.RankContext(
+            toolkit=cfg["toolkit"],
+            settings=cfg.get("toolkit_settings") or {},
+            rank=rank,
+            world_size=sum(layout),
+            local_rank=local_rank,
+            local_world_size=local_world,
+            node_rank=node_rank,
+            node_count=len(layout),
+            node_addresses=env.get("BATCHAI_NODE_ADDRESSES", node).split(","),
+            master_port=int(env.get("BATCHAI_MASTER_PORT", "29500")),
+            python=cfg["python"],
+            script=cfg.get("script"),
+            args=list(cfg.get("args") or []),
+            gpus_per_node=int(cfg.get("gpus_per_node") or 0),
+            ranks_per_node=layout,
+        )
+        env.update(toolkits.rank_env(ctx))
+        written = toolkits.rank_argv(ctx)
+    argv = [expand(a, env) for a in written]
     log = execution_log(cfg, node)
     append(log, f"rank {rank} starting on {socket.gethostname()} (pid {os.getpid()}): {argv[0]} {argv[1]}")
     child = subprocess.Popen(argv, cwd=cfg["wd"], env=env)
@@ -223,7 +248,7 @@ class Batch:
         return f"could not set up the job's directories (exit code {code})"
 
     def launch_argv(self) -> list[str]:
-        if self.cfg["toolkit"] == "horovod":
+        if self.cfg["toolkit"] == "horovod" or self.cfg["toolkit"] in FRAMEWORKS:
             ntasks = os.environ.get("SLURM_NTASKS", "1")
             return [
                 "srun",
@@ -271,6 +296,8 @@ class Batch:
             if reason is None and not self.stopped:
                 self.update(preparing=False)
                 self.write_hostfile(env)
+                env["BATCHAI_NODE_ADDRESSES"] = ",".join(self.nodes)  # torch's and TF's rendezvous
+                env["BATCHAI_MASTER_PORT"] = str(free_port())
                 argv = self.launch_argv()
                 self.log(
                     f"launching {os.environ.get('SLURM_NTASKS', '1')} process(es) on {','.join(self.nodes)}"
