@@ -172,3 +172,12 @@ def test_a_project_of_several_files_runs_from_its_code_dir(ws: Workspace, tmp_pa
     assert {"train.py", "helper.py"} <= staged and "data" not in staged
     with pytest.raises(ValidationError, match="python_script"):
         exp.create_job("x", cluster=cluster, source_dir=project, python_script="../outside.py")
+
+
+def test_the_cli_answers_like_az(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(capsys)
+    assert code == 0 and "COMMAND" in out and "cluster" in out
+    for argv in (("file-server", "list", "-g", "g"), ("cluster", "node", "exec", "-n", "c"),
+                 ("cluster", "create", "-n", "c", "--afs-name", "x")):  # fmt: skip
+        code, _, err = cli(capsys, *argv)
+        assert code == 2 and "is not supported by batchai (see docs/cli.md" in err, err

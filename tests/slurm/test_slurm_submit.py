@@ -86,3 +86,37 @@ def test_a_two_process_torch_job_runs_through_sbatch(slurm_ws: object, tmp_path:
     job.submit()
     assert job.wait(timeout=180) is JobState.SUCCEEDED, job.status.failure_reason
     assert sorted(job.tail("stdout.txt", 10)) == ["rank 0 of 2 sum=3", "rank 1 of 2 sum=3"]
+
+
+@pytest.mark.train
+def test_the_tutorial_job_json_runs_through_sbatch(
+    slurm_ws: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The seed's job.json, unchanged but for the node count this one-node Slurm has: job preparation
+    (stand-in apt/pip), 2 Horovod ranks through srun, the logs under stdOutErrPathPrefix."""
+    import os
+    import sys
+
+    from _helpers import TUTORIAL_SCRIPT, stand_in_tools
+    from batchai_sdk import Job
+
+    pytest.importorskip("horovod.tensorflow")
+    log = tmp_path / "tools.log"
+    venv_bin = str(Path(sys.executable).parent)
+    monkeypatch.setenv("PATH", f"{stand_in_tools(tmp_path / 'bin', log)}:{venv_bin}:{os.environ['PATH']}")
+    ws = slurm_ws
+    exp = ws.create_experiment("cifar")  # type: ignore[attr-defined]
+    cluster = ws.create_cluster("cpu", vm_size="slurm", nodes=1)  # type: ignore[attr-defined]
+    ws.share.mkdir("cifar")  # type: ignore[attr-defined]
+    (tmp_path / "cifar_cnn_distributed.py").write_text(TUTORIAL_SCRIPT)
+    ws.share.upload(tmp_path / "cifar_cnn_distributed.py", "cifar/cifar_cnn_distributed.py")  # type: ignore[attr-defined]
+    seed = Path(__file__).parent.parent / "data" / "tutorial_job.json"
+    job = Job.from_batchai_json(seed, experiment=exp, cluster=cluster, name="cifar_distributed",
+                                storage_account="mystorageaccount")  # fmt: skip
+    job.spec = job.spec.replace(node_count=1, process_count=2)
+    job.submit()
+    assert job.wait(timeout=300) is JobState.SUCCEEDED, job.status.failure_reason
+    lines = sorted(line for line in job.stream("stdout.txt", follow=False) if line.startswith("rank"))
+    assert lines == [f"rank {r} of 2: 2 ranks answered" for r in range(2)]
+    assert ws.share.exists("cifar/experiments/cifar/jobs/cifar_distributed/stdouterr/stdout.txt")  # type: ignore[attr-defined]
+    assert "pip install keras horovod" in log.read_text().splitlines()

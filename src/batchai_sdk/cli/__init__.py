@@ -28,6 +28,29 @@ from .commands import build_parser
 __all__ = ["build_parser", "main"]
 
 
+# az batchai commands and options this CLI does not have: answered plainly instead of "invalid choice"
+UNSUPPORTED = (
+    ("file-server",),
+    ("cluster", "node", "list"),
+    ("cluster", "node", "exec"),
+    ("job", "node", "list"),
+    ("job", "node", "exec"),
+    ("workspace", "update"),
+)
+UNSUPPORTED_OPTIONS = ("--afs-name", "--afs-mount-path", "--bfs-name", "--nfs", "--user-assigned-identity")
+
+
+def unsupported_command(argv: list[str]) -> str | None:
+    words = [a for a in argv if not a.startswith("-")]
+    for command in UNSUPPORTED:
+        if tuple(words[: len(command)]) == command:
+            return " ".join(command)
+    for option in UNSUPPORTED_OPTIONS:
+        if any(a == option or a.startswith(option + "=") for a in argv):
+            return " ".join([*words[:2], option])
+    return None
+
+
 def _error(message: str) -> None:
     print(f"error: {message}", file=sys.stderr)
 
@@ -76,6 +99,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     handler: logging.Handler | None = None
+    if not [a for a in argv if a not in ("--debug", "--verbose", "--only-show-errors")]:
+        build_parser().print_help()  # bare `batchai`, as `az batchai` does
+        return 0
+    unsupported = unsupported_command(argv)
+    if unsupported:
+        _error(f"`batchai {unsupported}` is not supported by batchai (see docs/cli.md, 'Not supported')")
+        return 2
     try:
         args = build_parser().parse_args(argv)
         handler = _setup_logging(args)

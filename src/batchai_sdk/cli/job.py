@@ -238,8 +238,16 @@ def _follow(job: Job, group: str, name: str, *, directory: str | None = None, fo
             raise NotFoundError(
                 "file", name, f"job {job.name!r}; its files: {', '.join(sorted(known)) or 'none'}"
             )
-    for line in job.stream(name, follow=follow, directory=directory):
-        print(line, flush=True)
+    try:
+        for line in job.stream(name, follow=follow, directory=directory):
+            print(line, flush=True)
+    except KeyboardInterrupt:
+        stop = (
+            f"batchai job terminate -g {shlex.quote(group)} -w {shlex.quote(job.workspace.name)} "
+            f"-e {shlex.quote(job.experiment.name)} -n {shlex.quote(job.name)}"
+        )
+        print(f"detached; the job is still running (`{stop}` stops it)", file=sys.stderr, flush=True)
+        return Result(None, exit_code=130)
     if not follow and not job.state.ended:
         return Result(None)
     end, code = _end_line(job, group)
