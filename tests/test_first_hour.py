@@ -181,3 +181,8 @@ def test_the_cli_answers_like_az(capsys: pytest.CaptureFixture[str]) -> None:
                  ("cluster", "create", "-n", "c", "--afs-name", "x")):  # fmt: skip
         code, _, err = cli(capsys, *argv)
         assert code == 2 and "is not supported by batchai (see docs/cli.md" in err, err
+
+
+def test_vm_size_is_optional_where_machines_are_what_they_are(ws: Workspace) -> None:
+    cluster = ws.create_cluster("plain", nodes=2)
+    assert cluster.vm_size == "local" and cluster.target_nodes == 2

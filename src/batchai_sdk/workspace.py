@@ -232,7 +232,7 @@ class Workspace:
         self,
         name: str,
         *,
-        vm_size: str,
+        vm_size: str | None = None,
         nodes: int | None = None,
         vm_priority: str = "dedicated",
         image: str | None = None,
@@ -265,6 +265,10 @@ class Workspace:
             nodes = auto.initial
         if nodes is None:
             raise ValidationError("nodes", None, "a node count, or min_nodes and max_nodes for autoscale")
+        if vm_size is None:  # the machines of local, SSH and Slurm clusters are what they are
+            if self.backend.kind == "azure":
+                raise ValidationError("vm_size", None, "a VM size such as 'Standard_NC4as_T4_v3' on Azure")
+            vm_size = self.backend.kind
         spec = ClusterSpec(
             name=name,
             vm_size=vm_size,

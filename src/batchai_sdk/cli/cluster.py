@@ -12,7 +12,7 @@ from ._params import Commands, non_negative, resource_group_arg, workspace_arg, 
 def register(commands: Commands) -> None:
     c = commands.group("cluster", "clusters of nodes")
     p = _cluster_command(c, "create", cluster_create, "create a cluster")
-    p.add_argument("--vm-size", "-s", required=True, help="e.g. Standard_NC6")
+    p.add_argument("--vm-size", "-s", help="e.g. Standard_NC4as_T4_v3 (Azure; optional on local, SSH, Slurm)")
     p.add_argument("--vm-priority", choices=("dedicated", "lowpriority"), default="dedicated")
     p.add_argument(
         "--target", "-t", type=non_negative, help="number of nodes (default 1, or --min with --max)"
