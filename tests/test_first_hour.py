@@ -186,3 +186,22 @@ def test_the_cli_answers_like_az(capsys: pytest.CaptureFixture[str]) -> None:
 def test_vm_size_is_optional_where_machines_are_what_they_are(ws: Workspace) -> None:
     cluster = ws.create_cluster("plain", nodes=2)
     assert cluster.vm_size == "local" and cluster.target_nodes == 2
+
+
+def test_the_local_backend_does_not_change_this_machine_unasked(ws: Workspace, script: Script) -> None:
+    exp = ws.create_experiment("e")
+    cluster = ws.create_cluster("c", nodes=1)
+    job = exp.create_job("tutorial-like", cluster=cluster, python_script=str(script("h.py", "print('ran')")),
+                         job_preparation="apt update; apt install mpi-default-dev -y; pip install keras horovod",
+                         container_image="tensorflow/tensorflow:1.8.0-gpu").submit()  # fmt: skip
+    assert job.wait(timeout=60) is JobState.SUCCEEDED
+    assert job.tail("stdout.txt") == ["ran"]
+    notes = [line for line in job.tail("stderr.txt", 20) if line.startswith("note:")]
+    assert len(notes) == 2 and "job preparation skipped" in notes[0] and "allow_host_changes=True" in notes[0]
+    assert "containerSettings skipped: image tensorflow/tensorflow:1.8.0-gpu" in notes[1]
+    assert not any(p.name.startswith("stdout-job_prep") for p in job.files())  # nothing was run
+    harmless = exp.create_job(
+        "data", cluster=cluster, command_line="true", job_preparation="mkdir -p /tmp/x"
+    ).submit()
+    assert harmless.wait(timeout=60) is JobState.SUCCEEDED
+    assert not [line for line in harmless.tail("stderr.txt", 20) if line.startswith("note:")]

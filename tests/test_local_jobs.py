@@ -498,6 +498,7 @@ def test_a_container_image_without_a_runtime_runs_on_the_host_and_says_so(
 
     if container_runtime() is not None:
         pytest.skip("a container engine answers on this machine")
+    ws = Workspace.local(root=ws.backend.root, allow_host_changes=True)  # type: ignore[attr-defined]
     exp = ws.create_experiment("e")
     cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=1)
     job = exp.create_job(

@@ -304,9 +304,10 @@ class Job:
                 script_on_node=script_on_node,
                 node_main=node_main,
             )
-            config["eviction_watch"] = (
-                evictable  # Spot / low priority: each node watches for eviction notices
-            )
+            config["eviction_watch"] = evictable  # Spot / low priority: each node watches for notices
+            config["notes"] = self.workspace.backend.guard_host(config)
+            for note in config["notes"]:
+                log.warning("job %s: %s", self.name, note)
             what = "the job's launch configuration"
             share.write_json(join(self.paths.run_dir, "launch.json"), config)
             created = utcnow().isoformat()

@@ -37,12 +37,22 @@ class Workspace:
 
     # -- constructors ---------------------------------------------------------------------------------
     @classmethod
-    def local(cls, root: str | os.PathLike[str] | None = None, *, name: str = "local") -> Workspace:
+    def local(
+        cls,
+        root: str | os.PathLike[str] | None = None,
+        *,
+        name: str = "local",
+        allow_host_changes: bool | None = None,
+    ) -> Workspace:
         """The embedded backend: this machine is the cluster; ``root`` (default ``$BATCHAI_HOME`` or
         ``~/.batchai``) holds the share and the records. Created if missing."""
         from .backends.local import LocalBackend
 
-        return cls(LocalBackend(root, name=validate_name(name, "workspace name")))
+        return cls(
+            LocalBackend(
+                root, name=validate_name(name, "workspace name"), allow_host_changes=allow_host_changes
+            )
+        )
 
     @classmethod
     def from_cli(cls, resource_group: str, workspace: str) -> Workspace:

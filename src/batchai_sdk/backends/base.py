@@ -170,6 +170,12 @@ class Backend(ABC):
     def head_runner(self, spec: ClusterSpec, nodes: tuple[Node, ...]) -> Runner:
         """A runner on the job's head node, where the wrapper starts detached."""
 
+    def guard_host(self, config: dict[str, Any]) -> list[str]:
+        """Take out of a job's launch configuration what must not change this machine unasked; returns
+        what was skipped, each with how to allow it. Only the local backend's nodes are the user's own
+        computer."""
+        return []
+
     def scale_set(self, spec: ClusterSpec) -> dict[str, str] | None:
         """Where the head node can change the cluster's capacity itself (Azure: the scale set), or None."""
         return None

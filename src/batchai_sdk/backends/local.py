@@ -8,15 +8,20 @@ mpirun line and share layout as the SSH and Azure backends.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 from .._models import ClusterSpec, Node
 from ..remote.local import LocalRunner
 from ..share import LocalShare
 from .base import Backend, ClusterStatus, LaunchTarget
+
+# job preparation that installs system or Python packages
+INSTALLS = re.compile(r"\b(apt|apt-get|yum|dnf|zypper|apk|pip|pip3|conda|mamba|uv)\b[^;&|\n]*\binstall\b")
 
 
 def default_root() -> Path:
@@ -26,7 +31,20 @@ def default_root() -> Path:
 class LocalBackend(Backend):
     kind = "local"
 
-    def __init__(self, root: str | os.PathLike[str] | None = None, *, name: str = "local") -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | None = None,
+        *,
+        name: str = "local",
+        allow_host_changes: bool | None = None,
+    ) -> None:
+        if allow_host_changes is None:
+            allow_host_changes = os.environ.get("BATCHAI_LOCAL_ALLOW_HOST_CHANGES", "") in (
+                "1",
+                "true",
+                "yes",
+            )
+        self.allow_host_changes = allow_host_changes
         self.root = Path(root).expanduser().resolve() if root is not None else default_root().resolve()
         self.workspace = name
         self.root.mkdir(parents=True, exist_ok=True)
@@ -34,6 +52,28 @@ class LocalBackend(Backend):
         self.share: LocalShare = LocalShare(self.mount_root / "share", name="share")
         self.temp_root = self.root / "tmp"
         self.hostname = socket.gethostname().split(".")[0] or "localhost"
+
+    def guard_host(self, config: dict[str, Any]) -> list[str]:
+        """A job.json written for cluster nodes (the tutorial's installs packages with apt and pip, and runs
+        in a Docker image) must not change the user's own computer unasked."""
+        if self.allow_host_changes:
+            return []
+        notes = []
+        how = "allow it: Workspace.local(..., allow_host_changes=True) or BATCHAI_LOCAL_ALLOW_HOST_CHANGES=1"
+        prep = config.get("job_preparation")
+        if prep and INSTALLS.search(prep):
+            config["job_preparation"] = None
+            notes.append(
+                f"job preparation skipped: {prep!r} would install packages on this computer (the local "
+                f"backend's nodes are this machine); {how}"
+            )
+        image = config.get("container_image")
+        if image:
+            config["container_image"] = None
+            notes.append(
+                f"containerSettings skipped: image {image} would be pulled and run on this computer; {how}"
+            )
+        return notes
 
     def describe(self) -> dict[str, object]:
         return {**super().describe(), "root": str(self.root), "share_path": str(self.share.root)}

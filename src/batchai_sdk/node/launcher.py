@@ -246,6 +246,13 @@ class Launcher:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, self.on_signal)
         self.phase("preparing")
+        for note in self.cfg.get("notes") or []:  # what the backend left out, said where the user looks
+            with (
+                contextlib.suppress(OSError),
+                open(os.path.join(self.cfg["stdouterr_dir"], "stderr.txt"), "a", encoding="utf-8") as err,
+            ):
+                err.write(f"note: {note}\n")
+            self.log(f"note: {note}")
         result: dict[str, Any] = {"exit_code": None, "reason": None}
         try:
             reason = self.prepare_nodes()
