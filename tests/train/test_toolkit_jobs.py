@@ -39,3 +39,57 @@ def test_a_pytorch_job_runs_ddp_ranks_over_the_nodes(ws: Workspace, script: Scri
         "RANK=3 LOCAL_RANK=1 WORLD_SIZE=4 NODE_RANK=1 LOCAL_WORLD_SIZE=2 AZ_BATCHAI_TASK_INDEX=3" in lines[3]
     )
     assert any("TCP" in line and "gloo" in line for line in job.tail("stderr.txt", 40))  # said once
+
+
+RECORDER = """
+    import json, os, sys, time
+    role = os.environ.get("AZ_BATCHAI_TF_ROLE", "worker")
+    keys = ("TF_CONFIG", "AZ_BATCHAI_TASK_INDEX", "AZ_BATCHAI_TF_ROLE", "AZ_BATCHAI_WORKER_HOSTS", "AZ_BATCHAI_PS_HOSTS")
+    print(json.dumps({"argv": sys.argv[1:], **{k: os.environ.get(k) for k in keys}}), flush=True)
+    shared = os.environ["AZ_BATCHAI_SHARED_JOB_TEMP"]
+    if role == "ps":
+        open(os.path.join(shared, "ps-up"), "w").close()
+        time.sleep(300)  # a parameter server serves until it is stopped
+    while not os.path.exists(os.path.join(shared, "ps-up")):  # workers need their parameter server
+        time.sleep(0.05)
+"""
+
+
+def test_a_tensorflow_job_with_a_parameter_server_ends_cleanly(ws: Workspace, script: Script) -> None:
+    import json
+
+    exp = ws.create_experiment("e")
+    cluster = ws.create_cluster("c", nodes=2)
+    job = exp.create_job("tf", cluster=cluster, node_count=2, toolkit="tensorflow",
+                         python_script=str(script("tf.py", RECORDER)),
+                         toolkit_settings={"worker_count": 2, "parameter_server_count": 1,
+                                           "master_args": ["--role", "master"], "worker_args": ["--role", "worker"],
+                                           "parameter_server_args": ["--role", "ps"]}).submit()  # fmt: skip
+    assert job.wait(timeout=120) is JobState.SUCCEEDED, (
+        job.status.failure_reason
+    )  # the ps was stopped, not failed
+    seen = sorted((json.loads(line) for line in job.tail("stdout.txt", 10)), key=lambda r: r["argv"])
+    assert [r["argv"] for r in seen] == [["--role", "master"], ["--role", "ps"], ["--role", "worker"]]
+    master, ps, worker = seen
+    cluster_spec = json.loads(master["TF_CONFIG"])["cluster"]
+    assert len(cluster_spec["worker"]) == 2 and len(cluster_spec["ps"]) == 1
+    assert json.loads(ps["TF_CONFIG"])["task"] == {"type": "ps", "index": 0}
+    assert json.loads(worker["TF_CONFIG"])["task"] == {"type": "worker", "index": 1}
+
+
+PRINTER = """
+    import os, sys
+    print(os.environ["AZ_BATCHAI_TASK_INDEX"], sys.argv[1:], flush=True)
+"""
+
+
+@pytest.mark.parametrize("toolkit", ["chainer", "cntk", "caffe", "caffe2"])
+def test_every_script_toolkit_launches_its_script(ws: Workspace, script: Script, toolkit: str) -> None:
+    exp = ws.create_experiment("e")
+    cluster = ws.create_cluster("c", nodes=2)
+    job = exp.create_job(toolkit, cluster=cluster, node_count=2, toolkit=toolkit,
+                         python_script=str(script("s.py", PRINTER)),
+                         args=["--epochs", "1"] if toolkit != "caffe2" else []).submit()  # fmt: skip
+    assert job.wait(timeout=120) is JobState.SUCCEEDED, job.status.failure_reason
+    expected_args = "['--epochs', '1']" if toolkit != "caffe2" else "[]"
+    assert sorted(job.tail("stdout.txt", 10)) == [f"0 {expected_args}", f"1 {expected_args}"]
