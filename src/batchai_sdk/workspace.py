@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from . import _layout as layout
 from ._models import ClusterSpec, ExperimentSpec, autoscale_settings, utcnow, validate_name
@@ -13,8 +13,9 @@ from .backends.base import Backend
 from .cluster import Cluster
 from .exceptions import AlreadyExistsError, BatchAIError, NotFoundError, ValidationError
 from .experiment import Experiment
-from .node.autoscale import DEFAULT_IDLE_SECONDS
+from .node.autoscale import DEFAULT_AZURE_IDLE_SECONDS, DEFAULT_IDLE_SECONDS
 from .share import Share
+from .vm_sizes import check_vm_size
 
 log = logging.getLogger("batchai_sdk")
 
@@ -253,7 +254,7 @@ class Workspace:
         min_nodes: int | None = None,
         max_nodes: int | None = None,
         initial_nodes: int | None = None,
-        idle_seconds_before_scaledown: float | None = DEFAULT_IDLE_SECONDS,
+        idle_seconds_before_scaledown: float | Literal["default"] | None = "default",
         **extra: Any,
     ) -> Cluster:
         """Create a cluster of ``nodes`` machines of ``vm_size`` (state ``resizing`` until they are ready).
@@ -264,21 +265,29 @@ class Workspace:
         to stay up. ``price_per_hour``: per node, for cost estimates (default: 0 on local/SSH, Azure's
         retail price)."""
         auto = None
+        idle = idle_seconds_before_scaledown
         if min_nodes is not None or max_nodes is not None:
             if min_nodes is None or max_nodes is None:
                 raise ValidationError(
                     "max_nodes" if max_nodes is None else "min_nodes", None, "both min_nodes and max_nodes"
                 )
-            auto = autoscale_settings(min_nodes, max_nodes, initial_nodes, idle_seconds_before_scaledown)
+            auto = autoscale_settings(
+                min_nodes, max_nodes, initial_nodes, DEFAULT_IDLE_SECONDS if idle == "default" else idle
+            )
             if nodes is not None and nodes != auto.initial:
                 raise ValidationError("nodes", nodes, "omitted with min_nodes/max_nodes (use initial_nodes)")
             nodes = auto.initial
         if nodes is None:
             raise ValidationError("nodes", None, "a node count, or min_nodes and max_nodes for autoscale")
+        if auto is None and self.backend.kind == "azure" and idle is not None and nodes > 0:
+            # a safe default: a cluster nobody resizes to 0 still stops costing once idle (None opts out)
+            limit = DEFAULT_AZURE_IDLE_SECONDS if idle == "default" else idle
+            auto = autoscale_settings(0, nodes, nodes, limit)
         if vm_size is None:  # the machines of local, SSH and Slurm clusters are what they are
             if self.backend.kind == "azure":
                 raise ValidationError("vm_size", None, "a VM size such as 'Standard_NC4as_T4_v3' on Azure")
             vm_size = self.backend.kind
+        check_vm_size(vm_size, self.backend.kind)  # a retired size is refused on Azure before any call
         spec = ClusterSpec(
             name=name,
             vm_size=vm_size,

@@ -201,7 +201,7 @@ def test_instances_are_read_across_pages_by_nextlink(
     prov.ensure_network(clients, NAMES, "203.0.113.7/32")
     from batchai_sdk._models import ClusterSpec
 
-    spec = ClusterSpec("nc6", "Standard_NC6s_v3", 5)
+    spec = ClusterSpec("nc6", "Standard_NC4as_T4_v3", 5)
     body = prov.scale_set_body(
         NAMES,
         spec,

@@ -66,11 +66,13 @@ def test_cluster_is_a_scale_set_with_the_workspace_key_and_node_setup(
     make_backend: Callable[..., AzureBackend], arm: FakeArm, tmp_path: Path
 ) -> None:
     ws = workspace(make_backend)
-    cluster = ws.create_cluster("nc6cluster", vm_size="Standard_NC6s_v3", nodes=2, vm_priority="lowpriority")
+    cluster = ws.create_cluster(
+        "nc6cluster", vm_size="Standard_NC4as_T4_v3", nodes=2, vm_priority="lowpriority"
+    )
 
     body = vmss_put(arm, "nc6cluster")
     profile = body["properties"]["virtualMachineProfile"]
-    assert body["sku"] == {"name": "Standard_NC6s_v3", "tier": "Standard", "capacity": 2}
+    assert body["sku"] == {"name": "Standard_NC4as_T4_v3", "tier": "Standard", "capacity": 2}
     assert body["tags"] == {"batchai-workspace": "batchaidev", "batchai-cluster": "nc6cluster"}
     assert (profile["priority"], profile["evictionPolicy"]) == ("Spot", "Delete")
     key_file = tmp_path / "state" / "id_ed25519"
@@ -111,7 +113,7 @@ def test_dedicated_cluster_is_regular_priority(
     ws = workspace(make_backend)
     ws.create_cluster(
         "c",
-        vm_size="Standard_NC6s_v3",
+        vm_size="Standard_NC4as_T4_v3",
         nodes=1,
         image="Canonical:0001-com-ubuntu-server-jammy:22_04-lts-gen2:latest",
     )
@@ -130,7 +132,7 @@ def test_nodes_go_from_preparing_to_idle_as_node_setup_finishes(
 ) -> None:
     arm.instance_delay = 2
     ws = workspace(make_backend)
-    cluster = ws.create_cluster("nc6cluster", vm_size="Standard_NC6s_v3", nodes=3)
+    cluster = ws.create_cluster("nc6cluster", vm_size="Standard_NC4as_T4_v3", nodes=3)
     assert cluster.node_counts == NodeCounts(preparing=3)
     cluster.wait_until_steady(timeout=30, poll_interval=0)
     assert cluster.state is ClusterState.STEADY
@@ -142,7 +144,7 @@ def test_nodes_go_from_preparing_to_idle_as_node_setup_finishes(
 
 def test_failed_node_setup_shows_as_unusable(make_backend: Callable[..., AzureBackend], arm: FakeArm) -> None:
     ws = workspace(make_backend)
-    cluster = ws.create_cluster("nc6cluster", vm_size="Standard_NC6s_v3", nodes=2)
+    cluster = ws.create_cluster("nc6cluster", vm_size="Standard_NC4as_T4_v3", nodes=2)
     inst = arm.instance("nc6cluster", "1")
     inst.setup, inst.setup_message = "failed", "Enable failed: [stderr]\n[batchai] failed: mount /mnt/x\n"
     arm.make_ready()
@@ -153,7 +155,7 @@ def test_failed_node_setup_shows_as_unusable(make_backend: Callable[..., AzureBa
 
 def test_resize_grows_and_shrinks_to_zero(make_backend: Callable[..., AzureBackend], arm: FakeArm) -> None:
     ws = workspace(make_backend)
-    cluster = ws.create_cluster("nc6cluster", vm_size="Standard_NC6s_v3", nodes=1)
+    cluster = ws.create_cluster("nc6cluster", vm_size="Standard_NC4as_T4_v3", nodes=1)
     arm.make_ready()
     cluster.resize(3)
     patches = [
@@ -177,7 +179,7 @@ def test_delete_cluster_removes_the_scale_set_only(
     make_backend: Callable[..., AzureBackend], arm: FakeArm
 ) -> None:
     ws = workspace(make_backend)
-    cluster = ws.create_cluster("nc6cluster", vm_size="Standard_NC6s_v3", nodes=2)
+    cluster = ws.create_cluster("nc6cluster", vm_size="Standard_NC4as_T4_v3", nodes=2)
     arm.make_ready()
     cluster.delete()
     st = ws.backend.cluster_status(cluster.spec)
@@ -204,7 +206,7 @@ def test_quota_error_on_create_says_what_to_change(
         },
     )
     with pytest.raises(AzureQuotaError) as info:
-        ws.create_cluster("big", vm_size="Standard_NC24s_v3", nodes=4)
+        ws.create_cluster("big", vm_size="Standard_NC64as_T4_v3", nodes=4)
     assert "quota" in info.value.hint and "fewer nodes" in info.value.hint
     assert TOKEN not in all_messages(info.value) and arm.storage_keys[0] not in all_messages(info.value)
     assert [c.name for c in ws.list_clusters()] == []
@@ -215,7 +217,7 @@ def test_an_allocation_failure_after_acceptance_is_raised_by_the_next_status(
 ) -> None:
     ws = workspace(make_backend)
     arm.make_ready()
-    ws.create_cluster("first", vm_size="Standard_NC6s_v3", nodes=1, timeout=10)  # its operation has ended
+    ws.create_cluster("first", vm_size="Standard_NC4as_T4_v3", nodes=1, timeout=10)  # its operation has ended
     arm.inject(
         "GET",
         r"/operations/",
@@ -228,7 +230,7 @@ def test_an_allocation_failure_after_acceptance_is_raised_by_the_next_status(
             },
         },
     )
-    cluster = ws.create_cluster("nc6cluster", vm_size="Standard_NC6s_v3", nodes=1)
+    cluster = ws.create_cluster("nc6cluster", vm_size="Standard_NC4as_T4_v3", nodes=1)
     with pytest.raises(AzureQuotaError) as info:
         for _ in range(5):
             _ = cluster.state
@@ -240,7 +242,7 @@ def test_host_keys_are_pinned_from_run_command_per_vm(
 ) -> None:
     backend = make_backend()
     ws = Workspace(backend)
-    cluster = ws.create_cluster("nc6cluster", vm_size="Standard_NC6s_v3", nodes=2)
+    cluster = ws.create_cluster("nc6cluster", vm_size="Standard_NC4as_T4_v3", nodes=2)
     arm.make_ready()
     backend.cluster_status(cluster.spec)
     backend.pin_host_keys(cluster.spec)
@@ -260,7 +262,7 @@ def test_ws_delete_removes_the_group_it_created(
     make_backend: Callable[..., AzureBackend], arm: FakeArm, tmp_path: Path
 ) -> None:
     ws = workspace(make_backend)
-    ws.create_cluster("nc6cluster", vm_size="Standard_NC6s_v3", nodes=1)
+    ws.create_cluster("nc6cluster", vm_size="Standard_NC4as_T4_v3", nodes=1)
     arm.make_ready()
     ws.delete(force=True)
     assert "batchai.horovod" not in arm.groups
@@ -278,7 +280,7 @@ def test_ws_delete_in_a_group_it_found_removes_only_its_tagged_resources(
         "batchai.horovod", {"location": "eastus", "tags": {"team": "ml"}}
     )
     ws = workspace(make_backend)
-    ws.create_cluster("nc6cluster", vm_size="Standard_NC6s_v3", nodes=1)
+    ws.create_cluster("nc6cluster", vm_size="Standard_NC4as_T4_v3", nodes=1)
     arm.make_ready()
     ws.delete(force=True)
     assert arm.groups["batchai.horovod"]["tags"] == {"team": "ml"}  # untouched
@@ -307,7 +309,7 @@ def test_without_a_cidr_the_client_address_is_asked_for(
     make_backend: Callable[..., AzureBackend], arm: FakeArm
 ) -> None:
     ws = workspace(make_backend, ssh_source_cidr=None, client_address=lambda: "198.51.100.23")
-    ws.create_cluster("c", vm_size="Standard_NC6s_v3", nodes=1)
+    ws.create_cluster("c", vm_size="Standard_NC4as_T4_v3", nodes=1)
     nsg = [b for m, p, b in arm.bodies if m == "PUT" and p.endswith("/networkSecurityGroups/batchaidev-nsg")][
         -1
     ]
@@ -318,7 +320,7 @@ def test_without_a_cidr_the_client_address_is_asked_for(
 
     ws2 = workspace(make_backend, ssh_source_cidr=None, client_address=offline)
     with pytest.raises(ValidationError) as info:
-        ws2.create_cluster("d", vm_size="Standard_NC6s_v3", nodes=1)
+        ws2.create_cluster("d", vm_size="Standard_NC4as_T4_v3", nodes=1)
     assert info.value.field == "ssh_source_cidr" and "could not be detected" in str(info.value)
 
 
@@ -338,7 +340,7 @@ def test_unknown_azure_error_codes_pass_through(
         },
     )
     with pytest.raises(AzureError) as info:
-        ws.create_cluster("c", vm_size="Standard_NC6s_v3", nodes=1)
+        ws.create_cluster("c", vm_size="Standard_NC4as_T4_v3", nodes=1)
     assert info.value.code == "InvalidParameter" and not isinstance(info.value, AzureQuotaError)
     assert "imageReference.sku" in str(info.value)
 
@@ -348,7 +350,7 @@ def test_a_new_vm_at_an_old_address_gets_its_own_pinned_key(
 ) -> None:
     backend = make_backend()
     ws = Workspace(backend)
-    cluster = ws.create_cluster("nc6cluster", vm_size="Standard_NC6s_v3", nodes=1)
+    cluster = ws.create_cluster("nc6cluster", vm_size="Standard_NC4as_T4_v3", nodes=1)
     arm.make_ready()
     backend.cluster_status(cluster.spec)
     backend.pin_host_keys(cluster.spec)
@@ -356,7 +358,7 @@ def test_a_new_vm_at_an_old_address_gets_its_own_pinned_key(
     ws.delete_cluster("nc6cluster")
     for _ in range(3):
         backend.cluster_status(cluster.spec)  # the deletion completes
-    cluster = ws.create_cluster("nc6cluster", vm_size="Standard_NC6s_v3", nodes=1)
+    cluster = ws.create_cluster("nc6cluster", vm_size="Standard_NC4as_T4_v3", nodes=1)
     arm.make_ready()
     assert [n.address for n in backend.cluster_status(cluster.spec).nodes] == ["10.0.0.4"]  # the same address
     backend.pin_host_keys(cluster.spec)
@@ -372,7 +374,7 @@ def test_the_tutorial_job_json_is_accepted_unchanged(
 
     ws = workspace(make_backend)
     exp = ws.create_experiment("cifar")
-    cluster = ws.create_cluster("nc6cluster", vm_size="Standard_NC6", nodes=4)
+    cluster = ws.create_cluster("nc6cluster", vm_size="Standard_NC4as_T4_v3", nodes=4)
     script = tmp_path / "cifar_cnn_distributed.py"
     script.write_text("print('the tutorial script')\n")
     ws.share.upload(script, "cifar/cifar_cnn_distributed.py")  # through the Files API
@@ -390,3 +392,30 @@ def test_the_tutorial_job_json_is_accepted_unchanged(
     # its paths resolve onto the workspace's Azure file share
     assert job.paths.stdouterr == "cifar/experiments/cifar/jobs/cifar_distributed/stdouterr"
     assert job.to_batchai_json(storage_account=ACCOUNT)["properties"]["nodeCount"] == 4
+
+
+def test_an_azure_cluster_scales_down_when_idle_unless_told_not_to(
+    make_backend: Callable[..., AzureBackend], arm: FakeArm
+) -> None:
+    ws = workspace(make_backend)
+    plain = ws.create_cluster("plain", vm_size="Standard_NC4as_T4_v3", nodes=2)
+    auto = plain.spec.autoscale
+    assert auto is not None and (auto.min_nodes, auto.max_nodes, auto.initial) == (0, 2, 2)
+    assert auto.idle_seconds_before_scaledown == 1800  # the safe default: idle nodes stop costing
+    kept = ws.create_cluster(
+        "kept", vm_size="Standard_NC4as_T4_v3", nodes=2, idle_seconds_before_scaledown=None
+    )
+    assert kept.spec.autoscale is None  # opted out
+
+
+def test_a_retired_size_is_refused_before_any_azure_call(
+    make_backend: Callable[..., AzureBackend], arm: FakeArm
+) -> None:
+    from batchai_sdk.exceptions import UnsupportedVMSizeError
+
+    ws = workspace(make_backend)
+    before = len(arm.bodies)
+    with pytest.raises(UnsupportedVMSizeError) as err:
+        ws.create_cluster("nc6cluster", vm_size="Standard_NC6", nodes=1)  # the tutorial's size, retired 2023
+    assert "Standard_NC4as_T4_v3" in str(err.value) and "2023-09" in str(err.value)
+    assert len(arm.bodies) == before  # no scale set was asked for

@@ -11,7 +11,7 @@ from batchai_sdk.backends.azure.states import SETUP_EXTENSION, cluster_status_fr
 def vmss(state: str = "Succeeded", capacity: int = 1) -> dict[str, Any]:
     return {
         "name": "nc6",
-        "sku": {"name": "Standard_NC6s_v3", "capacity": capacity},
+        "sku": {"name": "Standard_NC4as_T4_v3", "capacity": capacity},
         "properties": {"provisioningState": state},
     }
 

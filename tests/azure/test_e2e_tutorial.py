@@ -117,7 +117,7 @@ def test_tutorial_on_the_azure_backend(vms: SSHNodes, tmp_path: Path) -> None:
         try:
             exp = ws.create_experiment("cifar")
             cluster = ws.create_cluster(
-                "nc6cluster", vm_size="Standard_NC6s_v3", nodes=2, vm_priority="dedicated"
+                "nc6cluster", vm_size="Standard_NC4as_T4_v3", nodes=2, vm_priority="dedicated"
             )
             assert cluster.state is ClusterState.RESIZING
             cluster.wait_until_steady(timeout=30, poll_interval=0.1)

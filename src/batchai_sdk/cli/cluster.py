@@ -54,7 +54,9 @@ def _autoscale_args(p: argparse.ArgumentParser, *, required: bool) -> None:
     p.add_argument("--max", type=non_negative, required=required, help="autoscale: most nodes")
     p.add_argument("--initial", type=non_negative, help="autoscale: nodes at creation (default --min)")
     p.add_argument(
-        "--idle-seconds", type=non_negative, default=600, help="autoscale: idle time before a node goes (600)"
+        "--idle-seconds",
+        type=non_negative,
+        help="autoscale: idle time before a node goes (600; an Azure cluster without --min/--max: 1800)",
     )
 
 
@@ -96,7 +98,7 @@ def cluster_create(ctx: Context, args: argparse.Namespace) -> Result | None:
         min_nodes=args.min,
         max_nodes=args.max,
         initial_nodes=args.initial,
-        idle_seconds_before_scaledown=args.idle_seconds,
+        idle_seconds_before_scaledown="default" if args.idle_seconds is None else args.idle_seconds,
     )
     return Result(cluster_view(cluster, group), cluster_table)
 
@@ -124,7 +126,7 @@ def cluster_auto_scale(ctx: Context, args: argparse.Namespace) -> Result | None:
         min_nodes=args.min,
         max_nodes=args.max,
         initial_nodes=args.initial,
-        idle_seconds_before_scaledown=args.idle_seconds,
+        idle_seconds_before_scaledown=600 if args.idle_seconds is None else args.idle_seconds,
     )
     return Result(cluster_view(cluster, group), cluster_table)
 
