@@ -1,0 +1,73 @@
+"""The tutorial's CNN in PyTorch DDP, end to end, on this machine (the local backend, offline).
+
+Workspace → experiment → 2-node cluster → ``batchai_sdk.train.cifar10_torch`` on the digits images with 2
+DDP ranks (gloo) → stream its stdout → print its test accuracy → scale to zero. The training package is
+uploaded whole (``source_dir``): the torch module reads its data with ``cifar10.py`` beside it.
+
+    python examples/quickstart_torch.py [--root ./.batchai] [--epochs 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import batchai_sdk.train
+from batchai_sdk import JobState, Workspace
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--root", default="./.batchai", help="workspace folder (default: ./.batchai)")
+    parser.add_argument("--nodes", type=int, default=2, help="nodes of the local cluster (default: 2)")
+    parser.add_argument("--epochs", type=int, default=6, help="training epochs (default: 6)")
+    opts = parser.parse_args()
+
+    ws = Workspace.local(root=opts.root)
+    exp = ws.create_experiment("cifar_torch", exist_ok=True)
+    cluster = ws.create_cluster("cpu", nodes=opts.nodes, exist_ok=True)
+    name = time.strftime("cifar_torch_%Y%m%d_%H%M%S")
+    job = exp.create_job(
+        name,
+        cluster=cluster,
+        node_count=opts.nodes,
+        toolkit="pytorch",  # pyTorchSettings: RANK, WORLD_SIZE, MASTER_ADDR/PORT on every rank
+        source_dir=Path(batchai_sdk.train.__file__).parent,
+        python_script="cifar10_torch.py",
+        args=[
+            "--dir",
+            f"$AZ_BATCHAI_JOB_MOUNT_ROOT/cifar_torch/{name}",
+            "--dataset",
+            "digits",
+            "--epochs",
+            str(opts.epochs),
+            "--lr",
+            "0.001",
+            "--warmup-epochs",
+            "0",
+            "--seed",
+            "1",
+        ],
+    )
+    job.submit()
+    print(f"job {name}: {job.state}; streaming stdout.txt")
+    accuracy = None
+    for line in job.stream("stdout.txt"):
+        print("  |", line)
+        if line.startswith("Test accuracy:"):
+            accuracy = float(line.split(":", 1)[1])
+    state = job.wait()
+    print(f"job {name}: {state} (exit code {job.exit_code})")
+    if state is not JobState.SUCCEEDED:
+        print(f"failure: {job.status.failure_reason}")
+        return 1
+    print(f"test accuracy: {accuracy}")
+    cluster.resize(0)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
