@@ -189,8 +189,9 @@ class Cluster:
             if node.id in st.node_states:
                 out[node.id] = st.node_states[node.id]
             elif node.id in held:
-                out[node.id] = (
-                    NodeState.PREPARING if held[node.id].phase == "preparing" else NodeState.RUNNING
+                phase = held[node.id].phase
+                out[node.id] = {"preparing": NodeState.PREPARING, "unusable": NodeState.UNUSABLE}.get(
+                    phase, NodeState.RUNNING
                 )
             else:
                 out[node.id] = NodeState.IDLE

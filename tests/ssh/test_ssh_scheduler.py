@@ -461,3 +461,48 @@ def test_a_custom_toolkit_job_runs_on_the_node_it_was_given(
     assert run["sshd"] == SECOND, (
         f"given {SECOND}, ran under the sshd of {run['sshd']} while 'holder' held it"
     )
+
+
+RETRYING = """
+import os, sys, time
+rank = os.environ["OMPI_COMM_WORLD_RANK"]
+if os.environ.get("AZ_BATCHAI_JOB_RESTART_COUNT", "0") != "0":
+    print(f"rank {rank} back", flush=True)
+    sys.exit(0)
+with open(os.path.join(sys.argv[1], f"pid-{rank}"), "w") as f:
+    f.write(str(os.getpid()))
+time.sleep(300)
+"""
+
+
+def test_a_lost_node_with_a_retry_left_is_waited_for_and_the_job_succeeds(
+    exp: Experiment,
+    cluster: Cluster,
+    ssh_nodes: SSHNodes,
+    scripts: Callable[[str, str], Path],
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "retry"
+    out.mkdir()
+    script = scripts("retry.py", RETRYING)
+    job = exp.create_job("retry", cluster=cluster, node_count=2, command_line=f"{sys.executable} {script} {out}",
+                         max_retries=1).submit()  # fmt: skip
+    STARTED.append(job)
+    wait_for(lambda: len(list(out.glob("pid-*"))) == 2 or job.state.ended, what="both ranks to run")
+    node = ssh_nodes.nodes[SECOND]
+    assert node.process is not None
+    for pid in [node.process.pid, *descendants(node.process.pid)]:
+        os.kill(pid, signal.SIGKILL)
+    node.process.wait()
+    node.process = None
+    try:
+        wait_for(lambda: len(job.attempts) == 1, what="the attempt to end")
+        assert job.attempts[0]["cause"] == "node_lost", job.attempts
+        assert "retry 1 of 1" in job.attempts[0]["reason"]
+        time.sleep(3)
+        assert job.state is JobState.QUEUED  # it waits for the lost node rather than failing on it
+        assert cluster.node_counts.unusable == 1
+    finally:
+        node.start()  # the node comes back
+    assert job.wait(timeout=120, poll_interval=0.2) is JobState.SUCCEEDED, job.status.failure_reason
+    assert sorted(job.tail("stdout.txt")) == ["rank 0 back", "rank 1 back"]

@@ -161,7 +161,10 @@ class HeadNodeScheduler(ClusterScheduler):
 
     def assignments(self) -> Mapping[str, Assignment]:
         doc = self.backend.share.read_json_or_none(layout.nodes_record(self.spec.name)) or {}
-        return {
+        out = {
             node: Assignment(job=str(held.get("job", "")), phase=str(held.get("phase", "running")))
             for node, held in (doc.get("nodes") or {}).items()
         }
+        for node in doc.get("down") or []:  # stopped answering during a job; no job goes there
+            out.setdefault(str(node), Assignment(job="", phase="unusable"))
+        return out

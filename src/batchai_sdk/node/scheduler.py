@@ -171,6 +171,10 @@ class Scheduler:
         self.active: list[str] | None = None
         self.free_since: dict[str, float] = {}
         self.trackers: dict[int, watchdog.OutputTracker] = {}
+        # nodes that stopped answering during a job: out of placement until a probe reaches them again
+        self.down: dict[str, float] = {}
+        self.probes: dict[str, concurrent.futures.Future[bool]] = {}
+        self.down_idle_since: float | None = None
         self.hangs: dict[int, concurrent.futures.Future[list[str]]] = {}
         self.hang_checked: dict[int, float] = {}
         self.next_review: float | None = None
@@ -330,7 +334,7 @@ class Scheduler:
     def schedule(self) -> None:
         """Start what can start now (see ``plan``)."""
         held = self.held()
-        free = [n for n in self.nodes() if n["id"] not in held]
+        free = [n for n in self.nodes() if n["id"] not in held and n["id"] not in self.down]
         rows = {r["id"]: r for r in self.rows("state = 'queued'")}
         queued = [Waiting(r["id"], r["node_count"], r["wall"]) for r in rows.values()]
         running = [
@@ -538,6 +542,11 @@ class Scheduler:
         """An attempt ended and its nodes are empty: requeue it (the retry policy) or end the job."""
         cause_name, detail = json.loads(row["reason"])
         cause = retries.EndCause(cause_name)
+        if cause is retries.EndCause.NODE_LOST:
+            for node in json.loads(row["nodes"]):
+                if f"node {node} stopped answering" in str(detail):
+                    self.down[node] = time.time()
+                    self.log(f"node {node} stopped answering: no job goes there until it answers again")
         history = [retries.Attempt.from_dict(a) for a in json.loads(row["attempts"])]
         policy = retries.RetryPolicy(row["max_retries"], tuple(json.loads(row["retry_codes"])))
         exit_code = row["exit_code"]
@@ -600,6 +609,39 @@ class Scheduler:
         if cost > row["max_cost"]:
             reason = f"estimated cost {cost:.2f} passed max_cost {row['max_cost']:g}; the job was stopped"
             self.stop(row, "failed", reason, retries.EndCause.WALL_CLOCK.value)
+
+    def probe_down_nodes(self) -> None:
+        """Reach each node that stopped answering, every few seconds; one that answers takes jobs again."""
+        for node_id, fut in list(self.probes.items()):
+            if fut.done():
+                del self.probes[node_id]
+                if fut.result():
+                    self.down.pop(node_id, None)
+                    self.log(f"node {node_id} answers again")
+        t = time.time()
+        if self.down and not self.rows(f"state IN {ACTIVE}"):
+            self.down_idle_since = self.down_idle_since or t
+            if (
+                t - self.down_idle_since > 600
+            ):  # nothing waits for them: the backend's own status tells the rest
+                self.log(f"giving up on {', '.join(self.down)}: no answer for 10 minutes and no job waiting")
+                self.down.clear()
+        else:
+            self.down_idle_since = None
+        by_id = {n["id"]: n for n in self.pool()}
+        for node_id, since in list(self.down.items()):
+            if node_id not in self.probes and t - since > 2.0 and node_id in by_id:
+                self.down[node_id] = t
+                self.probes[node_id] = self.pool_exec.submit(self.answers, by_id[node_id]["address"])
+
+    def answers(self, address: str) -> bool:
+        if self.cfg.get("ssh_command") is None:
+            return True
+        argv = [*self.cfg["ssh_command"], "-o", "ConnectTimeout=5", address, "true"]
+        try:
+            return subprocess.run(argv, capture_output=True, timeout=15, check=False).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            return False
 
     # -- the hang watchdog ----------------------------------------------------------------------------
     def check_hang(self, row: sqlite3.Row, t: float) -> None:
@@ -719,6 +761,7 @@ class Scheduler:
                 node: {"job": keys.get(jid, ""), "phase": phase} for node, (jid, phase) in held.items()
             },
             "queued": [r["key"] for r in self.rows("state = 'queued'")],
+            "down": sorted(self.down),
         }
         if doc != self.last_nodes_doc:
             try:
@@ -807,7 +850,13 @@ class Scheduler:
     # -- the loop -------------------------------------------------------------------------------------
     def idle(self) -> bool:
         busy = self.rows(f"state IN {ACTIVE} OR published = 0")
-        return not busy and not self.cleaning and self.next_review is None and self.scaling is None
+        return (
+            not busy
+            and not self.cleaning
+            and self.next_review is None
+            and self.scaling is None
+            and not self.down
+        )
 
     # -- autoscale ------------------------------------------------------------------------------------
     def autoscale(self) -> None:
@@ -894,6 +943,7 @@ class Scheduler:
                 self.accept(listener)
             self.watch()
             self.reap_cleaned()
+            self.probe_down_nodes()
             self.autoscale()
             self.schedule()
             self.publish()
@@ -959,5 +1009,6 @@ def run(state_dir: str) -> int:
     finally:
         os.unlink(sock_path)
         listener.close()
+        sched.down.clear()  # what this process learned of lost nodes goes with it
         sched.publish()
         sched.log("scheduler exiting: nothing queued or running")
