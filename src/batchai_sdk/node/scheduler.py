@@ -737,6 +737,22 @@ class Scheduler:
 
     def publish(self) -> None:
         """Write changed job records and node assignments to the share; a failed write is retried later."""
+        # Node assignments first: a reader that sees a job's end then sees its nodes free as well.
+        held = self.held()
+        keys = {r["id"]: r["key"] for r in self.rows(f"state IN {ACTIVE}")}
+        doc = {
+            "nodes": {
+                node: {"job": keys.get(jid, ""), "phase": phase} for node, (jid, phase) in held.items()
+            },
+            "queued": [r["key"] for r in self.rows("state = 'queued'")],
+            "down": sorted(self.down),
+        }
+        if doc != self.last_nodes_doc:
+            try:
+                write_json_atomic(os.path.join(self.cfg["cluster_dir"], "nodes.json"), doc)
+                self.last_nodes_doc = doc
+            except OSError:
+                pass
         t = time.time()
         due = self.rows(f"published = 0 OR (state IN {ACTIVE} AND beat < ?)", t - HEARTBEAT)
         for row in due:
@@ -754,21 +770,6 @@ class Scheduler:
                 continue
             self.publish_errors.pop(row["key"], None)
             self.db.execute("UPDATE jobs SET published = 1, beat = ? WHERE id = ?", (t, row["id"]))
-        held = self.held()
-        keys = {r["id"]: r["key"] for r in self.rows(f"state IN {ACTIVE}")}
-        doc = {
-            "nodes": {
-                node: {"job": keys.get(jid, ""), "phase": phase} for node, (jid, phase) in held.items()
-            },
-            "queued": [r["key"] for r in self.rows("state = 'queued'")],
-            "down": sorted(self.down),
-        }
-        if doc != self.last_nodes_doc:
-            try:
-                write_json_atomic(os.path.join(self.cfg["cluster_dir"], "nodes.json"), doc)
-                self.last_nodes_doc = doc
-            except OSError:
-                pass
 
     # -- recovery -------------------------------------------------------------------------------------
     def rebuild_from_share(self) -> int:
