@@ -26,8 +26,9 @@ def load_or_none(path: str) -> Any:
         return None
 
 
-def write_json_atomic(path: str, data: Any, *, mode: int = 0o644) -> None:
-    """Replace ``path`` whole (readers never see half a record); the temp file is removed on failure."""
+def write_json_atomic(path: str, data: Any, *, mode: int = 0o644, sync: bool = True) -> None:
+    """Replace ``path`` whole (readers never see half a record); the temp file is removed on failure.
+    ``sync=False`` skips the fsync, for scratch files nothing needs after a crash."""
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, mode)
@@ -35,7 +36,8 @@ def write_json_atomic(path: str, data: Any, *, mode: int = 0o644) -> None:
             json.dump(data, f, indent=2, sort_keys=True)
             f.write("\n")
             f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -56,7 +56,7 @@ def main(state_dir: str) -> int:
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
     cluster = request.get("cluster")
     if cluster:
-        write_json_atomic(os.path.join(state_dir, "cluster.json"), cluster)
+        write_json_atomic(os.path.join(state_dir, "cluster.json"), cluster, sync=False)
     os.chdir(state_dir)  # connect by the socket's short relative name (AF_UNIX paths are capped at 108 bytes)
     sock_path = "sched.sock"
     node_main = cluster["node_main"] if cluster else os.path.abspath(sys.argv[0])

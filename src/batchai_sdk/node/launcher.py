@@ -8,7 +8,6 @@ Its whole environment — and so mpirun's, every rank's and their children's —
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import json
 import os
@@ -19,7 +18,6 @@ import subprocess
 import time
 from typing import Any
 
-from . import toolkits
 from .common import (
     hostfile_text,
     job_env,
@@ -70,7 +68,9 @@ class Launcher:
             try_append(os.path.join(self.cfg["stdouterr_dir"], f"execution-{node['id']}.log"), line)
 
     def phase(self, name: str) -> None:
-        write_json_atomic(os.path.join(self.job_dir, "phase.json"), {"phase": name, "pid": os.getpid()})
+        write_json_atomic(
+            os.path.join(self.job_dir, "phase.json"), {"phase": name, "pid": os.getpid()}, sync=False
+        )
 
     def on_signal(self, signum: int, _frame: Any) -> None:
         self.stopping = signum
@@ -119,6 +119,8 @@ class Launcher:
             err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
             return node["id"], proc.returncode, err
 
+        import concurrent.futures  # only here: the launcher starts with every job
+
         with concurrent.futures.ThreadPoolExecutor(max_workers=len(firsts)) as pool:
             results = list(pool.map(one, firsts.values()))
         if self.stopping is not None:
@@ -152,7 +154,7 @@ class Launcher:
     def run_ranks(self) -> tuple[int | None, str | None]:
         ranks = self.cfg["ranks_per_node"]
         hostfile = self.cfg["hostfile"]
-        write_json_atomic(hostfile + ".json", self.nodes)  # which nodes this attempt ran on
+        write_json_atomic(hostfile + ".json", self.nodes, sync=False)  # which nodes this attempt ran on
         with open(hostfile, "w", encoding="utf-8") as f:
             f.write(hostfile_text(self.nodes, ranks))
         env = job_env(self.cfg, self.secrets)
@@ -161,7 +163,11 @@ class Launcher:
         env["AZ_BATCHAI_JOB_RESTART_COUNT"] = str(self.assignment.get("attempt", 0))
         env["BATCHAI_NODE_ADDRESSES"] = ",".join(n["address"] for n in self.nodes)
         env["BATCHAI_MASTER_PORT"] = str(free_port())
-        notice = toolkits.backend_notice(self.cfg["toolkit"], self.cfg.get("toolkit_settings") or {})
+        notice = None
+        if self.cfg["toolkit"] not in ("horovod", "custom", "custommpi"):
+            from . import toolkits
+
+            notice = toolkits.backend_notice(self.cfg["toolkit"], self.cfg.get("toolkit_settings") or {})
         if notice:
             try_append(os.path.join(self.cfg["stdouterr_dir"], "stderr.txt"), notice)
         env.setdefault("PYTHONUNBUFFERED", "1")

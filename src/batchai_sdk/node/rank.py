@@ -18,9 +18,11 @@ import subprocess
 import tempfile
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import toolkits
+if TYPE_CHECKING:
+    from .toolkits import RankContext
+
 from .common import expand, job_env, load, load_or_none, try_append, write_json_atomic
 
 
@@ -177,7 +179,10 @@ def run_rank(config_path: str, secrets: dict[str, str] | None = None) -> int:
     env["AZ_BATCHAI_TASK_INDEX"] = str(order.index(node) if node in order else 0)
     env.setdefault("PYTHONUNBUFFERED", "1")
     ctx = framework_context(cfg, env, rank)
-    if ctx is not None:  # pytorch, tensorflow, chainer, cntk, caffe, caffe2: the framework's own variables
+    if ctx is not None:
+        from . import toolkits
+
+        # pytorch, tensorflow, chainer, cntk, caffe, caffe2: the framework's own variables
         env.update(toolkits.rank_env(ctx))
         written = toolkits.rank_argv(ctx)
     else:
@@ -317,10 +322,12 @@ def start_eviction_watch(
 FRAMEWORKS = ("pytorch", "tensorflow", "chainer", "cntk", "caffe", "caffe2")
 
 
-def framework_context(cfg: dict[str, Any], env: dict[str, str], rank: int) -> toolkits.RankContext | None:
+def framework_context(cfg: dict[str, Any], env: dict[str, str], rank: int) -> RankContext | None:
     """Where this rank stands, for the toolkits whose variables and command the framework functions make."""
     if cfg["toolkit"] not in FRAMEWORKS:
         return None
+    from . import toolkits  # imported only where needed: the shim starts with every job
+
     layout = [int(n) for n in cfg["ranks_per_node"]]
     node_rank, local_rank, local_world = toolkits.rank_layout(rank, layout)
     addresses = env.get("BATCHAI_NODE_ADDRESSES", "").split(",")

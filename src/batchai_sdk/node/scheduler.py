@@ -249,7 +249,7 @@ class Scheduler:
         if cfg == self.cfg:
             return
         self.cfg = cfg
-        write_json_atomic(os.path.join(self.state_dir, "cluster.json"), cfg)
+        write_json_atomic(os.path.join(self.state_dir, "cluster.json"), cfg, sync=False)
         if self.settings() is None:
             self.active = None
         elif self.active is not None:  # ours is the truth of which nodes are up; drop what left the pool
@@ -363,7 +363,7 @@ class Scheduler:
             "attempt": row["attempt"],
             "node_main": self.cfg["node_main"],
         }
-        write_json_atomic(os.path.join(job_dir, "assignment.json"), assignment)
+        write_json_atomic(os.path.join(job_dir, "assignment.json"), assignment, sync=False)
         launch = load_or_none(assignment["launch"]) or {}
         env = dict(os.environ)
         env.update(self.cfg.get("env", {}))
@@ -749,7 +749,7 @@ class Scheduler:
         }
         if doc != self.last_nodes_doc:
             try:
-                write_json_atomic(os.path.join(self.cfg["cluster_dir"], "nodes.json"), doc)
+                write_json_atomic(os.path.join(self.cfg["cluster_dir"], "nodes.json"), doc, sync=False)
                 self.last_nodes_doc = doc
             except OSError:
                 pass
