@@ -93,3 +93,30 @@ def test_every_script_toolkit_launches_its_script(ws: Workspace, script: Script,
     assert job.wait(timeout=120) is JobState.SUCCEEDED, job.status.failure_reason
     expected_args = "['--epochs', '1']" if toolkit != "caffe2" else "[]"
     assert sorted(job.tail("stdout.txt", 10)) == [f"0 {expected_args}", f"1 {expected_args}"]
+
+
+MWMS = """
+import os, sys, json
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import tensorflow as tf
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+task = json.loads(os.environ["TF_CONFIG"])["task"]
+value = strategy.run(lambda: tf.constant(float(task["index"] + 1)))
+total = strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
+print(f"{os.environ['AZ_BATCHAI_TF_ROLE']} replicas={strategy.num_replicas_in_sync} sum={float(total)}", flush=True)
+"""
+
+
+@pytest.mark.train
+def test_a_two_worker_multiworker_mirrored_job_through_tensorflow_settings(
+    ws: Workspace, script: Script
+) -> None:
+    pytest.importorskip("tensorflow")
+    exp = ws.create_experiment("e")
+    cluster = ws.create_cluster("c", nodes=2)
+    job = exp.create_job("mwms", cluster=cluster, node_count=2, toolkit="tensorflow",
+                         python_script=str(script("mwms.py", MWMS)), toolkit_settings={"worker_count": 2},
+                         environment={"TF_CPP_MIN_LOG_LEVEL": "2"}).submit()  # fmt: skip
+    assert job.wait(timeout=300) is JobState.SUCCEEDED, job.status.failure_reason
+    lines = sorted(line for line in job.tail("stdout.txt", 20) if "replicas=" in line)
+    assert lines == ["master replicas=2 sum=3.0", "worker replicas=2 sum=3.0"]  # the two workers agree
