@@ -120,3 +120,34 @@ def test_a_two_worker_multiworker_mirrored_job_through_tensorflow_settings(
     assert job.wait(timeout=300) is JobState.SUCCEEDED, job.status.failure_reason
     lines = sorted(line for line in job.tail("stdout.txt", 20) if "replicas=" in line)
     assert lines == ["master replicas=2 sum=3.0", "worker replicas=2 sum=3.0"]  # the two workers agree
+
+
+DYING = """
+import os, time, torch, torch.distributed as dist
+dist.init_process_group(backend="gloo", init_method=os.environ["AZ_BATCHAI_PYTORCH_INIT_METHOD"],
+                        rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+if os.environ["RANK"] == "1":
+    raise RuntimeError("CUDA out of memory (simulated)")
+dist.all_reduce(torch.ones(1))  # rank 0 waits for rank 1 for ever
+time.sleep(600)
+"""
+
+
+def test_a_dying_ddp_rank_fails_the_job_within_30_s(ws: Workspace, script: Script) -> None:
+    import time
+
+    pytest.importorskip("torch")
+    exp = ws.create_experiment("e")
+    cluster = ws.create_cluster("c", nodes=2)
+    job = exp.create_job("dying", cluster=cluster, node_count=2, toolkit="pytorch",
+                         python_script=str(script("dying.py", DYING))).submit()  # fmt: skip
+    while job.state is JobState.QUEUED or len(job.status.nodes) < 2:
+        time.sleep(0.1)
+    second = job.status.nodes[1]
+    started = time.monotonic()
+    assert job.wait(timeout=60) is JobState.FAILED
+    assert time.monotonic() - started < 30
+    reason = job.status.failure_reason or ""
+    assert f"rank 1 on node {second}" in reason and "RuntimeError: CUDA out of memory (simulated)" in reason, (
+        reason
+    )
