@@ -98,7 +98,7 @@ def test_the_tutorial_job_json_runs_through_sbatch(
     import sys
 
     from _helpers import TUTORIAL_SCRIPT, stand_in_tools
-    from batchai_sdk import Job
+    from batchai_sdk.batchai_json import parse_job_json
 
     pytest.importorskip("horovod.tensorflow")
     log = tmp_path / "tools.log"
@@ -111,10 +111,9 @@ def test_the_tutorial_job_json_runs_through_sbatch(
     (tmp_path / "cifar_cnn_distributed.py").write_text(TUTORIAL_SCRIPT)
     ws.share.upload(tmp_path / "cifar_cnn_distributed.py", "cifar/cifar_cnn_distributed.py")  # type: ignore[attr-defined]
     seed = Path(__file__).parent.parent / "data" / "tutorial_job.json"
-    job = Job.from_batchai_json(seed, experiment=exp, cluster=cluster, name="cifar_distributed",
-                                storage_account="mystorageaccount")  # fmt: skip
-    job.spec = job.spec.replace(node_count=1, process_count=2)
-    job.submit()
+    spec = parse_job_json(seed, name="cifar_distributed", experiment="cifar", cluster=cluster.name,
+                          storage_account="mystorageaccount")  # fmt: skip
+    job = exp.job_from_spec(spec.replace(node_count=1, process_count=2)).submit()
     assert job.wait(timeout=300) is JobState.SUCCEEDED, job.status.failure_reason
     lines = sorted(line for line in job.stream("stdout.txt", follow=False) if line.startswith("rank"))
     assert lines == [f"rank {r} of 2: 2 ranks answered" for r in range(2)]
