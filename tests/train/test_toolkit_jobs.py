@@ -148,6 +148,6 @@ def test_a_dying_ddp_rank_fails_the_job_within_30_s(ws: Workspace, script: Scrip
     assert job.wait(timeout=60) is JobState.FAILED
     assert time.monotonic() - started < 30
     reason = job.status.failure_reason or ""
-    assert f"rank 1 on node {second}" in reason and "RuntimeError: CUDA out of memory (simulated)" in reason, (
-        reason
-    )
+    assert (
+        f"rank 1 on node {second}" in reason and "RuntimeError: CUDA out of memory (simulated)" in reason
+    ), reason
