@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,17 @@ def test_the_tutorial_job_json_runs_through_sbatch(
     assert lines == [f"rank {r} of 2: 2 ranks answered" for r in range(2)]
     assert ws.share.exists("cifar/experiments/cifar/jobs/cifar_distributed/stdouterr/stdout.txt")  # type: ignore[attr-defined]
     assert "pip install keras horovod" in log.read_text().splitlines()
+
+
+def test_a_job_pending_behind_a_running_one_runs_when_it_ends(slurm_ws: object, tmp_path: Path) -> None:
+    ws = slurm_ws
+    exp = ws.create_experiment("e")  # type: ignore[attr-defined]
+    cluster = ws.create_cluster("cpu", vm_size="slurm", nodes=1)  # type: ignore[attr-defined]
+    first = exp.create_job("first", cluster=cluster, node_count=1, process_count=2,  # both CPUs
+                           command_line="sleep 3; echo first").submit()  # fmt: skip
+    second = exp.create_job("second", cluster=cluster, process_count=2, command_line="echo second").submit()
+    assert first.wait(timeout=120) is JobState.SUCCEEDED, first.status.failure_reason
+    assert second.wait(timeout=120) is JobState.SUCCEEDED, second.status.failure_reason
+    first_end, second_start = first.status.end_time, second.status.start_time
+    assert first_end is not None and second_start is not None
+    assert second_start >= first_end - timedelta(seconds=1)  # it waited for the node, then ran
