@@ -322,13 +322,16 @@ def start_eviction_watch(
 FRAMEWORKS = ("pytorch", "tensorflow", "chainer", "cntk", "caffe", "caffe2")
 
 
-def framework_context(cfg: dict[str, Any], env: dict[str, str], rank: int) -> RankContext | None:
-    """Where this rank stands, for the toolkits whose variables and command the framework functions make."""
+def framework_context(
+    cfg: dict[str, Any], env: dict[str, str], rank: int, layout: list[int] | None = None
+) -> RankContext | None:
+    """Where this rank stands, for the toolkits whose variables and command the framework functions make;
+    ``layout``: ranks per node where the launcher's own (``ranks_per_node``) is not in force (Slurm)."""
     if cfg["toolkit"] not in FRAMEWORKS:
         return None
     from . import toolkits  # imported only where needed: the shim starts with every job
 
-    layout = [int(n) for n in cfg["ranks_per_node"]]
+    layout = layout or [int(n) for n in cfg["ranks_per_node"]]
     node_rank, local_rank, local_world = toolkits.rank_layout(rank, layout)
     addresses = env.get("BATCHAI_NODE_ADDRESSES", "").split(",")
     return toolkits.RankContext(

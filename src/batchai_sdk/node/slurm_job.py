@@ -29,7 +29,7 @@ from . import toolkits
 from .common import append, expand, load, now, write_json_atomic
 from .common import job_env as common_job_env
 from .launcher import free_port
-from .rank import FRAMEWORKS, make_mount_link
+from .rank import FRAMEWORKS, framework_context, make_mount_link
 
 HEARTBEAT = 10.0
 
@@ -132,24 +132,9 @@ def run_rank(config_path: str) -> int:
     written = [cfg["python"], cfg["script"], *(cfg.get("args") or [])]
     if cfg["toolkit"] in FRAMEWORKS:  # the framework's own variables, from Slurm's task layout
         layout = tasks_per_node(env.get("SLURM_TASKS_PER_NODE", "")) or [int(env.get("SLURM_NTASKS", "1"))]
-        node_rank, local_rank, local_world = toolkits.rank_layout(rank, layout)
-        ctx = toolkits.RankContext(
-            toolkit=cfg["toolkit"],
-            settings=cfg.get("toolkit_settings") or {},
-            rank=rank,
-            world_size=sum(layout),
-            local_rank=local_rank,
-            local_world_size=local_world,
-            node_rank=node_rank,
-            node_count=len(layout),
-            node_addresses=env.get("BATCHAI_NODE_ADDRESSES", node).split(","),
-            master_port=int(env.get("BATCHAI_MASTER_PORT", "29500")),
-            python=cfg["python"],
-            script=cfg.get("script"),
-            args=list(cfg.get("args") or []),
-            gpus_per_node=int(cfg.get("gpus_per_node") or 0),
-            ranks_per_node=layout,
-        )
+        env.setdefault("BATCHAI_NODE_ADDRESSES", node)
+        ctx = framework_context(cfg, env, rank, layout)
+        assert ctx is not None
         env.update(toolkits.rank_env(ctx))
         written = toolkits.rank_argv(ctx)
     argv = [expand(a, env) for a in written]
