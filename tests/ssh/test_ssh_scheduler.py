@@ -218,13 +218,14 @@ def sleeper_job(
     return job, [int((out / f"pid-{r}").read_text()) for r in (0, 1)]
 
 
+@pytest.mark.parametrize("round_", [1, 2, 3])
 def test_queued_jobs_run_once_each_and_never_share_a_node(
-    exp: Experiment, cluster: Cluster, scripts: Callable[[str, str], Path], tmp_path: Path
+    exp: Experiment, cluster: Cluster, scripts: Callable[[str, str], Path], tmp_path: Path, round_: int
 ) -> None:
     recorder = scripts("record.py", RECORDER)
     out = tmp_path / "runs"
     out.mkdir()
-    names = [f"q{i:02d}" for i in range(30)]
+    names = [f"r{round_}q{i:02d}" for i in range(50)]
     sizes = {name: 2 if i % 4 == 0 else 1 for i, name in enumerate(names)}
     jobs = [
         exp.create_job(
