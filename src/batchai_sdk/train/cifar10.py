@@ -395,13 +395,14 @@ _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)\.h5$")
 _INTERRUPTED_RE = re.compile(r"^interrupted-(\d+)-(\d+)\.h5$")
 
 
-def find_checkpoints(folder: Path) -> list[tuple[int, Path]]:
-    """(epoch, path) of the ``checkpoint-NNN.h5`` files in ``folder``, oldest first."""
+def find_checkpoints(folder: Path, pattern: re.Pattern[str] | None = None) -> list[tuple[int, Path]]:
+    """(epoch, path) of the ``checkpoint-NNN.h5`` files in ``folder`` (or those ``pattern`` matches, its
+    first group the epoch), oldest first."""
     if not folder.is_dir():
         return []
     found = []
     for path in folder.iterdir():
-        match = _CHECKPOINT_RE.match(path.name)
+        match = (pattern or _CHECKPOINT_RE).match(path.name)
         if match and path.is_file():
             found.append((int(match.group(1)), path))
     return sorted(found)

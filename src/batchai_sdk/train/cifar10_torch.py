@@ -64,6 +64,7 @@ try:
         load_dataset,
     )
     from .cifar10 import _trim_metrics as trim_metrics
+    from .cifar10 import find_checkpoints as find_epoch_files
 except ImportError:  # run as a plain file next to cifar10.py
     from cifar10 import (  # type: ignore[no-redef,import-not-found]
         CIFAR_ARCHIVE,
@@ -74,6 +75,7 @@ except ImportError:  # run as a plain file next to cifar10.py
         load_dataset,
     )
     from cifar10 import _trim_metrics as trim_metrics  # type: ignore[no-redef,import-not-found]
+    from cifar10 import find_checkpoints as find_epoch_files  # type: ignore[no-redef,import-not-found]
 
 MODEL_FILE = "cifar10_torch_model.pt"
 CHECKPOINT_PATTERN = "checkpoint-{epoch:03d}.pt"
@@ -162,14 +164,7 @@ def augment(images: Any, generator: Any, shift: float = 0.1) -> Any:
 
 
 def find_checkpoints(folder: Path) -> list[tuple[int, Path]]:
-    if not folder.is_dir():
-        return []
-    found = []
-    for path in folder.iterdir():
-        match = _CHECKPOINT_RE.match(path.name)
-        if match and path.is_file():
-            found.append((int(match.group(1)), path))
-    return sorted(found)
+    return find_epoch_files(folder, _CHECKPOINT_RE)
 
 
 def save_atomic(obj: Any, path: Path) -> None:
