@@ -4,14 +4,25 @@ arguments many commands share (global arguments, -g, -w, -e, --yes)."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from ._context import Handler, UsageError
 from ._format import OUTPUT_FORMATS, compile_query
 
+EXAMPLES_HEADING = "examples:"
+
+
+def examples_epilog(examples: Sequence[str]) -> str | None:
+    """The "examples:" section of a ``--help`` (as az prints it), one command line a line."""
+    if not examples:
+        return None
+    return "\n".join([EXAMPLES_HEADING, *(f"  {line}" for line in examples)])
+
 
 class Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors raise ``UsageError`` (exit status 2, one error line)."""
+
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message}")
 
@@ -23,17 +34,37 @@ class Commands:
         self._subparsers = subparsers
         self._common = common
 
-    def command(self, name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
-        """A command that runs ``handler``; the caller adds its arguments to the parser returned."""
+    def command(
+        self, name: str, handler: Handler, help_text: str, examples: Sequence[str] = ()
+    ) -> argparse.ArgumentParser:
+        """A command that runs ``handler``; the caller adds its arguments to the parser returned.
+
+        ``examples``: whole command lines (``batchai ...``) that ``--help`` lists under "examples:".
+        """
         p: argparse.ArgumentParser = self._subparsers.add_parser(
-            name, help=help_text, description=help_text, parents=[self._common]
+            name,
+            help=help_text,
+            description=help_text,
+            parents=[self._common],
+            epilog=examples_epilog(examples),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         p.set_defaults(handler=handler)
         return p
 
-    def group(self, name: str, help_text: str) -> Commands:
-        """A command group (``batchai NAME COMMAND``) to add commands or groups to."""
-        p = self._subparsers.add_parser(name, help=help_text, description=help_text, parents=[self._common])
+    def group(self, name: str, help_text: str, examples: Sequence[str] = ()) -> Commands:
+        """A command group (``batchai NAME COMMAND``) to add commands or groups to.
+
+        ``examples``: az-style command lines of the group that ``batchai NAME --help`` lists.
+        """
+        p = self._subparsers.add_parser(
+            name,
+            help=help_text,
+            description=help_text,
+            parents=[self._common],
+            epilog=examples_epilog(examples),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         subparsers = p.add_subparsers(
             dest=f"{name}_command", metavar="COMMAND", required=True, parser_class=Parser
         )

@@ -10,10 +10,29 @@ from ._params import Commands, non_negative, resource_group_arg, workspace_arg, 
 
 
 def register(commands: Commands) -> None:
-    c = commands.group("cluster", "clusters of nodes")
+    c = commands.group(
+        "cluster",
+        "clusters of nodes",
+        examples=(
+            "batchai cluster create -g batchai.horovod -w batchaidev -n nc6cluster "
+            "--vm-size Standard_NC6 --vm-priority dedicated --target 2 --generate-ssh-keys",
+            "batchai cluster create -g batchai.horovod -w batchaidev -n auto "
+            "--min 0 --max 4 --idle-seconds 300",
+            "batchai cluster show -g batchai.horovod -w batchaidev -n nc6cluster --output table",
+            "batchai cluster list -g batchai.horovod -w batchaidev --output table",
+            "batchai cluster resize -g batchai.horovod -w batchaidev -n nc6cluster --target 0",
+            "batchai cluster auto-scale -g batchai.horovod -w batchaidev -n nc6cluster --min 0 --max 4",
+            "batchai cluster delete -g batchai.horovod -w batchaidev -n nc6cluster --yes",
+        ),
+    )
     p = _cluster_command(c, "create", cluster_create, "create a cluster")
     p.add_argument("--vm-size", "-s", help="e.g. Standard_NC4as_T4_v3 (Azure; optional on local, SSH, Slurm)")
-    p.add_argument("--vm-priority", choices=("dedicated", "lowpriority"), default="dedicated")
+    p.add_argument(
+        "--vm-priority",
+        choices=("dedicated", "lowpriority"),
+        default="dedicated",
+        help="lowpriority: Spot VMs on Azure, which can be evicted (default dedicated)",
+    )
     p.add_argument(
         "--target", "-t", type=non_negative, help="number of nodes (default 1, or --min with --max)"
     )
@@ -31,12 +50,21 @@ def register(commands: Commands) -> None:
     p = _cluster_command(
         c, "resize", cluster_resize, "change a cluster's number of nodes (0 releases them all)"
     )
-    p.add_argument("--target", "-t", type=non_negative, required=True)
+    p.add_argument(
+        "--target", "-t", type=non_negative, required=True, help="number of nodes (0 releases them all)"
+    )
     p = _cluster_command(
         c, "auto-scale", cluster_auto_scale, "let the cluster's scheduler size it between --min and --max"
     )
     _autoscale_args(p, required=True)
-    node = c.group("node", "a cluster's nodes")
+    node = c.group(
+        "node",
+        "a cluster's nodes",
+        examples=(
+            "batchai cluster node simulate-eviction -g batchai.horovod -w batchaidev -n nc6cluster "
+            "--grace 30",
+        ),
+    )
     p = _cluster_command(
         node, "simulate-eviction", cluster_simulate_eviction, "evict a node as Azure evicts Spot VMs"
     )
@@ -65,7 +93,7 @@ def _cluster_command(c: Commands, name: str, handler: Handler, help_text: str) -
     p = c.command(name, handler, help_text)
     resource_group_arg(p)
     workspace_arg(p)
-    p.add_argument("--name", "-n", required=True)
+    p.add_argument("--name", "-n", required=True, help="the cluster")
     return p
 
 

@@ -12,7 +12,17 @@ from ._state import BACKENDS
 
 def register(commands: Commands) -> None:
     p = commands.command(
-        "configure", configure, "the profile: backend for new workspaces, its options, defaults"
+        "configure",
+        configure,
+        "the profile: backend for new workspaces, its options, defaults",
+        examples=(
+            "batchai configure --backend ssh --hosts 10.0.0.4 10.0.0.5 --user azureuser "
+            "--key-file ~/.ssh/id_ed25519 --share-root /mnt/share",
+            "batchai configure --backend azure --subscription 00000000-0000-0000-0000-000000000000",
+            "batchai configure --defaults group=batchai.horovod workspace=batchaidev output=table",
+            "batchai configure --backend local",
+            "batchai configure",
+        ),
     )
     p.add_argument("--backend", choices=BACKENDS, help="backend of workspaces created from now on")
     p.add_argument(

@@ -10,7 +10,16 @@ from ._params import Commands, resource_group_arg, workspace_arg, yes_arg
 
 
 def register(commands: Commands) -> None:
-    e = commands.group("experiment", "experiments: named groups of jobs")
+    e = commands.group(
+        "experiment",
+        "experiments: named groups of jobs",
+        examples=(
+            "batchai experiment create -g batchai.horovod -w batchaidev -n cifar",
+            "batchai experiment show -g batchai.horovod -w batchaidev -n cifar",
+            "batchai experiment list -g batchai.horovod -w batchaidev --output table",
+            "batchai experiment delete -g batchai.horovod -w batchaidev -n cifar --force --yes",
+        ),
+    )
     for name, handler, text in (
         ("create", experiment_create, "create an experiment (returns the existing one if it exists)"),
         ("show", experiment_show, "show an experiment"),
@@ -19,7 +28,7 @@ def register(commands: Commands) -> None:
         p = e.command(name, handler, text)
         resource_group_arg(p)
         workspace_arg(p)
-        p.add_argument("--name", "-n", required=True)
+        p.add_argument("--name", "-n", required=True, help="the experiment")
         if name == "delete":
             p.add_argument("--force", action="store_true", help="terminate jobs that have not ended")
             yes_arg(p)

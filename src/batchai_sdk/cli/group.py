@@ -12,10 +12,20 @@ from ._state import validate_group
 
 
 def register(commands: Commands) -> None:
-    g = commands.group("group", "resource groups: a name space of workspaces and storage accounts")
+    g = commands.group(
+        "group",
+        "resource groups: a name space of workspaces and storage accounts",
+        examples=(
+            "batchai group create --name batchai.horovod --location eastus",
+            "batchai group show --name batchai.horovod --output table",
+            "batchai group exists --name batchai.horovod",
+            "batchai group list --output table",
+            "batchai group delete --name batchai.horovod --yes",
+        ),
+    )
     p = g.command("create", group_create, "create a resource group")
     _name_arg(p)
-    p.add_argument("--location", "-l", required=True)
+    p.add_argument("--location", "-l", required=True, help="location, e.g. eastus (Azure: the region)")
     p.add_argument("--tags", nargs="*", help="accepted and ignored")
     _name_arg(g.command("show", group_show, "show a resource group"))
     _name_arg(g.command("exists", group_exists, "whether a resource group exists (true/false)"))
@@ -31,7 +41,9 @@ def register(commands: Commands) -> None:
 
 
 def _name_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--name", "-n", "--resource-group", "-g", dest="name", required=True)
+    p.add_argument(
+        "--name", "-n", "--resource-group", "-g", dest="name", required=True, help="the resource group"
+    )
 
 
 def group_create(ctx: Context, args: argparse.Namespace) -> Result | None:

@@ -22,8 +22,26 @@ if TYPE_CHECKING:
     from ..job import Job
 
 
+_WHERE = "-g batchai.horovod -w batchaidev -e cifar"  # in the examples
+
+
 def register(commands: Commands) -> None:
-    j = commands.group("job", "training jobs")
+    j = commands.group(
+        "job",
+        "training jobs",
+        examples=(
+            "batchai job create -g batchai.horovod -w batchaidev -e cifar -n cifar_dist -c nc6cluster "
+            "--config-file job.json",
+            "batchai job create -g batchai.horovod -w batchaidev -e cifar -c nc6cluster "
+            "--python-script train.py --nodes 2 --stream",
+            "batchai job show -g batchai.horovod -w batchaidev -e cifar -n cifar_dist --output table",
+            "batchai job list -g batchai.horovod -w batchaidev -e cifar --output table",
+            "batchai job logs -g batchai.horovod -w batchaidev -e cifar -n cifar_dist --follow",
+            "batchai job wait -g batchai.horovod -w batchaidev -e cifar -n cifar_dist --timeout 3600",
+            "batchai job terminate -g batchai.horovod -w batchaidev -e cifar -n cifar_dist --yes",
+            "batchai job delete -g batchai.horovod -w batchaidev -e cifar -n cifar_dist --yes",
+        ),
+    )
     _register_create(j)
     _job_command(j, "show", job_show, "show a job")
     p = j.command("list", job_list, "list an experiment's jobs")
@@ -46,7 +64,19 @@ def register(commands: Commands) -> None:
     p.add_argument(
         "--file-name", default="stdout.txt", help="which log (default stdout.txt; e.g. stderr.txt)"
     )
-    _register_file(j.group("file", "a job's files: logs (stdouterr) and output directories"))
+    _register_file(
+        j.group(
+            "file",
+            "a job's files: logs (stdouterr) and output directories",
+            examples=(
+                "batchai job file list " + _WHERE + " -j cifar_dist --output table",
+                "batchai job file stream -g batchai.horovod -w batchaidev -e cifar -j cifar_dist "
+                "--file-name stdout.txt",
+                "batchai job file download -g batchai.horovod -w batchaidev -e cifar -j cifar_dist "
+                "--file-name stderr.txt --dest logs/",
+            ),
+        )
+    )
 
 
 def _job_command(j: Commands, name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
@@ -67,7 +97,7 @@ def _job_command(j: Commands, name: str, handler: Handler, help_text: str) -> ar
 
 def _register_create(j: Commands) -> None:
     p = _job_command(j, "create", job_create, "create and submit a job from a Batch AI job.json (or flags)")
-    p.add_argument("--cluster", "-c", required=True)
+    p.add_argument("--cluster", "-c", required=True, help="the cluster the job runs on")
     p.add_argument("--config-file", "-f", help="Batch AI 2018-05-01 job.json")
     p.add_argument("--nodes", type=positive, help="number of nodes; overrides nodeCount of the file")
     p.add_argument(
@@ -115,7 +145,7 @@ def _register_file(jf: Commands) -> None:
         resource_group_arg(p)
         workspace_arg(p)
         experiment_arg(p)
-        p.add_argument("--job", "-j", required=True)
+        p.add_argument("--job", "-j", required=True, help="the job")
         p.add_argument(
             "--output-directory-id",
             "-d",
@@ -124,7 +154,7 @@ def _register_file(jf: Commands) -> None:
         )
         p.add_argument("--path", "-p", default="", help="a folder inside that directory")
         if name != "list":
-            p.add_argument("--file-name", "-f", required=True)
+            p.add_argument("--file-name", "-f", required=True, help="the file, e.g. stdout.txt")
         if name == "download":
             p.add_argument("--dest", help="file or folder to write (default: the working directory)")
 

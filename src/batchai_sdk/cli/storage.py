@@ -20,59 +20,111 @@ if TYPE_CHECKING:
     from ..workspace import Workspace
 
 
+_SHARE = " --share-name batchaishare --account-name batchaistorage"  # in the examples
+
+
 def register(commands: Commands) -> None:
-    s = commands.group("storage", "names for the workspaces' file shares, as az storage")
-    _register_account(s.group("account", "storage accounts"))
-    ss = s.group("share", "file shares: each is a workspace's share")
+    s = commands.group(
+        "storage",
+        "names for the workspaces' file shares, as az storage",
+        examples=(
+            "batchai storage account create -g batchai.horovod -n batchaistorage",
+            "batchai storage share create -n batchaishare --account-name batchaistorage",
+            "batchai storage directory create -n cifar" + _SHARE,
+            "batchai storage file upload --source cifar_cnn_distributed.py --path cifar" + _SHARE,
+            "batchai storage file list --path cifar" + _SHARE + " --output table",
+        ),
+    )
+    _register_account(
+        s.group(
+            "account",
+            "storage accounts",
+            examples=(
+                "batchai storage account create -g batchai.horovod -n batchaistorage -l eastus",
+                "batchai storage account show -g batchai.horovod -n batchaistorage",
+                "batchai storage account list -g batchai.horovod --output table",
+                "batchai storage account delete -g batchai.horovod -n batchaistorage --yes",
+            ),
+        )
+    )
+    ss = s.group(
+        "share",
+        "file shares: each is a workspace's share",
+        examples=(
+            "batchai storage share create -n batchaishare --account-name batchaistorage",
+            "batchai storage share create -n batchaishare --account-name batchaistorage -w batchaidev",
+            "batchai storage share list --account-name batchaistorage",
+        ),
+    )
     p = ss.command("create", storage_share_create, "name a workspace's file share")
-    p.add_argument("--name", "-n", required=True)
+    p.add_argument("--name", "-n", required=True, help="the share's name")
     p.add_argument("--workspace", "-w", help="whose share (default: the resource group's only workspace)")
     p.add_argument("--quota", type=int, help="accepted and ignored")
     _account_args(p)
     _account_args(ss.command("list", storage_share_list, "list a storage account's shares"))
-    sd = s.group("directory", "directories on a share")
+    sd = s.group(
+        "directory",
+        "directories on a share",
+        examples=("batchai storage directory create -n cifar" + _SHARE,),
+    )
     p = sd.command("create", storage_directory_create, "create a directory on a share")
-    p.add_argument("--name", "-n", required=True)
+    p.add_argument("--name", "-n", required=True, help="the directory's path on the share")
     _share_args(p)
-    _register_file(s.group("file", "files on a share"))
+    _register_file(
+        s.group(
+            "file",
+            "files on a share",
+            examples=(
+                "batchai storage file upload --source cifar_cnn_distributed.py --path cifar" + _SHARE,
+                "batchai storage file download --path cifar/model.h5 --dest ." + _SHARE,
+                "batchai storage file list --path cifar" + _SHARE + " --output table",
+            ),
+        )
+    )
 
 
 def _register_account(sa: Commands) -> None:
     p = sa.command("create", storage_account_create, "create a storage account name in a resource group")
     resource_group_arg(p)
-    p.add_argument("--name", "-n", required=True)
-    p.add_argument("--location", "-l")
-    p.add_argument("--sku", default="Standard_LRS")
-    p.add_argument("--kind", default="StorageV2")
+    _account_name_arg(p)
+    p.add_argument("--location", "-l", help="default: the resource group's location")
+    p.add_argument("--sku", default="Standard_LRS", help="recorded and shown (default Standard_LRS)")
+    p.add_argument("--kind", default="StorageV2", help="recorded and shown (default StorageV2)")
     p = sa.command("show", storage_account_show, "show a storage account")
     resource_group_arg(p)
-    p.add_argument("--name", "-n", required=True)
+    _account_name_arg(p)
     p = sa.command("delete", storage_account_delete, "forget a storage account name")
     resource_group_arg(p)
-    p.add_argument("--name", "-n", required=True)
+    _account_name_arg(p)
     yes_arg(p)
     resource_group_arg(sa.command("list", storage_account_list, "list storage accounts"))
 
 
 def _register_file(sf: Commands) -> None:
     p = sf.command("upload", storage_file_upload, "upload a file (a directory --path receives it by name)")
-    p.add_argument("--source", required=True)
+    p.add_argument("--source", required=True, help="the local file to upload")
     p.add_argument("--path", "-p", help="path on the share (a directory, or the file's new path)")
     _share_args(p)
     p = sf.command(
         "download", storage_file_download, "download a file (into the working directory by default)"
     )
-    p.add_argument("--path", "-p", required=True)
+    p.add_argument("--path", "-p", required=True, help="the file's path on the share")
     p.add_argument("--dest", help="file or directory to write (default: the working directory)")
     _share_args(p)
     p = sf.command("list", storage_file_list, "list a directory of a share")
-    p.add_argument("--path", "-p", default="")
+    p.add_argument("--path", "-p", default="", help="the directory to list (default: the share's root)")
     _share_args(p)
 
 
 def _share_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--share-name", "-s", required=True)
+    p.add_argument("--share-name", "-s", required=True, help="the share (a workspace's share)")
     _account_args(p)
+
+
+def _account_name_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--name", "-n", required=True, help="the storage account: 3-24 lowercase letters and digits"
+    )
 
 
 def _account_args(p: argparse.ArgumentParser) -> None:

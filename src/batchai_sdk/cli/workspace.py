@@ -16,7 +16,17 @@ from ._state import BACKENDS
 
 
 def register(commands: Commands) -> None:
-    w = commands.group("workspace", "workspaces")
+    w = commands.group(
+        "workspace",
+        "workspaces",
+        examples=(
+            "batchai workspace create -g batchai.horovod -w batchaidev",
+            "batchai workspace create -g batchai.horovod -w sshdev --backend ssh",
+            "batchai workspace show -g batchai.horovod -w batchaidev",
+            "batchai workspace list -g batchai.horovod --output table",
+            "batchai workspace delete -g batchai.horovod -w batchaidev --yes",
+        ),
+    )
     p = w.command("create", workspace_create, "create a workspace (returns the existing one if it exists)")
     resource_group_arg(p)
     workspace_arg(p, "--name", "-n")
