@@ -47,6 +47,8 @@ def parse_time(value: str | None) -> datetime | None:
 
 
 class JobState(str, enum.Enum):
+    """A job's ``executionState``: queued, running, then succeeded, failed or terminated."""
+
     QUEUED = "queued"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
@@ -55,6 +57,7 @@ class JobState(str, enum.Enum):
 
     @property
     def ended(self) -> bool:
+        """True for succeeded, failed and terminated: the job will not change any more."""
         return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.TERMINATED)
 
     def __str__(self) -> str:
@@ -71,6 +74,8 @@ class JobState(str, enum.Enum):
 
 
 class ClusterState(str, enum.Enum):
+    """A cluster's ``allocationState``: resizing while nodes come or go, else steady."""
+
     RESIZING = "resizing"
     STEADY = "steady"
 
@@ -79,6 +84,8 @@ class ClusterState(str, enum.Enum):
 
 
 class VmPriority(str, enum.Enum):
+    """A cluster's VM priority: dedicated, or lowpriority (Spot VMs on Azure, which can be evicted)."""
+
     DEDICATED = "dedicated"
     LOWPRIORITY = "lowpriority"
 
@@ -88,6 +95,8 @@ class VmPriority(str, enum.Enum):
 
 @dataclass(frozen=True)
 class NodeCounts:
+    """A cluster's nodes by state, as Batch AI's ``nodeStateCounts``."""
+
     idle: int = 0
     running: int = 0
     preparing: int = 0
@@ -96,6 +105,7 @@ class NodeCounts:
 
     @property
     def total(self) -> int:
+        """All the nodes counted, whatever their state."""
         return self.idle + self.running + self.preparing + self.leaving + self.unusable
 
     def to_batchai(self) -> dict[str, int]:
@@ -110,6 +120,8 @@ class NodeCounts:
 
 
 class NodeState(str, enum.Enum):
+    """A node's state: idle, running (a job), preparing (setup or job preparation), leaving, unusable."""
+
     IDLE = "idle"
     RUNNING = "running"
     PREPARING = "preparing"
@@ -141,9 +153,11 @@ class FileInfo:
 
     @property
     def is_dir(self) -> bool:
+        """True for a directory, False for a file."""
         return self.type == "directory"
 
     def to_dict(self) -> dict[str, Any]:
+        """The entry as JSON-ready values (``modified`` in ISO 8601)."""
         return {
             "name": self.name,
             "type": self.type,
@@ -165,6 +179,9 @@ class Node:
 
 @dataclass(frozen=True)
 class ClusterSpec:
+    """What a cluster is made of: name, VM size and priority, node count, image, node setup, price and
+    autoscale settings."""
+
     name: str
     vm_size: str
     nodes: int
@@ -185,6 +202,7 @@ class ClusterSpec:
         object.__setattr__(self, "price_per_hour", validate_price(self.price_per_hour))
 
     def to_dict(self) -> dict[str, Any]:
+        """The spec as JSON-ready values (the cluster's record on the share)."""
         return {
             "name": self.name,
             "vm_size": self.vm_size,
@@ -200,6 +218,7 @@ class ClusterSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ClusterSpec:
+        """The spec from ``to_dict``'s values; validates them as the constructor does."""
         return cls(
             name=data["name"],
             vm_size=data["vm_size"],
@@ -588,6 +607,7 @@ class JobSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> JobSpec:
+        """The spec from ``to_dict``'s values; fields it does not know are dropped."""
         known = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in known}
         kwargs["args"] = tuple(kwargs.get("args") or ())
@@ -596,6 +616,7 @@ class JobSpec:
         return cls(**kwargs)
 
     def replace(self, **changes: Any) -> JobSpec:
+        """A copy of the spec with ``changes`` (field names as keywords) applied and validated."""
         return dataclasses.replace(self, **changes)
 
 

@@ -42,6 +42,7 @@ class Cluster:
 
     @property
     def name(self) -> str:
+        """The cluster's name, unique in its workspace."""
         return self._spec.name
 
     @property
@@ -121,14 +122,17 @@ class Cluster:
 
     @property
     def vm_size(self) -> str:
+        """The VM size it was created with, e.g. ``Standard_NC6`` (only Azure provisions by it)."""
         return self._spec.vm_size
 
     @property
     def vm_priority(self) -> str:
+        """``"dedicated"`` or ``"lowpriority"`` (Spot VMs on Azure, which can be evicted)."""
         return self._spec.vm_priority.value
 
     @property
     def target_nodes(self) -> int:
+        """The number of nodes the cluster is asked to have (``resize``, autoscale)."""
         return self.spec.nodes
 
     @property
@@ -160,6 +164,7 @@ class Cluster:
         return cluster_cost_so_far(price.value if price is not None else None, node_hours(points))
 
     def refresh(self) -> Cluster:
+        """Re-read the cluster's record from the share; raises ``NotFoundError`` once it is deleted."""
         data = self.workspace.share.read_json_or_none(layout.cluster_record(self.name))
         if data is None:
             raise NotFoundError("cluster", self.name, f"workspace {self.workspace.name!r}")
@@ -177,6 +182,7 @@ class Cluster:
 
     @property
     def state(self) -> ClusterState:
+        """``ClusterState.RESIZING`` while nodes come or go, else ``ClusterState.STEADY``."""
         return self._state_of(self._status())
 
     def node_states(self, status: ClusterStatus | None = None) -> dict[str, NodeState]:
@@ -199,6 +205,7 @@ class Cluster:
 
     @property
     def node_counts(self) -> NodeCounts:
+        """How many nodes are idle, running, preparing, leaving and unusable, as Batch AI counts them."""
         return count_nodes(list(self.node_states().values()))
 
     def active_jobs(self) -> list[Job]:
@@ -260,6 +267,8 @@ class Cluster:
 
     # -- views ------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
+        """The cluster as ``az batchai cluster show`` prints it (JSON-ready): state, node counts, scale
+        settings, cost."""
         st = self._status()
         counts = count_nodes(list(self.node_states(st).values()))
         return {

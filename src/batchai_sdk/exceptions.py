@@ -178,6 +178,9 @@ class BatchAIJsonError(ValidationError):
 
 
 class MissingExtraError(BatchAIError, ImportError):
+    """An optional dependency is not installed: ``package``, and ``extra``, the ``pip install
+    'batchai_sdk[extra]'`` that brings it."""
+
     def __init__(self, package: str, extra: str) -> None:
         self.package = package
         self.extra = extra

@@ -28,12 +28,16 @@ def job_hint(name: str) -> str:
 
 
 class Experiment:
+    """A named group of jobs in a workspace (``Workspace.create_experiment``); it creates, finds and deletes
+    its jobs."""
+
     def __init__(self, workspace: Workspace, spec: ExperimentSpec) -> None:
         self.workspace = workspace
         self.spec = spec
 
     @property
     def name(self) -> str:
+        """The experiment's name, unique in its workspace."""
         return self.spec.name
 
     def create_job(
@@ -132,9 +136,11 @@ class Experiment:
         return job
 
     def get_job(self, name: str) -> Job:
+        """The job ``name`` of this experiment; raises ``NotFoundError`` if it has none of that name."""
         return Job.attach(self, name)
 
     def list_jobs(self) -> list[Job]:
+        """The experiment's jobs, in no particular order (empty when it has none)."""
         try:
             entries = self.workspace.share.list(layout.jobs_dir(self.name))
         except NotFoundError:
@@ -158,6 +164,7 @@ class Experiment:
         job.delete(force=force)
 
     def to_dict(self) -> dict[str, Any]:
+        """The experiment as ``az batchai experiment show`` prints it (JSON-ready)."""
         return {
             "name": self.name,
             "workspace": self.workspace.name,

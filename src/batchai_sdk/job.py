@@ -83,6 +83,9 @@ def resolve_local_script(script: str) -> Path | None:
 
 
 class Job:
+    """A training job of an experiment (``Experiment.create_job``): submit it, follow its state and logs, read
+    its files and metrics."""
+
     def __init__(
         self, experiment: Experiment, spec: JobSpec, record: Mapping[str, Any] | None = None
     ) -> None:
@@ -97,6 +100,8 @@ class Job:
     # -- construction -------------------------------------------------------------------------------
     @classmethod
     def attach(cls, experiment: Experiment, name: str) -> Job:
+        """The submitted job ``name`` of ``experiment``, from its record on the share (what
+        ``Experiment.get_job`` returns); raises ``NotFoundError`` if there is none."""
         validate_name(name, "job name")
         record = experiment.workspace.share.read_json_or_none(layout.job_record(experiment.name, name))
         if record is None:
@@ -142,10 +147,12 @@ class Job:
 
     @property
     def name(self) -> str:
+        """The job's name, unique in its experiment."""
         return self.spec.name
 
     @property
     def submitted(self) -> bool:
+        """True once the job has been submitted (it has a record on the share)."""
         return self._record is not None
 
     # -- checks ---------------------------------------------------------------------------------------
@@ -377,6 +384,7 @@ class Job:
 
     @property
     def status(self) -> JobStatus:
+        """The job's current ``JobStatus``, read fresh each time: state, exit code, times, failure reason."""
         self._require_submitted()
         if self.workspace.backend.kind == "slurm":  # Slurm's own queue says what our records cannot
             self._scheduler().refresh(self.experiment.name, self.name)
@@ -393,10 +401,12 @@ class Job:
 
     @property
     def state(self) -> JobState:
+        """The job's current ``JobState`` (``status.state``)."""
         return self.status.state
 
     @property
     def exit_code(self) -> int | None:
+        """The job's exit code once it has ended (None before)."""
         return self.status.exit_code
 
     @property
@@ -638,12 +648,16 @@ class Job:
         return load_metrics(self, path)
 
     def plot_metrics(self, path: str | None = None) -> Any:
+        """A matplotlib Figure of loss and accuracy per epoch (training and validation), from the training
+        module's ``metrics.jsonl``; ``path`` picks another file. Needs the ``notebook`` extra."""
         from ._metrics import plot_metrics
 
         return plot_metrics(self, path)
 
     # -- views ------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
+        """The job as ``az batchai job show`` prints it (JSON-ready): state, nodes, times, failure reason,
+        attempts, cost."""
         st = self.status if self.submitted else JobStatus(state=JobState.QUEUED)
         return {
             "name": self.name,

@@ -50,27 +50,33 @@ class Share(ABC):
 
     # -- built on the primitives -------------------------------------------------------------------
     def exists(self, path: str) -> bool:
+        """True if ``path`` (a file or a directory) exists on the share."""
         return self.stat(path) is not None
 
     def read_text(self, path: str) -> str:
+        """The UTF-8 text of the file ``path`` (undecodable bytes replaced)."""
         return self.read_bytes(path).decode("utf-8", errors="replace")
 
     def write_text(self, path: str, text: str) -> None:
+        """Write ``text`` as UTF-8 to the file ``path``, replacing it."""
         self.write_bytes(path, text.encode("utf-8"))
 
     def read_json(self, path: str) -> Any:
+        """The parsed JSON of the file ``path``; ``ShareError`` if it is not valid JSON."""
         try:
             return json.loads(self.read_bytes(path))
         except json.JSONDecodeError as exc:
             raise ShareError(f"{path} on share {self.name!r} is not valid JSON: {exc}", path) from exc
 
     def read_json_or_none(self, path: str) -> Any:
+        """As ``read_json``, but None where the file does not exist."""
         try:
             return self.read_json(path)
         except NotFoundError:
             return None
 
     def write_json(self, path: str, data: Any) -> None:
+        """Write ``data`` as indented JSON to the file ``path``, replacing it."""
         self.write_bytes(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8"))
 
     def restrict(self, path: str) -> None:  # noqa: B027 - a no-op where the share has no POSIX modes
@@ -82,6 +88,7 @@ class Share(ABC):
         self.restrict(path)
 
     def size(self, path: str) -> int:
+        """The size in bytes of the file ``path``; ``NotFoundError`` for a missing file or a directory."""
         info = self.stat(path)
         if info is None or info.is_dir:
             raise NotFoundError("file", normalize(path), f"share {self.name!r}")

@@ -179,14 +179,18 @@ class Workspace:
     # -- properties -----------------------------------------------------------------------------------
     @property
     def name(self) -> str:
+        """The workspace's name."""
         return self.backend.workspace
 
     @property
     def share(self) -> Share:
+        """The workspace's file share: its records, the jobs' logs and outputs, your data."""
         return self.backend.share
 
     # -- experiments ----------------------------------------------------------------------------------
     def create_experiment(self, name: str, *, exist_ok: bool = False) -> Experiment:
+        """Create the experiment ``name``; if it exists, return it with ``exist_ok=True``, else raise
+        ``AlreadyExistsError``."""
         spec = ExperimentSpec(validate_name(name, "experiment name"))
         record = layout.experiment_record(name)
         existing = self.share.read_json_or_none(record)
@@ -203,6 +207,7 @@ class Workspace:
         return Experiment(self, spec)
 
     def get_experiment(self, name: str) -> Experiment:
+        """The experiment ``name``; raises ``NotFoundError`` if there is none."""
         data = self.share.read_json_or_none(layout.experiment_record(validate_name(name, "experiment name")))
         if data is None:
             raise NotFoundError("experiment", name, f"workspace {self.name!r}")
@@ -218,6 +223,7 @@ class Workspace:
         return [data for data in found if data is not None]
 
     def list_experiments(self) -> list[Experiment]:
+        """The workspace's experiments, in no particular order."""
         return [
             Experiment(self, ExperimentSpec.from_dict(data))
             for data in self._records(layout.experiments_dir(), layout.experiment_record)
@@ -320,12 +326,14 @@ class Workspace:
         return Cluster(self, spec)
 
     def get_cluster(self, name: str) -> Cluster:
+        """The cluster ``name``; raises ``NotFoundError`` if there is none."""
         data = self.share.read_json_or_none(layout.cluster_record(validate_name(name, "cluster name")))
         if data is None:
             raise NotFoundError("cluster", name, f"workspace {self.name!r}")
         return Cluster(self, ClusterSpec.from_dict(data))
 
     def list_clusters(self) -> list[Cluster]:
+        """The workspace's clusters, in no particular order."""
         return [
             Cluster(self, ClusterSpec.from_dict(data))
             for data in self._records(layout.clusters_dir(), layout.cluster_record)
@@ -347,6 +355,8 @@ class Workspace:
         self.backend.delete()
 
     def close(self) -> None:
+        """Close the backend's connections (SSH, HTTP); clusters and jobs keep running. ``with Workspace...``
+        closes it too."""
         self.backend.close()
 
     def __enter__(self) -> Workspace:
@@ -356,6 +366,7 @@ class Workspace:
         self.close()
 
     def to_dict(self) -> dict[str, Any]:
+        """The workspace as ``az batchai workspace show`` prints it (JSON-ready): backend, location, share."""
         return {**self.backend.describe(), "name": self.name}
 
     def __repr__(self) -> str:
