@@ -56,6 +56,11 @@ def test_plot_metrics_draws_loss_and_accuracy(finished_job) -> None:  # type: ig
     assert list(acc_ax.get_lines()[1].get_ydata()) == pytest.approx([0.25, 0.5, 0.75])
     assert list(loss_ax.get_lines()[0].get_xdata()) == [1, 2, 3]
     fig.savefig(Path(finished_job.workspace.backend.root) / "curves.png")  # renders without a display
+    for ax in (loss_ax, acc_ax):  # the epoch axis reads 1, 2, 3: no 1.25 or 2.5 ticks
+        low, high = ax.get_xlim()
+        ticks = [t for t in ax.get_xticks() if low <= t <= high]
+        assert ticks and all(t == round(t) for t in ticks), ticks
+        assert {1, 2, 3} <= {round(t) for t in ticks}
 
 
 def test_metrics_missing_says_where_it_looked(ws: Workspace, script: Callable[[str, str], Path]) -> None:

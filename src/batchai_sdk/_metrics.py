@@ -49,9 +49,11 @@ def load_metrics(job: Job, path: str | None = None) -> Any:
 
 
 def plot_metrics(job: Job, path: str | None = None) -> Any:
-    """A matplotlib Figure: loss and accuracy per epoch, training and validation (shows inline in Jupyter)."""
+    """A matplotlib Figure: loss and accuracy per epoch, training and validation (shows inline in Jupyter);
+    the epoch axis has whole-number ticks only."""
     try:
         from matplotlib.figure import Figure
+        from matplotlib.ticker import MaxNLocator
     except ImportError as exc:
         raise MissingExtraError("matplotlib", "notebook") from exc
     records = read_records(job, path)
@@ -65,6 +67,7 @@ def plot_metrics(job: Job, path: str | None = None) -> Any:
                 ax.plot(epochs, values, marker="o", label=label)
         ax.set_title(f"{title} — {job.name}")
         ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epoch 2, not 1.75, 2.0, 2.25
         ax.grid(alpha=0.3)
         ax.legend()
     _show_figures_inline()
