@@ -16,6 +16,14 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 GETTING_STARTED = ROOT / "docs" / "getting-started.md"
 FENCE = re.compile(r"^```(?P<lang>[\w-]*)[^\n]*\n(?P<body>.*?)^```\s*$", re.M | re.S)
+# Any fenced block, also one indented in a tab or a list item.
+ANY_FENCE = re.compile(
+    r"^(?P<indent>[ \t]*)(?P<fence>```+|~~~+)[^\n]*\n(?P<body>.*?)^(?P=indent)(?P=fence)[ \t]*$", re.M | re.S
+)
+CODE_WIDTH = 88  # what the site's code blocks show without a scrollbar
+# A line holding one string literal and nothing else: JSON cannot break it (the tutorial's job.json).
+LONE_STRING = re.compile(r'^\s*"[^"]*",?$')
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
 def python_blocks(page: Path) -> list[tuple[int, str]]:
@@ -37,6 +45,19 @@ def test_getting_started_blocks_are_valid_python() -> None:
     assert len(blocks) >= 6, "the getting-started page lost its code"
     for line, code in blocks:
         compile(code, f"{GETTING_STARTED.name}:{line}", "exec")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_code_blocks_fit_without_a_scrollbar(page: Path) -> None:
+    text = page.read_text(encoding="utf-8")
+    wide = []
+    for m in ANY_FENCE.finditer(text):
+        first = text.count("\n", 0, m.start("body")) + 1
+        for n, line in enumerate(m.group("body").splitlines()):
+            line = line.removeprefix(m.group("indent"))
+            if len(line) > CODE_WIDTH and not LONE_STRING.match(line):
+                wide.append(f"{page.name}:{first + n}: {len(line)} columns")
+    assert not wide, f"code lines wider than {CODE_WIDTH} columns:\n" + "\n".join(wide)
 
 
 def test_docs_build_strictly(tmp_path: Path) -> None:
@@ -68,11 +89,24 @@ def test_docs_build_strictly(tmp_path: Path) -> None:
     for anchor in ("batchai_sdk.Workspace.create_cluster", "batchai_sdk.Job.stream", "batchai_sdk.NodeError"):
         assert f'id="{anchor}"' in api, f"{anchor} missing from the API reference"
     assert ":::" not in api
+    # ... with their docstrings: members that had none now say what they do.
+    text = html.unescape(re.sub(r"<[^>]+>", "", api))
+    for said in ("A matplotlib Figure of loss and accuracy per epoch", "Create the experiment"):
+        assert said in text, f"{said!r} missing from the API reference"
     tutorial = html.unescape(re.sub(r"<[^>]+>", "", (site / "tutorial" / "index.html").read_text("utf-8")))
     # Each step shows the original az command and the batchai CLI's.
     assert "az batchai cluster create" in tutorial
     assert re.search(r"(?<!az )batchai cluster create --resource-group", tutorial)
     assert "ws.create_cluster(" in tutorial
+    # Every step opens on its batchai CLI tab: the first tab of each set, the checked one.
+    page = (site / "tutorial" / "index.html").read_text("utf-8")
+    sets = re.findall(r'<div class="tabbed-set[^"]*"[^>]*>(.*?)<div class="tabbed-content">', page, re.S)
+    assert len(sets) >= 10
+    for tabs in sets:
+        checked = re.search(r'<input checked="checked" id="(?P<id>[^"]+)"', tabs)
+        assert checked is not None
+        label = re.search(rf'<label for="{checked["id"]}">(?P<text>[^<]*)</label>', tabs)
+        assert label is not None and label["text"] == "batchai CLI", tabs[:300]
 
 
 @pytest.mark.train
