@@ -21,7 +21,7 @@ from typing import Any
 import paramiko
 
 from ... import _layout as layout
-from ..._models import ClusterSpec, Node, NodeState
+from ..._models import ClusterSpec, Node, NodeState, VmPriority
 from ...exceptions import NodeError, ValidationError
 from ...remote.base import Runner
 from ...remote.host_keys import HostKeyStore, known_hosts_name
@@ -36,6 +36,7 @@ from .clients import AzureClients, ClientOptions
 from .errors import azure_call
 from .host_key_pins import HostKeyPins, Instance, fetch_host_key
 from .node_setup import NodeEnvironment, setup_script
+from .preflight import SkuInfo, preflight
 from .share import AzureFileShare
 from .states import cluster_status_from_raw
 
@@ -277,8 +278,24 @@ class AzureBackend(Backend):
             "vmss": self._vmss(spec),
         }
 
+    def check_cluster(self, spec: ClusterSpec) -> SkuInfo:
+        """Preflight, creating nothing: the VM size is offered to the subscription in the region, and the
+        regional and family vCPU quotas (the Spot quota for low priority) leave room for the cluster at
+        its largest (``max_nodes`` with autoscale). Raises ``SkuNotAvailableError`` / ``QuotaShortError``
+        (both ``AzureQuotaError``); returns the size's vCPUs, GPUs and quota family."""
+        return preflight(
+            self.clients,
+            size=spec.vm_size,
+            region=self.names.location,
+            max_nodes=prov.max_nodes(spec),
+            priority=spec.vm_priority,
+        )
+
     def create_cluster(self, spec: ClusterSpec, *, timeout: float | None = None) -> None:
-        """Start creating the scale set (returns once ARM accepted it; with ``timeout``, waits for it)."""
+        """Start creating the scale set (returns once ARM accepted it; with ``timeout``, waits for it).
+        The preflight (``check_cluster``) runs first: a size or quota Azure would refuse is refused
+        before the resource group, storage or network is touched."""
+        self.check_cluster(spec)
         self.provision()
         install = spec.extra.get("install_stack", self.install_stack)
         if not isinstance(install, bool):
@@ -363,6 +380,23 @@ class AzureBackend(Backend):
                 self.names.resource_group, vmss, {"instanceIds": victims}
             )
         self._track(spec, poller, timeout, f"resize scale set {vmss} to {nodes}")
+
+    def simulate_eviction(self, spec: ClusterSpec, node: str) -> bool:
+        """Azure's own eviction of a Spot VM (``POST .../virtualMachines/{instanceId}/simulateEviction``):
+        the VM gets the Scheduled Events ``Preempt`` notice, then is deleted (eviction policy Delete). Only
+        Spot VMs can be evicted: on a dedicated cluster this returns False and the caller leaves a
+        simulated notice on the share instead."""
+        if spec.vm_priority is not VmPriority.LOWPRIORITY:
+            return False
+        if node not in self._instances.get(spec.name, {}):
+            self.cluster_status(spec)
+        inst = self._instance(spec.name, Node(id=node, address="", machine=node))
+        vmss = self._vmss(spec)
+        with azure_call(f"simulate the eviction of {node} (scale set {vmss}, instance {inst.instance_id})"):
+            self.clients.compute.virtual_machine_scale_set_vms.simulate_eviction(
+                self.names.resource_group, vmss, inst.instance_id
+            )
+        return True
 
     def _claimed(self, cluster: str) -> set[str]:
         """Nodes a job holds, as the cluster's scheduler published them."""
