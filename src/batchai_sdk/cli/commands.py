@@ -6,10 +6,10 @@ from __future__ import annotations
 import argparse
 
 from .. import __version__
-from . import cluster, configure, experiment, group, job, storage, workspace
+from . import cluster, configure, experiment, group, job, storage, sweep, workspace
 from ._params import Commands, Parser, global_arguments
 
-GROUPS = (group, workspace, experiment, cluster, job, storage, configure)
+GROUPS = (group, workspace, experiment, cluster, job, storage, sweep, configure)
 
 
 def build_parser() -> argparse.ArgumentParser:
