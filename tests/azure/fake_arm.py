@@ -581,6 +581,25 @@ class FakeArm:
             )
         if method == "PATCH":
             resource = self.resources[key]
+            if (data.get("properties") or {}).get("singlePlacementGroup") is True and (
+                resource["properties"].get("singlePlacementGroup") is False
+            ):
+                return self._error(
+                    409,
+                    "PropertyChangeNotAllowed",
+                    "Changing property 'singlePlacementGroup' is not allowed.",
+                )
+            resource["properties"].update(data.get("properties") or {})
+            if (
+                "sku" in data
+                and int(data["sku"].get("capacity", 0)) > 100
+                and resource["properties"].get("singlePlacementGroup", True)
+            ):
+                return self._error(
+                    400,
+                    "InvalidParameter",
+                    "The capacity of a scale set with singlePlacementGroup true cannot exceed 100.",
+                )
             if "sku" in data:
                 resource["sku"].update(data["sku"])
                 self._set_capacity(rid, int(resource["sku"]["capacity"]))

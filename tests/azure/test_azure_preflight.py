@@ -175,3 +175,19 @@ def test_single_placement_group_follows_max_nodes_and_the_public_ip_has_no_sku(
     ][0]["properties"]["ipConfigurations"][0]["properties"]
     # the spec: a public IP configuration's "sku" can only be set on Flexible scale sets
     assert "sku" not in ipconfig["publicIPAddressConfiguration"]
+
+
+def test_growing_past_100_nodes_leaves_the_single_placement_group(
+    make_backend: Callable[..., AzureBackend], arm: FakeArm
+) -> None:
+    set_usage(arm, "standardDSv5Family", "Standard DSv5 Family vCPUs", 0, 1000)
+    ws = Workspace(make_backend())
+    cluster = ws.create_cluster("cpu", vm_size="Standard_D2s_v5", nodes=2)
+    assert vmss_body(arm, "cpu")["properties"]["singlePlacementGroup"] is True
+
+    cluster.resize(50)
+    cluster.resize(101)
+    patches = [b for m, p, b in arm.bodies if m == "PATCH" and p.endswith("/virtualMachineScaleSets/cpu")]
+    assert patches[0] == {"sku": {"capacity": 50}}  # within one group: left as it is
+    assert patches[1] == {"sku": {"capacity": 101}, "properties": {"singlePlacementGroup": False}}
+    assert len(arm.instances[next(k for k in arm.instances if k.endswith("/cpu"))]) == 101

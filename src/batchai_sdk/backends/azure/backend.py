@@ -359,7 +359,7 @@ class AzureBackend(Backend):
         status = self.cluster_status(spec)
         live = [n for n in status.nodes if status.node_states.get(n.id) is not NodeState.LEAVING]
         if nodes >= len(live):
-            poller = prov.begin_resize_scale_set(self.clients, self.names, vmss, nodes)
+            poller = prov.begin_resize_scale_set(self.clients, self.names, vmss, nodes, current=current)
             self._track(spec, poller, timeout, f"resize scale set {vmss} to {nodes}")
             return
         claimed = self._claimed(spec.name)

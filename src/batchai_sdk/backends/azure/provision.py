@@ -506,11 +506,22 @@ def begin_create_scale_set(
         )
 
 
-def begin_resize_scale_set(clients: AzureClients, names: WorkspaceNames, vmss: str, capacity: int) -> Any:
+def begin_resize_scale_set(
+    clients: AzureClients,
+    names: WorkspaceNames,
+    vmss: str,
+    capacity: int,
+    *,
+    current: Mapping[str, Any] | None = None,
+) -> Any:
+    """PATCH the capacity. Past 100 VMs a scale set in one placement group (``current``: its GET) is
+    switched to several in the same PATCH — ARM allows true → false, never back (docs/azure.md)."""
+    body: dict[str, Any] = {"sku": {"capacity": capacity}}
+    single = ((current or {}).get("properties") or {}).get("singlePlacementGroup")
+    if capacity > PLACEMENT_GROUP_MAX and single is not False:
+        body["properties"] = {"singlePlacementGroup": False}
     with azure_call(f"resize scale set {vmss} to {capacity}"):
-        return clients.compute.virtual_machine_scale_sets.begin_update(
-            names.resource_group, vmss, {"sku": {"capacity": capacity}}
-        )
+        return clients.compute.virtual_machine_scale_sets.begin_update(names.resource_group, vmss, body)
 
 
 def begin_delete_scale_set(clients: AzureClients, names: WorkspaceNames, vmss: str) -> Any | None:
