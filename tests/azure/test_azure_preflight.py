@@ -72,7 +72,7 @@ def test_a_family_quota_too_small_for_max_nodes_names_the_request_to_file(
         72,
     )
     assert "request a new limit of 72 for 'Standard NCASv3_T4 Family vCPUs'" in str(e)
-    assert "8 × Standard_NC4as_T4_v3 need 32 vCPUs" in str(e) and e.code == "QuotaExceeded"
+    assert "8 × Standard_NC4as_T4_v3 need 32 more vCPUs" in str(e) and e.code == "QuotaExceeded"
     assert arm.count("PUT", ".") == puts and vmss_puts(arm) == 0
     with pytest.raises(NotFoundError):
         ws.get_cluster("t4")  # no record of a cluster that was never made
@@ -126,10 +126,17 @@ def test_a_passing_preflight_lets_creation_go_on_and_cluster_check_runs_it(
     assert skus < put and usages < put
     assert vmss_puts(arm) == 1
 
-    cluster.check()  # passes: 2 × 4 of 64
-    set_usage(arm, "standardNCASv3_T4Family", "Standard NCASv3_T4 Family vCPUs", 60, 64)
-    with pytest.raises(QuotaShortError):
-        cluster.check()
+    # 60 vCPUs in use, 8 of them this cluster's: a second one of 2 that may grow to 4 needs 16 (fits in 80)
+    set_usage(arm, "standardNCASv3_T4Family", "Standard NCASv3_T4 Family vCPUs", 60, 80)
+    grows = ws.create_cluster(
+        "t4b", vm_size="Standard_NC4as_T4_v3", min_nodes=0, max_nodes=4, initial_nodes=2
+    )
+    # Azure's usage now counts both clusters' VMs; the quota was lowered meanwhile
+    set_usage(arm, "standardNCASv3_T4Family", "Standard NCASv3_T4 Family vCPUs", 68, 72)
+    cluster.check()  # at its largest already (max_nodes 2): nothing more needed
+    with pytest.raises(QuotaShortError) as err:
+        grows.check()  # 2 more × 4 vCPUs: 76 > 72
+    assert err.value.new_limit == 76 and "(2 of them running already) need 8 more vCPUs" in str(err.value)
 
 
 def test_case_and_location_of_the_size_and_zone_restrictions(

@@ -278,24 +278,31 @@ class AzureBackend(Backend):
             "vmss": self._vmss(spec),
         }
 
-    def check_cluster(self, spec: ClusterSpec) -> SkuInfo:
+    def check_cluster(self, spec: ClusterSpec, *, in_use: int | None = None) -> SkuInfo:
         """Preflight, creating nothing: the VM size is offered to the subscription in the region, and the
         regional and family vCPU quotas (the Spot quota for low priority) leave room for the cluster at
         its largest (``max_nodes`` with autoscale). Raises ``SkuNotAvailableError`` / ``QuotaShortError``
-        (both ``AzureQuotaError``); returns the size's vCPUs, GPUs and quota family."""
+        (both ``AzureQuotaError``); returns the size's vCPUs, GPUs and quota family.
+
+        ``in_use``: the cluster's VMs that exist (Azure's usage counts them already); None reads the
+        scale set's capacity."""
+        if in_use is None:
+            current = prov.get_scale_set(self.clients, self.names, self._vmss(spec))
+            in_use = int(((current or {}).get("sku") or {}).get("capacity") or 0)
         return preflight(
             self.clients,
             size=spec.vm_size,
             region=self.names.location,
             max_nodes=prov.max_nodes(spec),
             priority=spec.vm_priority,
+            in_use=in_use,
         )
 
     def create_cluster(self, spec: ClusterSpec, *, timeout: float | None = None) -> None:
         """Start creating the scale set (returns once ARM accepted it; with ``timeout``, waits for it).
         The preflight (``check_cluster``) runs first: a size or quota Azure would refuse is refused
         before the resource group, storage or network is touched."""
-        self.check_cluster(spec)
+        self.check_cluster(spec, in_use=0)
         self.provision()
         install = spec.extra.get("install_stack", self.install_stack)
         if not isinstance(install, bool):

@@ -79,6 +79,7 @@ class QuotaShortError(AzureQuotaError):
         needed: int,
         nodes: int,
         size: str,
+        in_use: int = 0,
     ) -> None:
         self.quota = quota
         self.description = description
@@ -92,8 +93,9 @@ class QuotaShortError(AzureQuotaError):
             "(Azure portal → Quotas → Compute, or Subscriptions → Usage + quotas), or ask for fewer nodes, "
             "a smaller vm_size or another location"
         )
+        who = f"{nodes} × {size}" + (f" ({in_use} of them running already)" if in_use else "")
         super().__init__(
-            f"{nodes} × {size} need {needed} vCPUs of '{description}' ({quota}) in {region}, which has "
+            f"{who} need {needed} more vCPUs of '{description}' ({quota}) in {region}, which has "
             f"{limit - current} free ({current} of {limit} in use) — {hint}",
             code="QuotaExceeded",
             status=None,
@@ -168,14 +170,18 @@ def check_size_and_quota(
     region: str,
     max_nodes: int,
     priority: VmPriority,
+    in_use: int = 0,
 ) -> SkuInfo:
-    """Raise SkuNotAvailableError or QuotaShortError, or return the size's SkuInfo (pure: REST JSON in)."""
+    """Raise SkuNotAvailableError or QuotaShortError, or return the size's SkuInfo (pure: REST JSON in).
+
+    ``in_use``: VMs of this cluster that exist already — the usage counts them, so only the
+    ``max_nodes - in_use`` more are checked."""
     sku = skus.get(size.lower())
     if sku is None or sku.restriction is not None:
         raise SkuNotAvailableError(
             size, region, "NotListed" if sku is None else str(sku.restriction), offered_gpu_sizes(skus)
         )
-    needed = max_nodes * sku.vcpus
+    needed = max(0, max_nodes - in_use) * sku.vcpus
     if needed <= 0:
         return sku
     by_name = {str((u.get("name") or {}).get("value") or ""): u for u in usages}
@@ -196,6 +202,7 @@ def check_size_and_quota(
                 needed=needed,
                 nodes=max_nodes,
                 size=sku.name,
+                in_use=in_use,
             )
     return sku
 
@@ -220,12 +227,18 @@ def list_usages(clients: AzureClients, region: str) -> list[dict[str, Any]]:
 
 
 def preflight(
-    clients: AzureClients, *, size: str, region: str, max_nodes: int, priority: VmPriority
+    clients: AzureClients,
+    *,
+    size: str,
+    region: str,
+    max_nodes: int,
+    priority: VmPriority,
+    in_use: int = 0,
 ) -> SkuInfo:
     """Both checks against Azure; no resource is created or changed."""
     skus = list_skus(clients, region)
     sku = skus.get(size.lower())
     usages = list_usages(clients, region) if sku is not None and sku.restriction is None else []
     return check_size_and_quota(
-        skus, usages, size=size, region=region, max_nodes=max_nodes, priority=priority
+        skus, usages, size=size, region=region, max_nodes=max_nodes, priority=priority, in_use=in_use
     )
