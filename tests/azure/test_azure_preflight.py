@@ -198,3 +198,25 @@ def test_growing_past_100_nodes_leaves_the_single_placement_group(
     assert patches[0] == {"sku": {"capacity": 50}}  # within one group: left as it is
     assert patches[1] == {"sku": {"capacity": 101}, "properties": {"singlePlacementGroup": False}}
     assert len(arm.instances[next(k for k in arm.instances if k.endswith("/cpu"))]) == 101
+
+
+def test_a_resize_beyond_the_quota_is_refused_before_the_patch(
+    make_backend: Callable[..., AzureBackend], arm: FakeArm
+) -> None:
+    ws = Workspace(make_backend())
+    cluster = ws.create_cluster("t4", vm_size="Standard_NC4as_T4_v3", nodes=2)
+    arm.make_ready()
+    # Azure's usage counts the 2 VMs; 16 of 24 in use
+    set_usage(arm, "standardNCASv3_T4Family", "Standard NCASv3_T4 Family vCPUs", 16, 24)
+    cluster.resize(4)  # 2 more × 4 = 8: fits exactly
+    set_usage(arm, "standardNCASv3_T4Family", "Standard NCASv3_T4 Family vCPUs", 24, 24)  # as Azure counts
+    with pytest.raises(QuotaShortError) as err:
+        cluster.resize(6)
+    assert err.value.new_limit == 32 and "(4 of them running already) need 8 more vCPUs" in str(err.value)
+    patches = [b for m, p, b in arm.bodies if m == "PATCH" and p.endswith("/virtualMachineScaleSets/t4")]
+    assert patches == [{"sku": {"capacity": 4}}]
+    first_pages = [
+        q for (m, path), q in zip(arm.calls, arm.queries) if path.endswith("/skus") and "$skiptoken" not in q
+    ]
+    assert len(first_pages) == 1  # the region's size list is read once per session (it has pages)
+    assert arm.count("GET", "/providers/Microsoft.Compute/skus$") > 1

@@ -36,7 +36,7 @@ from .clients import AzureClients, ClientOptions
 from .errors import azure_call
 from .host_key_pins import HostKeyPins, Instance, fetch_host_key
 from .node_setup import NodeEnvironment, setup_script
-from .preflight import SkuInfo, preflight
+from .preflight import SkuInfo, list_skus, preflight
 from .share import AzureFileShare
 from .states import cluster_status_from_raw
 
@@ -182,6 +182,7 @@ class AzureBackend(Backend):
         self._addresses: dict[str, tuple[str, str | None, str | None]] = {}  # VM id → (vmId, private, public)
         self._unreachable: dict[str, dict[str, str]] = {}  # cluster → node id → reason
         self._ssh: dict[str, tuple[tuple[Any, ...], SSHBackend]] = {}
+        self._skus: Mapping[str, SkuInfo] | None = None  # the region's VM sizes (preflight), read once
 
     def __repr__(self) -> str:
         return (
@@ -289,6 +290,12 @@ class AzureBackend(Backend):
         if in_use is None:
             current = prov.get_scale_set(self.clients, self.names, self._vmss(spec))
             in_use = int(((current or {}).get("sku") or {}).get("capacity") or 0)
+        with self._lock:
+            skus = self._skus
+        if skus is None:  # once per session: a region's list is large and changes rarely
+            skus = list_skus(self.clients, self.names.location)
+            with self._lock:
+                self._skus = skus
         return preflight(
             self.clients,
             size=spec.vm_size,
@@ -296,6 +303,7 @@ class AzureBackend(Backend):
             max_nodes=prov.max_nodes(spec),
             priority=spec.vm_priority,
             in_use=in_use,
+            skus=skus,
         )
 
     def create_cluster(self, spec: ClusterSpec, *, timeout: float | None = None) -> None:
@@ -366,6 +374,8 @@ class AzureBackend(Backend):
         status = self.cluster_status(spec)
         live = [n for n in status.nodes if status.node_states.get(n.id) is not NodeState.LEAVING]
         if nodes >= len(live):
+            if nodes > len(live):  # the quota for the VMs to add, before Azure refuses them
+                self.check_cluster(replace(spec, nodes=nodes, autoscale=None), in_use=len(live))
             poller = prov.begin_resize_scale_set(self.clients, self.names, vmss, nodes, current=current)
             self._track(spec, poller, timeout, f"resize scale set {vmss} to {nodes}")
             return

@@ -234,9 +234,11 @@ def preflight(
     max_nodes: int,
     priority: VmPriority,
     in_use: int = 0,
+    skus: Mapping[str, SkuInfo] | None = None,
 ) -> SkuInfo:
-    """Both checks against Azure; no resource is created or changed."""
-    skus = list_skus(clients, region)
+    """Both checks against Azure; no resource is created or changed. ``skus``: the region's list from an
+    earlier ``list_skus`` (it changes rarely; the usage is always read afresh)."""
+    skus = skus if skus is not None else list_skus(clients, region)
     sku = skus.get(size.lower())
     usages = list_usages(clients, region) if sku is not None and sku.restriction is None else []
     return check_size_and_quota(
