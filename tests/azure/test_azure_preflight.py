@@ -216,7 +216,9 @@ def test_a_resize_beyond_the_quota_is_refused_before_the_patch(
     patches = [b for m, p, b in arm.bodies if m == "PATCH" and p.endswith("/virtualMachineScaleSets/t4")]
     assert patches == [{"sku": {"capacity": 4}}]
     first_pages = [
-        q for (m, path), q in zip(arm.calls, arm.queries) if path.endswith("/skus") and "$skiptoken" not in q
+        q
+        for (m, path), q in zip(arm.calls, arm.queries, strict=True)
+        if path.endswith("/skus") and "$skiptoken" not in q
     ]
     assert len(first_pages) == 1  # the region's size list is read once per session (it has pages)
     assert arm.count("GET", "/providers/Microsoft.Compute/skus$") > 1
