@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING, Any
 
 from ._models import (
     ClusterSpec,
@@ -49,9 +50,22 @@ from .job import Job
 from .share import Share
 from .workspace import Workspace
 
+if TYPE_CHECKING:
+    from .backends.azure.sweep import TaggedResource
+
 logging.getLogger("batchai_sdk").addHandler(logging.NullHandler())
 
 __version__ = "0.1.0"
+
+
+def sweep(subscription_id: str | None = None, **kwargs: Any) -> list[TaggedResource]:
+    """Every Azure resource batchai_sdk tagged in the subscription, across resource groups and regions:
+    group, type, name, location, workspace, cluster, VM size and node count of scale sets, created time.
+    Read-only. ``credential=``, ``workspace=``: see ``batchai_sdk.backends.azure.sweep`` (docs/cost.md)."""
+    from .backends.azure.sweep import sweep as _sweep
+
+    return _sweep(subscription_id, **kwargs)
+
 
 __all__ = [
     "AlreadyExistsError",
@@ -91,4 +105,5 @@ __all__ = [
     "VmPriority",
     "Workspace",
     "__version__",
+    "sweep",
 ]

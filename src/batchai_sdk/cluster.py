@@ -82,7 +82,11 @@ class Cluster:
         """Evict ``node`` (default: the first node running a job) as Azure evicts a Spot VM, to try a
         job's resume path before it costs anything: the node's ranks get SIGTERM, have ``grace_seconds``
         to checkpoint, and the job is requeued (no retry spent) and starts again with
-        ``AZ_BATCHAI_JOB_RESTART_COUNT`` raised. Returns the job it hit (``experiment/job``)."""
+        ``AZ_BATCHAI_JOB_RESTART_COUNT`` raised. Returns the job it hit (``experiment/job``).
+
+        On an Azure low-priority (Spot) cluster Azure itself evicts the VM (its simulateEviction API):
+        the node gets the real Scheduled Events notice (at least 30 s; ``grace_seconds`` does not apply)
+        and the VM is then deleted, as in a real eviction."""
         held = self.workspace.backend.scheduler(self.spec).assignments()
         node = node if node is not None else next(iter(sorted(held)), None)
         if node is None or node not in held:
@@ -90,6 +94,8 @@ class Cluster:
             raise ValidationError(
                 "node", node, f"a node of cluster {self.name!r} that runs a job (now: {busy})"
             )
+        if self.workspace.backend.simulate_eviction(self.spec, node):
+            return held[node].job  # the platform's own eviction: its notice reaches the node's watcher
         experiment, _, job = held[node].job.partition("/")
         notice = {
             "event_id": f"simulated-{utcnow():%Y%m%d%H%M%S}",
@@ -101,6 +107,12 @@ class Cluster:
         path = join(layout.job_run_dir(experiment, job), f"simulate-eviction-{node}.json")
         self.workspace.share.write_json(path, notice)
         return held[node].job
+
+    def check(self) -> None:
+        """Preflight, creating nothing: on Azure, that the VM size is offered to the subscription in the
+        region and that the vCPU quotas hold the cluster at ``max_nodes`` (``AzureQuotaError`` naming
+        the quota request to file, or sizes that are offered). ``create_cluster`` runs it first."""
+        self.workspace.backend.check_cluster(self.spec)
 
     def events(self) -> list[dict[str, Any]]:
         """Every scaling decision, oldest first: time, from → to, nodes removed, why."""

@@ -97,12 +97,17 @@ class FakeArm:
         self.calls: list[tuple[str, str]] = []
         self.bodies: list[tuple[str, str, Any]] = []
         self.auth_headers: list[str | None] = []
+        self.queries: list[dict[str, str]] = []  # each call's query parameters ($filter, $expand, ...)
         self.injected: list[Injected] = []
         self.storage_keys = ["c3RvcmFnZS1rZXktMS1zZWNyZXQ=", "c3RvcmFnZS1rZXktMi1zZWNyZXQ="]
         self.role_assignments: dict[str, dict[str, Any]] = {}  # lower-case id → REST JSON
         self.accepted_tokens: set[str] | None = None  # None: any bearer token; else only these
         self.imds_token = "eyJ0eXAiOiJKV1QifQ.eyJvaWQiOiJ2bXNzLWlkZW50aXR5In0.aW1kcy1zaWduYXR1cmU"
         self.imds_calls: list[dict[str, str]] = []
+        self.skus: list[dict[str, Any]] = [copy.deepcopy(s) for s in DEFAULT_SKUS]  # Resource SKUs
+        self.usages: dict[str, list[dict[str, Any]]] = {"eastus": copy.deepcopy(DEFAULT_USAGES)}
+        self.created: dict[str, str] = {}  # lower-case id → createdTime (what $expand=createdTime gives)
+        self.evicted: list[tuple[str, str]] = []  # (scale set id, instance id) of simulateEviction calls
         self._httpd: Any = None
         self._lock = threading.RLock()
         self._next_instance: dict[str, itertools.count[int]] = {}
@@ -162,6 +167,7 @@ class FakeArm:
             self.calls.append((request.method, path))
             self.bodies.append((request.method, path, data))
             self.auth_headers.append(request.headers.get("Authorization"))
+            self.queries.append(query)
             for inj in list(self.injected):
                 if inj.method == request.method and inj.pattern.search(path):
                     inj.times -= 1
@@ -180,6 +186,10 @@ class FakeArm:
                 return self._route(request.method, path, query, data)
             except KeyError:
                 return self._error(404, "ResourceNotFound", f"The Resource '{path}' was not found.")
+            finally:
+                if request.method == "PUT":
+                    for key in list(self.resources) + [self.rg_id(g) for g in self.groups]:
+                        self.created.setdefault(key.lower(), now())
 
     def _json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> Reply:
         return (
@@ -245,6 +255,16 @@ class FakeArm:
             )
         if "/providers/microsoft.authorization/roleassignments/" in low:
             return self._role_assignment(method, path, data)
+        sub_root = f"/subscriptions/{self.sub}".lower()
+        if low == sub_root + "/providers/microsoft.compute/skus" and method == "GET":
+            return self._list_skus(query)
+        m = re.match(re.escape(sub_root) + r"/providers/microsoft\.compute/locations/([^/]+)/usages$", low)
+        if m and method == "GET":
+            return self._list_usages(m.group(1), query)
+        if low == sub_root + "/resources" and method == "GET":
+            return self._list_resources(query)
+        if low == sub_root + "/resourcegroups" and method == "GET":
+            return self._list_groups(query)
         m = re.match(r"^/subscriptions/[^/]+/resourcegroups/([^/]+)(/.*)?$", low)
         if not m:
             return self._error(404, "InvalidResourceType", "not faked")
@@ -430,7 +450,100 @@ class FakeArm:
             return self._delete_instances(rid, data)
         if len(tail) == 3 and tail[0] == "virtualmachines" and tail[2] == "runcommand" and method == "POST":
             return self._run_command(rid, name, parts[5], data)
+        if (
+            len(tail) == 3
+            and tail[0] == "virtualmachines"
+            and tail[2] == "simulateeviction"
+            and method == "POST"
+        ):
+            return self._simulate_eviction(rid, parts[5])
         return self._error(404, "NotFound", "/".join(tail))
+
+    # -- subscription-level reads: Resource SKUs, usages, tagged resources -----------------------------------
+    def _page(self, items: list[dict[str, Any]], path: str, query: dict[str, str]) -> Reply:
+        """One page of ``items`` with a ``nextLink`` that keeps the query (ARM's paging)."""
+        start = int(query.get("$skiptoken", "0"))
+        body: dict[str, Any] = {"value": items[start : start + self.page_size]}
+        if start + self.page_size < len(items):
+            rest = "&".join(f"{k}={v}" for k, v in query.items() if k != "$skiptoken")
+            body["nextLink"] = f"{self.base}{path}?{rest}&$skiptoken={start + self.page_size}"
+        return self._json(200, body)
+
+    def _list_skus(self, query: dict[str, str]) -> Reply:
+        m = re.match(r"^location eq '([^']+)'$", query.get("$filter", ""))
+        region = m.group(1).lower() if m else None
+        items = [s for s in self.skus if region is None or region in [x.lower() for x in s["locations"]]]
+        return self._page(items, f"/subscriptions/{self.sub}/providers/Microsoft.Compute/skus", query)
+
+    def _list_usages(self, region: str, query: dict[str, str]) -> Reply:
+        items = self.usages.get(region, [])
+        path = f"/subscriptions/{self.sub}/providers/Microsoft.Compute/locations/{region}/usages"
+        return self._page(items, path, query)
+
+    @staticmethod
+    def _tag_filter(text: str) -> tuple[str, str | None] | None:
+        m = re.match(r"^tagName eq '([^']+)'(?: and tagValue eq '([^']*)')?$", text)
+        return (m.group(1), m.group(2)) if m else None
+
+    def _tagged(self, items: list[dict[str, Any]], query: dict[str, str]) -> list[dict[str, Any]] | None:
+        """``items`` that match a tag ``$filter``; None for a filter this fake does not know."""
+        if "$filter" not in query:
+            return items
+        tag = self._tag_filter(query["$filter"])
+        if tag is None:
+            return None
+        name, value = tag
+        return [
+            r for r in items if name in (r.get("tags") or {}) and (value is None or r["tags"][name] == value)
+        ]
+
+    def _list_resources(self, query: dict[str, str]) -> Reply:
+        """``GET /subscriptions/{id}/resources``: GenericResourceExpanded items. As ARM documents, a filter
+        on a tag name *and value* returns the resources without their tags (and without $expand's extras)."""
+        found = self._tagged([r for r in self.resources.values() if "type" in r], query)
+        if found is None:
+            return self._error(400, "InvalidFilterInQueryString", f"Invalid $filter '{query['$filter']}'.")
+        by_value = " and tagValue eq " in query.get("$filter", "")
+        expand = query.get("$expand", "").split(",")
+        items = []
+        for r in found:
+            item = {k: r[k] for k in ("id", "name", "type", "location") if k in r}
+            if "sku" in r:
+                item["sku"] = {k: v for k, v in r["sku"].items() if k in ("name", "tier", "capacity")}
+            if "kind" in r:
+                item["kind"] = r["kind"]
+            if not by_value:
+                item["tags"] = dict(r.get("tags") or {})
+                if "createdTime" in expand:
+                    item["createdTime"] = self.created.get(r["id"].lower(), now())
+                if "provisioningState" in expand:
+                    item["provisioningState"] = (r.get("properties") or {}).get("provisioningState")
+            items.append(item)
+        return self._page(
+            sorted(items, key=lambda i: i["id"].lower()), f"/subscriptions/{self.sub}/resources", query
+        )
+
+    def _list_groups(self, query: dict[str, str]) -> Reply:
+        found = self._tagged(list(self.groups.values()), query)
+        if found is None:
+            return self._error(400, "InvalidFilterInQueryString", f"Invalid $filter '{query['$filter']}'.")
+        return self._page(found, f"/subscriptions/{self.sub}/resourcegroups", query)
+
+    def _simulate_eviction(self, rid: str, instance_id: str) -> Reply:
+        """POST .../virtualMachines/{instanceId}/simulateEviction: 204; Spot VMs only. The VM is then
+        evicted (policy Delete: it goes) — the fake marks it Deleting."""
+        key = rid.lower()
+        inst = self.instances.get(key, {}).get(instance_id)
+        if inst is None:
+            raise KeyError(instance_id)
+        profile = self.resources[key]["properties"]["virtualMachineProfile"]
+        if profile.get("priority") != "Spot":
+            return self._error(
+                409, "OperationNotAllowed", "Simulate eviction is only supported for Spot virtual machines."
+            )
+        self.evicted.append((rid, instance_id))
+        inst.state = "Deleting"
+        return 204, {}, ""
 
     def _live(self, key: str) -> list[Instance]:
         return list(self.instances.get(key, {}).values())
@@ -468,6 +581,25 @@ class FakeArm:
             )
         if method == "PATCH":
             resource = self.resources[key]
+            if (data.get("properties") or {}).get("singlePlacementGroup") is True and (
+                resource["properties"].get("singlePlacementGroup") is False
+            ):
+                return self._error(
+                    409,
+                    "PropertyChangeNotAllowed",
+                    "Changing property 'singlePlacementGroup' is not allowed.",
+                )
+            resource["properties"].update(data.get("properties") or {})
+            if (
+                "sku" in data
+                and int(data["sku"].get("capacity", 0)) > 100
+                and resource["properties"].get("singlePlacementGroup", True)
+            ):
+                return self._error(
+                    400,
+                    "InvalidParameter",
+                    "The capacity of a scale set with singlePlacementGroup true cannot exceed 100.",
+                )
             if "sku" in data:
                 resource["sku"].update(data["sku"])
                 self._set_capacity(rid, int(resource["sku"]["capacity"]))
@@ -878,6 +1010,83 @@ class FakeArm:
             return self._error(409, "OperationNotAllowed", "The operation requires the VM to be running.")
         _, location = self._new_op("Microsoft.Compute", resource["location"], done)
         return 202, {"Location": location, "Retry-After": "0"}, ""
+
+
+def sku(
+    name: str,
+    family: str,
+    vcpus: int,
+    gpus: int = 0,
+    *,
+    locations: tuple[str, ...] = ("eastus",),
+    restricted: tuple[str, ...] = (),
+    reason: str = "NotAvailableForSubscription",
+) -> dict[str, Any]:
+    """A ``virtualMachines`` entry of Resource SKUs - List (the ListAvailableResourceSkus example's shape);
+    ``restricted``: regions with a Location restriction of ``reason``."""
+    capabilities = [
+        {"name": "MaxResourceVolumeMB", "value": str(vcpus * 44 * 1024)},
+        {"name": "vCPUs", "value": str(vcpus)},
+        {"name": "MemoryGB", "value": str(vcpus * 7)},
+        {"name": "LowPriorityCapable", "value": "True"},
+        {"name": "vCPUsAvailable", "value": str(vcpus)},
+    ]
+    if gpus:
+        capabilities.append({"name": "GPUs", "value": str(gpus)})
+    restrictions = [
+        {
+            "type": "Location",
+            "values": [region],
+            "restrictionInfo": {"locations": [region]},
+            "reasonCode": reason,
+        }
+        for region in restricted
+    ]
+    return {
+        "resourceType": "virtualMachines",
+        "name": name,
+        "tier": "Standard",
+        "size": name.removeprefix("Standard_"),
+        "family": family,
+        "locations": list(locations),
+        "locationInfo": [{"location": loc, "zones": ["1", "2", "3"], "zoneDetails": []} for loc in locations],
+        "capabilities": capabilities,
+        "restrictions": restrictions,
+    }
+
+
+def usage(name: str, localized: str, current: int, limit: int) -> dict[str, Any]:
+    """One item of Usage - List (``GET .../locations/{location}/usages``)."""
+    return {
+        "unit": "Count",
+        "currentValue": current,
+        "limit": limit,
+        "name": {"value": name, "localizedValue": localized},
+    }
+
+
+DEFAULT_SKUS = [
+    sku("Standard_D2s_v5", "standardDSv5Family", 2),
+    sku("Standard_NC4as_T4_v3", "standardNCASv3_T4Family", 4, 1),
+    sku("Standard_NC64as_T4_v3", "standardNCASv3_T4Family", 64, 4),
+    sku("Standard_NC24ads_A100_v4", "standardNCADSA100v4Family", 24, 1),
+    sku("Standard_NC40ads_H100_v5", "standardNCadsH100v5Family", 40, 1, restricted=("eastus",)),
+    sku("Standard_ND96isr_H100_v5", "standardNDSH100v5Family", 96, 8),
+    sku("Standard_NV36ads_A10_v5", "StandardNVADSA10v5Family", 36, 1),
+    sku("Standard_NC6s_v3", "standardNCSv3Family", 6, 1, restricted=("eastus",)),
+    sku("Standard_NC4as_T4_v3", "standardNCASv3_T4Family", 4, 1, locations=("westeurope",)),
+]
+DEFAULT_USAGES = [
+    usage("availabilitySets", "Availability Sets", 0, 2500),
+    usage("cores", "Total Regional vCPUs", 0, 350),
+    usage("virtualMachines", "Virtual Machines", 0, 25000),
+    usage("virtualMachineScaleSets", "Virtual Machine Scale Sets", 0, 2500),
+    usage("lowPriorityCores", "Total Regional Low-priority vCPUs", 0, 100),
+    usage("standardDSv5Family", "Standard DSv5 Family vCPUs", 0, 100),
+    usage("standardNCASv3_T4Family", "Standard NCASv3_T4 Family vCPUs", 0, 64),
+    usage("standardNCADSA100v4Family", "Standard NCADS_A100_v4 Family vCPUs", 0, 48),
+    usage("standardNDSH100v5Family", "Standard NDSH100v5 Family vCPUs", 0, 0),
+]
 
 
 def _generated_host_key(vm_id: str) -> str:

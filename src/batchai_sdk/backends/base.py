@@ -139,6 +139,16 @@ class Backend(ABC):
         """Facts for reprs and ``workspace show`` (never secrets)."""
         return {"kind": self.kind, "workspace": self.workspace, "share": self.share.name}
 
+    def check_cluster(self, spec: ClusterSpec) -> object:
+        """Preflight of a cluster, creating nothing: raise when the backend would refuse it (Azure: a VM
+        size not offered, a vCPU quota too small). Backends with nothing to check pass."""
+        return None
+
+    def simulate_eviction(self, spec: ClusterSpec, node: str) -> bool:
+        """Have the platform evict ``node`` as it evicts a Spot VM (Azure's simulateEviction); False when
+        the backend cannot (the caller then leaves the notice on the share itself)."""
+        return False
+
     @abstractmethod
     def create_cluster(self, spec: ClusterSpec, *, timeout: float | None = None) -> None:
         """Provision ``spec.nodes`` machines (may return while they are still being made)."""

@@ -6,7 +6,9 @@ extra (``pip install 'batchai_sdk[azure]'``) when one is missing.
 from ...exceptions import AzureQuotaError
 from .backend import AzureBackend, AzureInstance, detect_public_address
 from .node_setup import NodeEnvironment
+from .preflight import QuotaShortError, SkuNotAvailableError
 from .share import AzureFileShare
+from .sweep import TaggedResource, sweep
 
 __all__ = [
     "AzureBackend",
@@ -14,5 +16,9 @@ __all__ = [
     "AzureInstance",
     "AzureQuotaError",
     "NodeEnvironment",
+    "QuotaShortError",
+    "SkuNotAvailableError",
+    "TaggedResource",
     "detect_public_address",
+    "sweep",
 ]

@@ -21,7 +21,7 @@ from typing import Any
 import paramiko
 
 from ... import _layout as layout
-from ..._models import ClusterSpec, Node, NodeState
+from ..._models import ClusterSpec, Node, NodeState, VmPriority
 from ...exceptions import NodeError, ValidationError
 from ...remote.base import Runner
 from ...remote.host_keys import HostKeyStore, known_hosts_name
@@ -36,6 +36,7 @@ from .clients import AzureClients, ClientOptions
 from .errors import azure_call
 from .host_key_pins import HostKeyPins, Instance, fetch_host_key
 from .node_setup import NodeEnvironment, setup_script
+from .preflight import SkuInfo, list_skus, preflight
 from .share import AzureFileShare
 from .states import cluster_status_from_raw
 
@@ -181,6 +182,7 @@ class AzureBackend(Backend):
         self._addresses: dict[str, tuple[str, str | None, str | None]] = {}  # VM id → (vmId, private, public)
         self._unreachable: dict[str, dict[str, str]] = {}  # cluster → node id → reason
         self._ssh: dict[str, tuple[tuple[Any, ...], SSHBackend]] = {}
+        self._skus: Mapping[str, SkuInfo] | None = None  # the region's VM sizes (preflight), read once
 
     def __repr__(self) -> str:
         return (
@@ -277,8 +279,38 @@ class AzureBackend(Backend):
             "vmss": self._vmss(spec),
         }
 
+    def check_cluster(self, spec: ClusterSpec, *, in_use: int | None = None) -> SkuInfo:
+        """Preflight, creating nothing: the VM size is offered to the subscription in the region, and the
+        regional and family vCPU quotas (the Spot quota for low priority) leave room for the cluster at
+        its largest (``max_nodes`` with autoscale). Raises ``SkuNotAvailableError`` / ``QuotaShortError``
+        (both ``AzureQuotaError``); returns the size's vCPUs, GPUs and quota family.
+
+        ``in_use``: the cluster's VMs that exist (Azure's usage counts them already); None reads the
+        scale set's capacity."""
+        if in_use is None:
+            current = prov.get_scale_set(self.clients, self.names, self._vmss(spec))
+            in_use = int(((current or {}).get("sku") or {}).get("capacity") or 0)
+        with self._lock:
+            skus = self._skus
+        if skus is None:  # once per session: a region's list is large and changes rarely
+            skus = list_skus(self.clients, self.names.location)
+            with self._lock:
+                self._skus = skus
+        return preflight(
+            self.clients,
+            size=spec.vm_size,
+            region=self.names.location,
+            max_nodes=prov.max_nodes(spec),
+            priority=spec.vm_priority,
+            in_use=in_use,
+            skus=skus,
+        )
+
     def create_cluster(self, spec: ClusterSpec, *, timeout: float | None = None) -> None:
-        """Start creating the scale set (returns once ARM accepted it; with ``timeout``, waits for it)."""
+        """Start creating the scale set (returns once ARM accepted it; with ``timeout``, waits for it).
+        The preflight (``check_cluster``) runs first: a size or quota Azure would refuse is refused
+        before the resource group, storage or network is touched."""
+        self.check_cluster(spec, in_use=0)
         self.provision()
         install = spec.extra.get("install_stack", self.install_stack)
         if not isinstance(install, bool):
@@ -342,7 +374,9 @@ class AzureBackend(Backend):
         status = self.cluster_status(spec)
         live = [n for n in status.nodes if status.node_states.get(n.id) is not NodeState.LEAVING]
         if nodes >= len(live):
-            poller = prov.begin_resize_scale_set(self.clients, self.names, vmss, nodes)
+            if nodes > len(live):  # the quota for the VMs to add, before Azure refuses them
+                self.check_cluster(replace(spec, nodes=nodes, autoscale=None), in_use=len(live))
+            poller = prov.begin_resize_scale_set(self.clients, self.names, vmss, nodes, current=current)
             self._track(spec, poller, timeout, f"resize scale set {vmss} to {nodes}")
             return
         claimed = self._claimed(spec.name)
@@ -363,6 +397,23 @@ class AzureBackend(Backend):
                 self.names.resource_group, vmss, {"instanceIds": victims}
             )
         self._track(spec, poller, timeout, f"resize scale set {vmss} to {nodes}")
+
+    def simulate_eviction(self, spec: ClusterSpec, node: str) -> bool:
+        """Azure's own eviction of a Spot VM (``POST .../virtualMachines/{instanceId}/simulateEviction``):
+        the VM gets the Scheduled Events ``Preempt`` notice, then is deleted (eviction policy Delete). Only
+        Spot VMs can be evicted: on a dedicated cluster this returns False and the caller leaves a
+        simulated notice on the share instead."""
+        if spec.vm_priority is not VmPriority.LOWPRIORITY:
+            return False
+        if node not in self._instances.get(spec.name, {}):
+            self.cluster_status(spec)
+        inst = self._instance(spec.name, Node(id=node, address="", machine=node))
+        vmss = self._vmss(spec)
+        with azure_call(f"simulate the eviction of {node} (scale set {vmss}, instance {inst.instance_id})"):
+            self.clients.compute.virtual_machine_scale_set_vms.simulate_eviction(
+                self.names.resource_group, vmss, inst.instance_id
+            )
+        return True
 
     def _claimed(self, cluster: str) -> set[str]:
         """Nodes a job holds, as the cluster's scheduler published them."""

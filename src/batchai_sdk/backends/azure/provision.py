@@ -323,9 +323,10 @@ def scale_set_body(
                                 "properties": {
                                     "primary": True,
                                     "subnet": {"id": names.subnet_id},
+                                    # no "sku": the spec lets only Flexible scale sets set the
+                                    # public IP's SKU; on a Uniform one Azure picks it
                                     "publicIPAddressConfiguration": {
                                         "name": "pip",
-                                        "sku": {"name": "Standard", "tier": "Regional"},
                                         "properties": {"idleTimeoutInMinutes": 30, "deleteOption": "Delete"},
                                     },
                                 },
@@ -367,13 +368,34 @@ def scale_set_body(
             "orchestrationMode": "Uniform",
             "upgradePolicy": {"mode": "Manual"},
             "overprovision": False,
-            "singlePlacementGroup": spec.nodes <= 100,
+            "singlePlacementGroup": single_placement_group(spec),
             "virtualMachineProfile": profile,
         },
     }
     if managed_identity:
         body["identity"] = {"type": "SystemAssigned"}
     return body
+
+
+PLACEMENT_GROUP_MAX = 100  # VMs in one placement group
+
+
+def max_nodes(spec: ClusterSpec) -> int:
+    """The most VMs the cluster may ever have: ``max_nodes`` with autoscale, else its size."""
+    return spec.autoscale.max_nodes if spec.autoscale is not None else spec.nodes
+
+
+def single_placement_group(spec: ClusterSpec) -> bool:
+    """``singlePlacementGroup`` of the scale set, from the most nodes it may ever have.
+
+    True while that is at most 100: one placement group is what lets InfiniBand (the ``r`` sizes such as
+    ``Standard_ND96isr_H100_v5``) connect every node of a multi-node NCCL job, since RDMA does not cross
+    placement groups; and a scale set can later be switched from true to false but never back. False
+    when ``max_nodes`` is above 100, where a single group cannot hold the cluster (ARM refuses a
+    capacity above 100 with it). Decided from ``max_nodes``, not the initial size: an autoscale cluster
+    created at 0 nodes may grow to its maximum without the client.
+    """
+    return max_nodes(spec) <= PLACEMENT_GROUP_MAX
 
 
 # -- the scale set's own identity: scale-down without the client (docs/azure.md, "Autoscale") ----------
@@ -484,11 +506,22 @@ def begin_create_scale_set(
         )
 
 
-def begin_resize_scale_set(clients: AzureClients, names: WorkspaceNames, vmss: str, capacity: int) -> Any:
+def begin_resize_scale_set(
+    clients: AzureClients,
+    names: WorkspaceNames,
+    vmss: str,
+    capacity: int,
+    *,
+    current: Mapping[str, Any] | None = None,
+) -> Any:
+    """PATCH the capacity. Past 100 VMs a scale set in one placement group (``current``: its GET) is
+    switched to several in the same PATCH — ARM allows true → false, never back (docs/azure.md)."""
+    body: dict[str, Any] = {"sku": {"capacity": capacity}}
+    single = ((current or {}).get("properties") or {}).get("singlePlacementGroup")
+    if capacity > PLACEMENT_GROUP_MAX and single is not False:
+        body["properties"] = {"singlePlacementGroup": False}
     with azure_call(f"resize scale set {vmss} to {capacity}"):
-        return clients.compute.virtual_machine_scale_sets.begin_update(
-            names.resource_group, vmss, {"sku": {"capacity": capacity}}
-        )
+        return clients.compute.virtual_machine_scale_sets.begin_update(names.resource_group, vmss, body)
 
 
 def begin_delete_scale_set(clients: AzureClients, names: WorkspaceNames, vmss: str) -> Any | None:
