@@ -366,7 +366,7 @@ def run_prep(config_path: str, node: str, secrets: dict[str, str] | None = None)
     out_dir = cfg["stdouterr_dir"]
     log = os.path.join(out_dir, f"execution-{node}.log")
     if cfg.get("container_image"):
-        pull_image(cfg["container_image"], env, log)
+        pull_image(cfg["container_image"], job_env(cfg), log)  # the engine needs none of the secrets
     if not cfg.get("job_preparation"):
         return 0
     try_append(log, f"job preparation started on {socket.gethostname()}")
