@@ -54,3 +54,65 @@ def stand_in_tools(folder: os.PathLike[str] | str, log: os.PathLike[str] | str) 
         path.write_text(f'#!/bin/sh\necho "{tool} $*" >> {log}\n')
         path.chmod(0o755)
     return str(bin_dir)
+
+
+ENGINE_SCRIPT = r"""#!/bin/sh
+# a stand-in container engine: records each call (arguments tab-separated) and runs `run`'s command on
+# the host, so no image is ever pulled or started
+line=$(printf '%s\t' "$(basename "$0")" "$@")
+printf '%s\n' "$line" >> {log}
+case "$1" in
+  info) exit {info_code} ;;
+  pull)
+    if [ -n "{pull_error}" ]; then
+      echo "Trying to pull $2..."
+      echo "Error: initializing source docker://$2: {pull_error}" >&2
+      exit 125
+    fi
+    echo "Copying blob done" ;;
+  run)
+    shift
+    while [ $# -gt 0 ]; do
+      case "$1" in
+        --rm) shift ;;
+        --network|--ipc|--pid|--env-file|-w|-v|--gpus) shift 2 ;;
+        *) break ;;
+      esac
+    done
+    shift
+    exec "$@" ;;
+esac
+"""
+
+
+def stand_in_engine(
+    folder: os.PathLike[str] | str,
+    log: os.PathLike[str] | str,
+    *,
+    engine: str | None = "podman",
+    pull_error: str = "",
+) -> str:
+    """Write `docker` and `podman` stand-ins into ``folder`` (put it first on the nodes' PATH): ``engine``
+    answers (None: neither does), the other refuses as an engine without its daemon; every call is
+    appended to ``log`` as a tab-separated line. ``pull`` fails with ``pull_error`` when given; ``run``
+    runs the rank's command on the host. A real docker or podman on the machine is never reached."""
+    from pathlib import Path
+
+    bin_dir = Path(folder)
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for tool in ("docker", "podman"):
+        path = bin_dir / tool
+        code = 0 if tool == engine else 1
+        path.write_text(ENGINE_SCRIPT.format(log=log, info_code=code, pull_error=pull_error))
+        path.chmod(0o755)
+    return str(bin_dir)
+
+
+def engine_calls(log: os.PathLike[str] | str, command: str | None = None) -> list[list[str]]:
+    """The stand-in engine's calls, each as [tool, *argv], ``info`` left out; only ``command``'s if given."""
+    from pathlib import Path
+
+    path = Path(log)
+    lines = path.read_text().splitlines() if path.exists() else []
+    calls = [line.rstrip("\t").split("\t") for line in lines if line]
+    return [c for c in calls if c[1:2] != ["info"] and (command is None or c[1:2] == [command])]

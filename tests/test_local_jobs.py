@@ -489,26 +489,3 @@ def test_ranks_lines_never_run_into_each_other(ws: Workspace, script: Script) ->
     lines = list(job.stream("stdout.txt", follow=False))
     expected = {f"rank {r} line {i:03d} " + "x" * 40 for r in (0, 1) for i in range(400)}
     assert set(lines) == expected and len(lines) == 800
-
-
-def test_a_container_image_without_a_runtime_runs_on_the_host_and_says_so(
-    ws: Workspace, script: Script
-) -> None:
-    from batchai_sdk.node.rank import container_runtime
-
-    if container_runtime() is not None:
-        pytest.skip("a container engine answers on this machine")
-    ws = Workspace.local(root=ws.backend.root, allow_host_changes=True)  # type: ignore[attr-defined]
-    exp = ws.create_experiment("e")
-    cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=1)
-    job = exp.create_job(
-        "img",
-        cluster=cluster,
-        python_script=str(script("h.py", "print('on the host')")),
-        container_image="tensorflow/tensorflow:1.8.0-gpu",
-    )
-    job.submit()
-    assert job.wait(timeout=60) is JobState.SUCCEEDED
-    assert job.tail("stdout.txt") == ["on the host"]
-    warning = [line for line in job.tail("stderr.txt", 20) if "tensorflow/tensorflow:1.8.0-gpu" in line]
-    assert warning and "no container runtime" in warning[0] and "runs on the host" in warning[0]

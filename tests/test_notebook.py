@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -84,3 +85,11 @@ def test_tutorial_notebook_runs_and_plots(tmp_path: Path, monkeypatch: pytest.Mo
     assert (work / "keras_cifar10_trained_model.h5").stat().st_size > 100_000
     assert (work / ".batchai" / "mounts" / "share" / "cifar" / "metrics.jsonl").is_file()
     assert "NodeCounts(idle=0, running=0" in text  # scaled to zero at the end
+    # the experiment's view: its job, succeeded, with the last epoch's validation accuracy
+    views = [
+        out["data"]["text/html"]
+        for out in outputs
+        if "Experiment cifar" in out.get("data", {}).get("text/html", "")
+    ]
+    assert views and "cifar_distributed" in views[0] and "succeeded" in views[0]
+    assert re.search(r"val_accuracy</th>", views[0]) and re.search(r"<td>[01]\.\d{4}</td>", views[0])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from _helpers import TUTORIAL_SCRIPT, stand_in_tools
+from _helpers import TUTORIAL_SCRIPT, engine_calls, stand_in_engine, stand_in_tools
 from batchai_sdk import Job, JobState, Workspace
 
 pytestmark = [pytest.mark.mpi, pytest.mark.train]
@@ -21,6 +21,8 @@ def test_the_tutorial_job_json_runs_unchanged_locally(
     pytest.importorskip("horovod.tensorflow")
     log = tmp_path / "tools.log"
     venv_bin = str(Path(sys.executable).parent)
+    engine_log = tmp_path / "engine.log"  # a stand-in podman: the same with or without a real engine here
+    stand_in_engine(tmp_path / "bin", engine_log, engine="podman")
     monkeypatch.setenv("PATH", f"{stand_in_tools(tmp_path / 'bin', log)}:{venv_bin}:{os.environ['PATH']}")
     ws = Workspace.local(root=tmp_path / "ws", allow_host_changes=True)  # its jobPreparation installs
     exp = ws.create_experiment("cifar")
@@ -49,8 +51,11 @@ def test_the_tutorial_job_json_runs_unchanged_locally(
         "apt install mpi-default-dev mpi-default-bin -y",
         "pip install keras horovod",
     ]
-    # containerSettings: no container runtime here, so the ranks ran on the host and said so
-    assert any("tensorflow/tensorflow:1.8.0-gpu" in line for line in job.tail("stderr.txt", 100))
+    # containerSettings: the image pulled once (one machine) by its full name, then each rank run in it
+    image = "docker.io/tensorflow/tensorflow:1.8.0-gpu"
+    assert engine_calls(engine_log, "pull") == [["podman", "pull", image]]
+    runs = engine_calls(engine_log, "run")
+    assert len(runs) == 4 and all(image in run for run in runs)
     # the model, where the tutorial downloads it from
     model = ws.share.download("cifar/saved_models/keras_cifar10_trained_model.h5", tmp_path / "model.h5")
     assert model.read_bytes()[:4] == b"\x89HDF"

@@ -1,14 +1,20 @@
-"""HTML reprs for notebooks: a workspace, a cluster (state, node counts), a job (state, times, last lines)."""
+"""HTML reprs for notebooks: a workspace, a cluster (state, node counts), an experiment (its jobs: state,
+duration, last val_accuracy), a job (state, times, last lines; a failed job's failure line and stderr)."""
 
 from __future__ import annotations
 
+import math
+from datetime import datetime, timezone
 from html import escape
 from typing import TYPE_CHECKING
 
+from ._models import JobState
 from .exceptions import BatchAIError
 
 if TYPE_CHECKING:
+    from ._models import JobStatus
     from .cluster import Cluster
+    from .experiment import Experiment
     from .job import Job
     from .workspace import Workspace
 
@@ -31,17 +37,31 @@ def _badge(state: str) -> str:
     )
 
 
+# long lines (a traceback, a path) wrap inside the output area instead of widening it
+_PRE = "<pre style='margin:0;white-space:pre-wrap;overflow-wrap:anywhere'>"
+_CELL = "text-align:left;white-space:normal;overflow-wrap:anywhere"
+
+
+def _pre(lines: list[str]) -> str:
+    return _PRE + escape("\n".join(lines)) + "</pre>"
+
+
 def _table(title: str, rows: list[tuple[str, str]]) -> str:
     body = "".join(
-        f"<tr><th style='text-align:left'>{escape(k)}</th><td style='text-align:left'>{v}</td></tr>"
-        for k, v in rows
+        f"<tr><th style='text-align:left'>{escape(k)}</th><td style='{_CELL}'>{v}</td></tr>" for k, v in rows
     )
     return f"<div><strong>{title}</strong><table>{body}</table></div>"
 
 
 def workspace_html(ws: Workspace) -> str:
+    """The workspace's facts, each once: its name in the title, its backend unless the name says it."""
     facts = ws.to_dict()
-    rows = [(k, escape(str(v))) for k, v in facts.items()]
+    kind = str(facts.pop("kind", ""))
+    facts.pop("name", None)
+    if facts.get("workspace") == ws.name:
+        facts.pop("workspace")
+    rows = [] if kind == ws.name else [("backend", escape(kind))]
+    rows += [(k.replace("_", " "), escape(str(v))) for k, v in facts.items()]
     rows.append(("experiments", escape(", ".join(e.name for e in ws.list_experiments()) or "none")))
     rows.append(("clusters", escape(", ".join(c.name for c in ws.list_clusters()) or "none")))
     return _table(f"Workspace {escape(ws.name)}", rows)
@@ -68,16 +88,97 @@ def cluster_html(cluster: Cluster) -> str:
     return _table(f"Cluster {escape(cluster.name)}", rows)
 
 
+def duration(st: JobStatus, now: datetime | None = None) -> float | None:
+    """Seconds the job has run: start to end, or to ``now`` while it runs; None before it starts."""
+    if st.start_time is None:
+        return None
+    end = _aware(st.end_time or now or datetime.now(timezone.utc))
+    return max(0.0, (end - _aware(st.start_time)).total_seconds())
+
+
+def _aware(when: datetime) -> datetime:
+    return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
+
+
+def waiting_line(st: JobStatus, now: datetime | None = None) -> str:
+    """The wait spinner's text: the state and how long the job itself has been in it (queued since it
+    was created, running since it started), not how long this wait has lasted."""
+    since = st.start_time if st.state is not JobState.QUEUED and st.start_time else st.creation_time
+    if since is None:
+        return str(st.state)
+    now = now or datetime.now(timezone.utc)
+    return f"{st.state} for {format_duration(max(0.0, (now - _aware(since)).total_seconds()))}"
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    whole = int(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def last_metric(job: Job, name: str = "val_accuracy") -> float | None:
+    """The last epoch's ``name`` in the job's metrics.jsonl, or None (no file, no such metric yet)."""
+    from ._metrics import read_records
+
+    try:
+        records = read_records(job)
+    except BatchAIError:
+        return None
+    for record in reversed(records):
+        value = record.get(name)
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
+    return None
+
+
+def failure_line(job: Job, st: JobStatus) -> str:
+    """What ended a job that did not succeed, in the words of ``JobFailedError``."""
+    return (
+        f"job {job.name!r} {st.state.value} (exit code {st.exit_code}): "
+        f"{st.failure_reason or 'no reason recorded'}"
+    )
+
+
+def experiment_html(exp: Experiment) -> str:
+    """The experiment's jobs, one row each: state, duration, last val_accuracy."""
+    title = f"Experiment {escape(exp.name)}"
+    try:
+        jobs = sorted(exp.list_jobs(), key=lambda j: j.name)
+    except BatchAIError as exc:
+        return _table(title, [("error", escape(str(exc)))])
+    if not jobs:
+        return _table(title, [("jobs", "none")])
+    cells = "".join(
+        f"<th style='text-align:left'>{h}</th>" for h in ("job", "state", "duration", "val_accuracy")
+    )
+    body = [f"<tr>{cells}</tr>"]
+    for job in jobs:
+        try:
+            st = job.status
+        except BatchAIError as exc:
+            body.append(f"<tr><td>{escape(job.name)}</td><td colspan='3'>{escape(str(exc))}</td></tr>")
+            continue
+        accuracy = last_metric(job)
+        shown = "—" if accuracy is None else f"{accuracy:.4f}"
+        body.append(
+            f"<tr><td style='{_CELL}'>{escape(job.name)}</td><td>{_badge(st.state.value)}</td>"
+            f"<td>{format_duration(duration(st))}</td><td>{shown}</td></tr>"
+        )
+    return f"<div><strong>{title}</strong><table>{''.join(body)}</table></div>"
+
+
 def job_html(job: Job, lines: int = 8) -> str:
     title = f"Job {escape(job.experiment.name)}/{escape(job.name)}"
     if not job.submitted:
         return _table(title, [("state", _badge("not submitted"))])
     try:
         st = job.status
-        try:
-            last = job.tail("stdout.txt", lines)
-        except BatchAIError:
-            last = []
+        last = _tail(job, "stdout.txt", lines)
+        failed = st.state.ended and st.state is not JobState.SUCCEEDED
+        errors = script_lines(_tail(job, "stderr.txt", lines + 60))[-lines:] if failed else []
     except BatchAIError as exc:
         return _table(title, [("error", escape(str(exc)))])
     rows = [
@@ -88,10 +189,41 @@ def job_html(job: Job, lines: int = 8) -> str:
     for label, when in (("created", st.creation_time), ("started", st.start_time), ("ended", st.end_time)):
         if when:
             rows.append((label, when.strftime("%Y-%m-%d %H:%M:%S UTC")))
+    if st.start_time:
+        rows.append(("duration", format_duration(duration(st))))
     if st.exit_code is not None:
         rows.append(("exit code", str(st.exit_code)))
-    if st.failure_reason:
+    if failed:
+        line = escape(failure_line(job, st))
+        rows.append(("failure", f"<span style='color:{_STATE_COLOURS['failed']}'>{line}</span>"))
+    elif st.failure_reason:  # an earlier attempt's, while the job is retried
         rows.append(("failure", escape(st.failure_reason)))
     if last:
-        rows.append(("stdout.txt", "<pre style='margin:0'>" + escape("\n".join(last)) + "</pre>"))
+        rows.append(("stdout.txt", _pre(last)))
+    if errors:
+        rows.append(("stderr.txt", _pre(errors)))
     return _table(title, rows)
+
+
+MPI_RULE = "-" * 74  # Open MPI frames each of its help messages with this line
+
+
+def script_lines(lines: list[str]) -> list[str]:
+    """A stderr tail without Open MPI's framed messages ("mpirun detected that one or more processes
+    exited with non-zero status..."): the failure line says that already, the script's own lines matter."""
+    kept: list[str] = []
+    inside = False
+    for line in lines:
+        if line.strip() == MPI_RULE:
+            inside = not inside
+            continue
+        if not inside:
+            kept.append(line)
+    return kept
+
+
+def _tail(job: Job, name: str, lines: int) -> list[str]:
+    try:
+        return job.tail(name, lines)
+    except BatchAIError:
+        return []

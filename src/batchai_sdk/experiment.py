@@ -173,3 +173,9 @@ class Experiment:
 
     def __repr__(self) -> str:
         return f"Experiment({self.name!r})"
+
+    def _repr_html_(self) -> str:
+        """A notebook's view: the experiment's jobs with their state, duration and last val_accuracy."""
+        from ._display import experiment_html
+
+        return experiment_html(self)

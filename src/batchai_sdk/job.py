@@ -17,6 +17,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from . import _layout as layout
 from . import _progress
+from ._display import waiting_line
 from ._layout import JobPaths, share_relative
 from ._models import (
     JobSpec,
@@ -453,7 +454,7 @@ class Job:
                 if time.monotonic() > next_check and _stale(status):
                     self._revive_scheduler()
                     next_check = time.monotonic() + STALE_AFTER
-                update(f"{status.state} for {time.monotonic() - started:.0f}s")
+                update(waiting_line(status))  # the job's own time in its state
                 time.sleep(poll_interval)
         if raise_on_failure and status.state is not JobState.SUCCEEDED:
             raise JobFailedError(self.name, status.state.value, status.exit_code, status.failure_reason)

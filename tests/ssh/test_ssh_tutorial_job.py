@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sshd import NODE_ADDRESSES, SSHNodes
 
-from _helpers import TUTORIAL_SCRIPT, stand_in_tools
+from _helpers import TUTORIAL_SCRIPT, engine_calls, stand_in_engine, stand_in_tools
 from batchai_sdk import Job, JobState
 
 pytestmark = [pytest.mark.ssh, pytest.mark.mpi, pytest.mark.train]
@@ -19,6 +19,8 @@ TUTORIAL_JOB = Path(__file__).parent.parent / "data" / "tutorial_job.json"
 def test_the_tutorial_job_json_runs_unchanged_over_ssh(ssh_nodes: SSHNodes, tmp_path: Path) -> None:
     pytest.importorskip("horovod.tensorflow")
     log = tmp_path / "tools.log"
+    engine_log = tmp_path / "engine.log"  # a stand-in podman: the same with or without a real engine here
+    stand_in_engine(tmp_path / "bin", engine_log, engine="podman")
     path = f"{stand_in_tools(tmp_path / 'bin', log)}:{Path(sys.executable).parent}:{os.environ['PATH']}"
     share = tmp_path / "mnt" / "share"
     ws = ssh_nodes.workspace("lab", tmp_path, NODE_ADDRESSES, env={"PATH": path})
@@ -49,7 +51,13 @@ def test_the_tutorial_job_json_runs_unchanged_over_ssh(ssh_nodes: SSHNodes, tmp_
         assert len(calls) == 12
         prep_logs = [f.name for f in job.files() if f.name.startswith("stdout-job_prep-")]
         assert len(prep_logs) == 4
-        assert any("tensorflow/tensorflow:1.8.0-gpu" in line for line in job.tail("stderr.txt", 100))
+        # containerSettings: the image pulled once on each of the 4 machines by its full name, before the
+        # 4 ranks ran in it
+        image = "docker.io/tensorflow/tensorflow:1.8.0-gpu"
+        assert engine_calls(engine_log, "pull") == [["podman", "pull", image]] * 4
+        seen = engine_calls(engine_log)
+        assert {c[1] for c in seen[:4]} == {"pull"} and len(seen) == 8
+        assert all(image in run for run in seen[4:])
         model = ws.share.download("cifar/saved_models/keras_cifar10_trained_model.h5", tmp_path / "model.h5")
         assert model.read_bytes()[:4] == b"\x89HDF"
     finally:

@@ -40,7 +40,12 @@ def main(argv: list[str]) -> int:
     if mode == "prep" and len(args) == 2:
         raw = sys.stdin.read() if not sys.stdin.isatty() else ""
         secrets = json.loads(raw) if raw.strip() else {}
-        return int(_mod("rank").run_prep(args[0], args[1], secrets))
+        containers = _mod("containers")
+        try:
+            return int(_mod("rank").run_prep(args[0], args[1], secrets))
+        except containers.PullError as exc:  # the launcher reads the reason from stderr
+            sys.stderr.write(f"{exc}\n")
+            return int(containers.PULL_FAILED)
     if mode == "rank" and len(args) in (1, 2):
         secrets = None
         if args[1:] == ["--secrets-on-stdin"]:  # a custom command started over ssh: secrets never in argv

@@ -1,8 +1,9 @@
 """The launcher of one job attempt, started by the cluster's scheduler on the head node.
 
-It runs job preparation once per machine of the nodes the scheduler assigned, then the ranks (mpirun,
-or the command alone for a custom toolkit), and leaves its outcome in ``result.json`` in its node-local
-job folder. It writes nothing the scheduler owns: the scheduler alone records states on the share.
+It pulls the job's container image and runs job preparation once per machine of the nodes the scheduler
+assigned, then the ranks (mpirun, or the command alone for a custom toolkit), and leaves its outcome in
+``result.json`` in its node-local job folder. It writes nothing the scheduler owns: the scheduler alone
+records states on the share.
 Its whole environment — and so mpirun's, every rank's and their children's — carries the job's tag.
 """
 
@@ -28,6 +29,7 @@ from .common import (
     try_append,
     write_json_atomic,
 )
+from .containers import PULL_FAILED, PULL_FAILED_PREFIX, PullError
 from .rank import run_prep
 
 POLL = 0.2
@@ -94,6 +96,8 @@ class Launcher:
             if self.cfg.get("ssh_command") is None:  # every node is this machine: no process to start
                 try:
                     return node["id"], run_prep(self.config_path, node["id"], self.secrets), ""
+                except PullError as exc:
+                    return node["id"], PULL_FAILED, str(exc)
                 except OSError as exc:
                     return node["id"], 1, str(exc)
             argv = self.node_command(node, [*me, node["id"]])
@@ -129,6 +133,9 @@ class Launcher:
         for node_id, _, err in failed:
             if err:
                 try_append(os.path.join(self.cfg["stdouterr_dir"], f"stderr-job_prep-{node_id}.txt"), err)
+        pulls = pull_failures(failed)
+        if pulls:
+            return pulls
         if failed and not self.cfg.get("job_preparation"):
             return "could not set up the job's directories on " + ", ".join(n for n, _, _ in failed)
         if failed:
@@ -273,6 +280,18 @@ class Launcher:
         result["stopped_by_signal"] = self.stopping
         write_json_atomic(os.path.join(self.job_dir, "result.json"), result)
         return 0
+
+
+def pull_failures(failed: list[tuple[str, int, str]]) -> str | None:
+    """The reason of a job whose image could not be pulled: each distinct engine message, once."""
+    found: list[str] = []
+    for _, code, err in failed:
+        if code != PULL_FAILED:
+            continue
+        lines = [line for line in err.splitlines() if line.startswith(PULL_FAILED_PREFIX)]
+        if lines and lines[-1] not in found:
+            found.append(lines[-1])
+    return "; ".join(found) or None
 
 
 def rank_events(stdouterr_dir: str, nodes: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, str]]:

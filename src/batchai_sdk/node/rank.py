@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
-import shutil
 import signal
 import socket
 import subprocess
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .toolkits import RankContext
 
+from . import containers
 from .common import expand, job_env, load, load_or_none, try_append, write_json_atomic
 
 
@@ -69,21 +69,6 @@ def relay_lines(source: Any, fd: int, last: list[bytes] | None = None) -> None:
     if pending:
         with contextlib.suppress(OSError):
             os.write(fd, pending)
-
-
-def container_runtime() -> str | None:
-    """The path of docker or podman when its engine answers (a client alone is not enough)."""
-    for tool in ("docker", "podman"):
-        path = shutil.which(tool)
-        if not path:
-            continue
-        try:
-            ok = subprocess.run([path, "info"], capture_output=True, timeout=20, check=False).returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
-            ok = False
-        if ok:
-            return path
-    return None
 
 
 def container_env(cfg: dict[str, Any], env: dict[str, str]) -> dict[str, str]:
@@ -141,7 +126,7 @@ def in_container(
     image = cfg.get("container_image")
     if not image:
         return argv, None
-    runtime = container_runtime()
+    runtime = containers.find_engine(env.get("PATH"))
     if runtime is None:
         warning = (
             f"warning: containerSettings asks for image {image} but no container runtime (docker, "
@@ -158,7 +143,7 @@ def in_container(
     mounts = [cfg["share_root"], os.path.dirname(env["AZ_BATCHAI_JOB_TEMP"]), tempfile.gettempdir()]
     wrapped = container_argv(
         runtime,
-        image,
+        containers.qualify_image(image),
         argv,
         workdir=cfg["wd"],
         mounts=mounts,
@@ -354,15 +339,36 @@ def framework_context(
     )
 
 
+def pull_image(image: str, env: dict[str, str], log: str) -> None:
+    """Pull the job's image on this machine before its ranks start (nothing when no engine answers: the
+    ranks then run on the host and say so)."""
+    engine = containers.find_engine(env.get("PATH"))
+    if engine is None:
+        return
+    full = containers.qualify_image(image)
+    name = containers.engine_name(engine)
+    try_append(log, f"pulling image {full} with {name} on {socket.gethostname()}")
+    started = time.monotonic()
+    try:
+        containers.pull(engine, full, env)
+    except containers.PullError as exc:
+        try_append(log, str(exc))
+        raise
+    try_append(log, f"pulled image {full} in {time.monotonic() - started:.1f} s")
+
+
 def run_prep(config_path: str, node: str, secrets: dict[str, str] | None = None) -> int:
-    """On a node: make the job's node-local directories, run the job preparation command once."""
+    """On a node: make the job's node-local directories, pull the job's image, run the job preparation
+    command once. Raises ``containers.PullError`` when the image could not be pulled."""
     cfg = load(config_path)
     make_node_dirs(cfg)
-    if not cfg.get("job_preparation"):
-        return 0
     env = job_env(cfg, secrets)
     out_dir = cfg["stdouterr_dir"]
     log = os.path.join(out_dir, f"execution-{node}.log")
+    if cfg.get("container_image"):
+        pull_image(cfg["container_image"], job_env(cfg), log)  # the engine needs none of the secrets
+    if not cfg.get("job_preparation"):
+        return 0
     try_append(log, f"job preparation started on {socket.gethostname()}")
     with (
         open(os.path.join(out_dir, f"stdout-job_prep-{node}.txt"), "ab") as out,
