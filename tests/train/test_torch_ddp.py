@@ -20,10 +20,11 @@ pytest.importorskip("sklearn")
 
 from batchai_sdk.node.toolkits import RankContext, rank_argv, rank_env  # noqa: E402
 from batchai_sdk.train import cifar10_torch as ct  # noqa: E402
+from batchai_sdk.train import module_path  # noqa: E402
 
 pytestmark = pytest.mark.train
 SRC = Path(__file__).resolve().parents[2] / "src"
-SCRIPT = SRC / "batchai_sdk" / "train" / "cifar10_torch.py"
+SCRIPT = module_path("cifar10_torch")  # the one file a job uploads
 # small and quick on 2 shared CPU cores: 960 digits, lr 1e-3 without warm-up
 QUICK = ["--dataset", "digits", "--seed", "0", "--max-train-samples", "960", "--max-test-samples", "240",
          "--lr", "1e-3", "--warmup-epochs", "0", "--no-augmentation", "--save-rank-weights"]  # fmt: skip

@@ -6,8 +6,11 @@ rate 1e-4 x ranks and time-based decay 1e-6, batch 32 per rank, random shifts of
 flips, 100 passes over the training set in total.
 
 Run it as ``python -m batchai_sdk.train.cifar10 --dir OUT`` or, on nodes without batchai_sdk, as
-``python cifar10.py --dir OUT``: this file imports only the standard library, numpy, TensorFlow, Horovod and
-(for ``--dataset digits``) scikit-learn. Under ``mpirun -np N`` or ``horovodrun -np N`` it trains on N ranks.
+``python cifar10.py --dir OUT`` where ``cifar10.py`` is the one file ``module_path("cifar10")`` of
+``batchai_sdk.train`` gives (``python -m batchai_sdk.train.bundle cifar10 cifar10.py`` writes it too): this
+script with the package modules it imports inlined. That file imports only the standard library, numpy,
+TensorFlow, Horovod and (for ``--dataset digits``) scikit-learn. Under ``mpirun -np N`` or
+``horovodrun -np N`` it trains on N ranks.
 
 Choices and semantics
 ---------------------

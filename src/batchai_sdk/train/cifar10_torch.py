@@ -7,10 +7,12 @@ and horizontal flips), in ``torch.distributed`` with ``DistributedDataParallel``
 (``--mixed-precision``: ``torch.autocast`` float16 with a gradient scaler, CUDA only).
 
 Run it as ``python -m batchai_sdk.train.cifar10_torch --dir OUT`` or, on nodes without batchai_sdk, as
-``python cifar10_torch.py --dir OUT`` with ``cifar10.py`` beside it (its TensorFlow-free data loader is
-reused). It reads the variables torchrun and Batch AI set (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
-``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT`` or ``AZ_BATCHAI_PYTORCH_INIT_METHOD``,
-``AZ_BATCHAI_PYTORCH_BACKEND``); without ``WORLD_SIZE`` it trains alone.
+``python cifar10_torch.py --dir OUT`` where ``cifar10_torch.py`` is the one file
+``batchai_sdk.train.module_path("cifar10_torch")`` gives: this script with the package modules it imports
+(the TensorFlow-free data loader, checkpoint helpers and options it shares with ``cifar10.py``). It reads
+the variables torchrun and Batch AI set (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
+``MASTER_ADDR``/``MASTER_PORT`` or ``AZ_BATCHAI_PYTORCH_INIT_METHOD``, ``AZ_BATCHAI_PYTORCH_BACKEND``);
+without ``WORLD_SIZE`` it trains alone.
 
 Choices and semantics
 ---------------------
