@@ -27,7 +27,16 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SCRIPTS", "BundleError", "bundle_source", "bundled_script", "dependency_order", "main"]
+__all__ = [
+    "SCRIPTS",
+    "BundleError",
+    "bundle_source",
+    "bundled_script",
+    "cache_roots",
+    "dependency_order",
+    "main",
+    "write_atomically",
+]
 
 SCRIPTS = ("cifar10", "cifar10_torch")
 """The training scripts a job can run; the other modules here are their parts."""
