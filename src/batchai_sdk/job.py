@@ -46,6 +46,7 @@ from .exceptions import (
 )
 from .launch import launch_config, on_node
 from .share import join
+from .train import SCRIPTS, module_path
 
 if TYPE_CHECKING:
     from ._models import FileInfo
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("batchai_sdk")
 
 STDOUTERR = "stdouterr"
+_TRAIN_PACKAGE = "batchai_sdk.train."
 STALE_AFTER = 30.0  # seconds without a refreshed record after which wait() checks on the scheduler
 
 
@@ -64,7 +66,8 @@ def _stale(status: JobStatus) -> bool:
 
 
 def resolve_local_script(script: str) -> Path | None:
-    """A local file for ``script``: the file itself, or the file of an importable module name."""
+    """A local file for ``script``: the file itself, or the file of an importable module name (for a
+    ``batchai_sdk.train`` script, the single file ``module_path`` bundles)."""
     path = Path(script).expanduser()
     if path.is_file():
         return path
@@ -73,6 +76,10 @@ def resolve_local_script(script: str) -> Path | None:
         and not script.endswith(".py")
         and script.replace(".", "").replace("_", "").isalnum()
     )
+    if looks_like_module and script.startswith(_TRAIN_PACKAGE):
+        # a shipped training script: its single-file bundle, which runs without batchai_sdk on the nodes
+        name = script[len(_TRAIN_PACKAGE) :]
+        return module_path(name) if name in SCRIPTS else None
     if looks_like_module:
         try:
             found = importlib.util.find_spec(script)

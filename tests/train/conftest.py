@@ -20,7 +20,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
-SCRIPT = SRC / "batchai_sdk" / "train" / "cifar10.py"
 
 # Two ranks on a small machine, as root, over loopback TCP only.
 MPIRUN_FLAGS = (
@@ -86,7 +85,7 @@ def run_command(command: Sequence[str], timeout: float, cwd: Path | None = None)
 def run_ranks() -> Callable[..., Run]:
     """``run_ranks(args, ranks=2, timeout=150, script=None)``: the training module under mpirun.
 
-    With ``script`` (a copy of cifar10.py), runs that file as ``python cifar10.py`` without batchai_sdk,
+    With ``script`` (a copy of ``module_path("cifar10")``), runs that file as ``python cifar10.py`` without batchai_sdk,
     as on a cluster node; otherwise runs ``python -m batchai_sdk.train.cifar10``.
     """
     if shutil.which("mpirun") is None:
@@ -178,10 +177,13 @@ def write_cifar() -> Callable[..., TinyCifar]:
 
 @pytest.fixture
 def script_copy(tmp_path: Path) -> Path:
-    """cifar10.py copied on its own into a fresh folder, as the SDK uploads it to the share."""
+    """The single file module_path("cifar10") gives, copied on its own into a fresh folder, as the SDK uploads
+    it to the share."""
+    from batchai_sdk.train import module_path
+
     folder = tmp_path / "share" / "cifar"
     folder.mkdir(parents=True)
-    return Path(shutil.copy(SCRIPT, folder / "cifar10.py"))
+    return Path(shutil.copy(module_path("cifar10"), folder / "cifar10.py"))
 
 
 @pytest.fixture

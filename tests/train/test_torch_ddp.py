@@ -20,10 +20,11 @@ pytest.importorskip("sklearn")
 
 from batchai_sdk.node.toolkits import RankContext, rank_argv, rank_env  # noqa: E402
 from batchai_sdk.train import cifar10_torch as ct  # noqa: E402
+from batchai_sdk.train import module_path  # noqa: E402
 
 pytestmark = pytest.mark.train
 SRC = Path(__file__).resolve().parents[2] / "src"
-SCRIPT = SRC / "batchai_sdk" / "train" / "cifar10_torch.py"
+SCRIPT = module_path("cifar10_torch")  # the one file a job uploads
 # small and quick on 2 shared CPU cores: 960 digits, lr 1e-3 without warm-up
 QUICK = ["--dataset", "digits", "--seed", "0", "--max-train-samples", "960", "--max-test-samples", "240",
          "--lr", "1e-3", "--warmup-epochs", "0", "--no-augmentation", "--save-rank-weights"]  # fmt: skip
@@ -134,13 +135,6 @@ def test_augment_shifts_and_flips_within_bounds() -> None:
     assert not torch.equal(out, images)
 
 
-def test_trim_metrics(tmp_path: Path) -> None:
-    path = tmp_path / "metrics.jsonl"
-    path.write_text('{"epoch": 1}\n{"epoch": 2}\nnot json\n{"epoch": 3}\n')
-    ct.trim_metrics(path, 2)
-    assert path.read_text() == '{"epoch": 1}\n{"epoch": 2}\n'
-
-
 # ----------------------------------------------------------------------------------- real ranks
 
 
@@ -174,7 +168,7 @@ def test_killed_job_resumes_from_its_checkpoint(tmp_path: Path) -> None:
     for p in procs:
         os.killpg(p.pid, signal.SIGKILL)  # no notice: only the per-epoch checkpoint survives
     finish(procs, 30)
-    done = max(e for e, _ in ct.find_checkpoints(out / "checkpoints"))
+    done = max(e for e, _ in ct.find_checkpoints(out / "checkpoints", ct.CHECKPOINT_SUFFIX))
     assert [m["epoch"] for m in metrics(out)][:done] == list(range(1, done + 1))
     results = finish(start_ranks(out, args), timeout=240)  # the same command: no --resume flag
     assert [r[0] for r in results] == [0, 0], results
@@ -202,7 +196,7 @@ def test_sigterm_writes_a_checkpoint_and_sigusr1_dumps_stacks(tmp_path: Path) ->
     assert time.monotonic() - noticed < 30  # within Azure's 30 s preemption notice
     assert [r[0] for r in results] == [ct.SIGTERM_EXIT] * 2, results
     assert "Current thread" in results[1][2] or "Thread 0x" in results[1][2]
-    epoch, path = ct.find_checkpoints(out / "checkpoints")[-1]
+    epoch, path = ct.find_checkpoints(out / "checkpoints", ct.CHECKPOINT_SUFFIX)[-1]
     state = torch.load(path, weights_only=False)
     assert state["interrupted"] is True and state["epoch"] == epoch >= 1
     assert f"SIGTERM: checkpoint of epoch {epoch} written" in results[0][1]

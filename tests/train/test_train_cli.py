@@ -1,4 +1,5 @@
-"""cifar10.py as a command and as a file to upload: --help, usage errors, self-containment, module_path."""
+"""The training scripts as commands and as the one file to upload: --help, usage errors, self-containment,
+module_path."""
 
 from __future__ import annotations
 
@@ -71,14 +72,19 @@ def test_module_path_points_at_the_uploadable_script() -> None:
     path = module_path()
     assert path.name == "cifar10.py" and path.is_file()
     assert path == module_path("cifar10")
-    with pytest.raises(ValueError, match="no training script named 'imagenet'"):
+    with pytest.raises(
+        ValueError, match="no training script named 'imagenet'; available: cifar10, cifar10_torch"
+    ):
         module_path("imagenet")
     with pytest.raises(ValueError):
         module_path("../cifar10")
 
 
-def test_script_imports_only_what_the_nodes_have() -> None:
-    tree = ast.parse(module_path().read_text(encoding="utf-8"))
+@pytest.mark.parametrize(
+    ("name", "framework"), [("cifar10", {"tensorflow", "horovod"}), ("cifar10_torch", {"torch"})]
+)
+def test_script_imports_only_what_the_nodes_have(name: str, framework: set[str]) -> None:
+    tree = ast.parse(module_path(name).read_text(encoding="utf-8"))
     imported: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -86,17 +92,20 @@ def test_script_imports_only_what_the_nodes_have() -> None:
         elif isinstance(node, ast.ImportFrom):
             assert node.level == 0, "relative import in a script that runs on its own"
             imported.add((node.module or "").split(".")[0])
-    assert imported - ALLOWED_IMPORTS == set()
-    assert {"tensorflow", "horovod"} <= imported
+    # torch's file names tensorflow too: Keras' CIFAR-10 download, used only without --data-dir
+    assert imported - ALLOWED_IMPORTS - {"torch"} == set()
+    assert framework <= imported
 
 
-def test_script_runs_alone_without_batchai_sdk(tmp_path: Path) -> None:
-    copy = tmp_path / "cifar10.py"
-    copy.write_bytes(module_path().read_bytes())
+@pytest.mark.parametrize("name", ["cifar10", "cifar10_torch"])
+def test_script_runs_alone_without_batchai_sdk(tmp_path: Path, name: str) -> None:
+    copy = tmp_path / "cifar_cnn_distributed.py"  # the tutorial's name for it
+    copy.write_bytes(module_path(name).read_bytes())
     blocker = (
         "import runpy, sys; sys.modules['batchai_sdk'] = None; sys.argv = sys.argv[1:]; "
         "runpy.run_path(sys.argv[0], run_name='__main__')"
     )
     proc = _python("-c", blocker, str(copy), "--help", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert "usage: cifar10.py" in proc.stdout
+    assert "usage: cifar_cnn_distributed.py" in proc.stdout
+    assert "--max-train-samples" in proc.stdout

@@ -1,4 +1,4 @@
-"""cifar10.py's data side: CIFAR-10 files (archive and folder), digits, and the tf.data input pipeline."""
+"""The training scripts' data side: CIFAR-10 files (archive and folder), digits, and the tf.data input pipeline."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 np = pytest.importorskip("numpy")
 
-from batchai_sdk.train import cifar10  # noqa: E402
+from batchai_sdk.train import cifar10, datasets, tf_data  # noqa: E402
 
 pytestmark = pytest.mark.train
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.train
 def test_reads_tiny_cifar_in_both_forms(tmp_path: Path, write_cifar: Callable[..., Any], form: str) -> None:
     written = write_cifar(tmp_path, form, per_batch=20, test=10)
 
-    (x_train, y_train), (x_test, y_test) = cifar10.load_cifar10(tmp_path)
+    (x_train, y_train), (x_test, y_test) = datasets.load_cifar10(tmp_path)
 
     assert x_train.shape == (100, 32, 32, 3) and x_train.dtype == np.uint8
     assert x_test.shape == (10, 32, 32, 3) and x_test.dtype == np.uint8
@@ -43,7 +43,7 @@ def test_pixel_order_is_red_plane_then_green_then_blue(
     with (written.path / "data_batch_1").open("rb") as f:
         row = pickle.load(f, encoding="bytes")[b"data"][1]
 
-    (x_train, _), _ = cifar10.load_cifar10(tmp_path)
+    (x_train, _), _ = datasets.load_cifar10(tmp_path)
 
     image = x_train[1]
     assert image[0, 0, 0] == row[0]  # red (0, 0)
@@ -55,19 +55,19 @@ def test_pixel_order_is_red_plane_then_green_then_blue(
 
 def test_archive_is_read_without_extracting(tmp_path: Path, write_cifar: Callable[..., Any]) -> None:
     write_cifar(tmp_path, "archive")
-    cifar10.load_cifar10(tmp_path)
+    datasets.load_cifar10(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cifar-10-python.tar.gz"]
 
 
 def test_data_dir_may_be_the_extracted_folder_itself(tmp_path: Path, write_cifar: Callable[..., Any]) -> None:
     written = write_cifar(tmp_path, "folder", per_batch=3, test=4)
-    (x_train, _), (x_test, _) = cifar10.load_cifar10(written.path)
+    (x_train, _), (x_test, _) = datasets.load_cifar10(written.path)
     assert len(x_train) == 15 and len(x_test) == 4
 
 
 def _error(data_dir: Path) -> str:
-    with pytest.raises(cifar10.UserError) as info:
-        cifar10.load_cifar10(data_dir)
+    with pytest.raises(datasets.UserError) as info:
+        datasets.load_cifar10(data_dir)
     return str(info.value)
 
 
@@ -130,7 +130,7 @@ def test_missing_data_names_what_to_put_where(tmp_path: Path) -> None:
 
 def test_digits_are_32x32x3_images_with_a_fixed_80_20_split() -> None:
     sklearn_datasets = pytest.importorskip("sklearn.datasets")
-    (x_train, y_train), (x_test, _) = cifar10.load_digits()
+    (x_train, y_train), (x_test, _) = datasets.load_digits()
 
     assert x_train.shape == (1438, 32, 32, 3) and x_test.shape == (359, 32, 32, 3)
     assert x_train.dtype == np.uint8 and x_train.max() == 255 and x_train.min() == 0
@@ -141,7 +141,7 @@ def test_digits_are_32x32x3_images_with_a_fixed_80_20_split() -> None:
         img.tobytes() for img in np.round(sklearn_datasets.load_digits().images * 255 / 16).astype(np.uint8)
     }
     assert all(img[::4, ::4, 0].tobytes() in originals for img in x_test)
-    _, (x_test_again, _) = cifar10.load_digits()
+    _, (x_test_again, _) = datasets.load_digits()
     np.testing.assert_array_equal(x_test, x_test_again)
 
 
@@ -162,12 +162,12 @@ def test_each_rank_gets_a_disjoint_shard_that_changes_every_epoch(tf: Any) -> No
     n, batch, size = 100, 10, 2
     images = np.zeros((n, 32, 32, 3), np.uint8)
     ids = np.arange(n, dtype=np.int64)  # labels carry the image index here
-    steps = cifar10.steps_per_epoch(n, batch, size)
+    steps = datasets.steps_per_epoch(n, batch, size)
     assert steps == 5
 
     per_rank = [
         _labels(
-            cifar10.make_train_dataset(images, ids, batch, rank=r, size=size, seed=3, augment=False),
+            tf_data.make_train_dataset(images, ids, batch, rank=r, size=size, seed=3, augment=False),
             2 * steps,
         )
         for r in range(size)
@@ -186,7 +186,7 @@ def test_pipeline_yields_scaled_float_batches_reproducibly(tf: Any) -> None:
     labels = rng.integers(0, 10, size=64).astype(np.int64)
 
     def first_batches(seed: int, augment: bool) -> Any:
-        ds = cifar10.make_train_dataset(images, labels, 16, seed=seed, augment=augment)
+        ds = tf_data.make_train_dataset(images, labels, 16, seed=seed, augment=augment)
         return [x.numpy() for x, _ in ds.take(3)]
 
     plain = first_batches(1, augment=False)
@@ -201,7 +201,7 @@ def test_pipeline_yields_scaled_float_batches_reproducibly(tf: Any) -> None:
 
 def test_augmentation_flips_about_half_the_images(tf: Any) -> None:
     images = tf.random.stateless_uniform([64, 32, 32, 3], seed=[0, 1])
-    out = cifar10.augment_batch(images, tf.constant([5, 6], tf.int64), shift=0.0).numpy()
+    out = tf_data.augment_batch(images, tf.constant([5, 6], tf.int64), shift=0.0).numpy()
     flipped = [np.allclose(o, i.numpy()[:, ::-1]) for o, i in zip(out, images, strict=True)]
     kept = [np.allclose(o, i.numpy()) for o, i in zip(out, images, strict=True)]
     assert all(f or k for f, k in zip(flipped, kept, strict=True))
@@ -212,7 +212,7 @@ def test_shifts_fill_borders_with_the_nearest_pixel(tf: Any) -> None:
     # A vertical gradient stays a gradient column-wise after shifting; nothing becomes black.
     column = np.linspace(0.2, 0.8, 32, dtype=np.float32)
     images = np.broadcast_to(column[None, :, None, None], (32, 32, 32, 3)).copy()
-    out = cifar10.augment_batch(tf.constant(images), tf.constant([1, 2], tf.int64)).numpy()
+    out = tf_data.augment_batch(tf.constant(images), tf.constant([1, 2], tf.int64)).numpy()
     assert out.min() >= 0.2 - 1e-6 and out.max() <= 0.8 + 1e-6
     assert not np.allclose(out, images)  # some images did move
     moved_rows = np.abs(out[:, :, 0, 0] - images[:, :, 0, 0]).max(axis=1)
@@ -220,9 +220,9 @@ def test_shifts_fill_borders_with_the_nearest_pixel(tf: Any) -> None:
 
 
 def test_steps_per_epoch_gives_one_pass_over_all_ranks() -> None:
-    assert cifar10.steps_per_epoch(50000, 32, 1) == 1563
-    assert cifar10.steps_per_epoch(50000, 32, 4) == 391
-    assert cifar10.steps_per_epoch(10, 32, 2) == 1
+    assert datasets.steps_per_epoch(50000, 32, 1) == 1563
+    assert datasets.steps_per_epoch(50000, 32, 4) == 391
+    assert datasets.steps_per_epoch(10, 32, 2) == 1
 
 
 def test_too_few_training_images_for_the_ranks_is_a_clear_error() -> None:
@@ -230,10 +230,10 @@ def test_too_few_training_images_for_the_ranks_is_a_clear_error() -> None:
     args = cifar10.build_parser().parse_args(
         ["--dir", "out", "--dataset", "digits", "--max-train-samples", "1"]
     )
-    with pytest.raises(cifar10.UserError, match="1 training images cannot be sharded over 2 ranks"):
-        cifar10._training_data(args, size=2)
-    (x_train, _), (x_test, _) = cifar10._training_data(
+    with pytest.raises(datasets.UserError, match="1 training images cannot be sharded over 2 ranks"):
+        datasets.load_training_data(args, ranks=2)
+    (x_train, _), (x_test, _) = datasets.load_training_data(
         cifar10.build_parser().parse_args(["-d", "out", "--dataset", "digits", "--max-test-samples", "7"]),
-        size=2,
+        ranks=2,
     )
     assert len(x_train) == 1438 and len(x_test) == 7

@@ -15,7 +15,7 @@ tf = pytest.importorskip("tensorflow")
 pytest.importorskip("horovod.tensorflow.keras")
 pytest.importorskip("sklearn")
 
-from batchai_sdk.train import cifar10  # noqa: E402
+from batchai_sdk.train import datasets  # noqa: E402
 
 pytestmark = pytest.mark.train
 
@@ -89,7 +89,7 @@ def test_checkpoint_per_epoch_on_rank_0(trained: tuple[Path, Any]) -> None:
 def test_saved_model_loads_and_predicts_ten_class_probabilities(trained: tuple[Path, Any]) -> None:
     out, _ = trained
     model = tf.keras.models.load_model(out / "saved_models" / "keras_cifar10_trained_model.h5")
-    _, (x_test, y_test) = cifar10.load_digits()
+    _, (x_test, y_test) = datasets.load_digits()
     probabilities = model.predict(x_test.astype("float32") / 255.0, verbose=0)
     assert probabilities.shape == (len(x_test), 10)
     assert abs(float(probabilities.sum(axis=1).min()) - 1.0) < 1e-4

@@ -21,7 +21,6 @@ pytest.importorskip("horovod.tensorflow.keras")
 pytest.importorskip("sklearn")
 
 from batchai_sdk.node.stacks import JOB_TAG_VARIABLE, find_job_python_pids  # noqa: E402
-from batchai_sdk.train import cifar10  # noqa: E402
 
 pytestmark = pytest.mark.train
 
@@ -117,29 +116,3 @@ def test_sigterm_to_one_rank_checkpoints_and_a_restart_resumes_by_itself(
     assert accuracy >= 0.90, second.output()
     print(f"\nSIGTERM -> mpirun exit {returncode} after {stop_seconds:.1f}s; stopped at {resumed_at}; notice after {epochs_done_at_notice} "
           f"epoch(s); steps lost 0; accuracy {accuracy:.3f}")  # fmt: skip
-
-
-def test_restart_without_a_checkpoint_starts_from_epoch_0(tmp_path: Path) -> None:
-    out = tmp_path / "out"
-    assert cifar10._prepare_outputs(out, resume=False, restart=2) == []
-    assert (out / "metrics.jsonl").read_text() == ""
-    ckpts = out / "checkpoints"
-    for name in (
-        "checkpoint-001.h5",
-        "checkpoint-002.h5",
-        "interrupted-002-00007.h5",
-        ".saving-checkpoint-003.h5",
-    ):
-        (ckpts / name).write_bytes(b"x")
-    points = cifar10._prepare_outputs(out, resume=False, restart=1)
-    assert [(e, s, p.name) for e, s, p in points] == [
-        (2, 7, "interrupted-002-00007.h5"), (2, 0, "checkpoint-002.h5"), (1, 0, "checkpoint-001.h5")]  # fmt: skip
-    # A first run (no restart, no --resume) starts afresh.
-    assert cifar10._prepare_outputs(out, resume=False, restart=0) == []
-    assert sorted(p.name for p in ckpts.iterdir()) == [".saving-checkpoint-003.h5"]
-
-
-@pytest.mark.parametrize(("value", "count"), [("", 0), ("0", 0), ("3", 3), ("x", 0), ("-1", 0)])
-def test_restart_count(value: str, count: int) -> None:
-    assert cifar10.restart_count({"AZ_BATCHAI_JOB_RESTART_COUNT": value}) == count
-    assert cifar10.restart_count({}) == 0

@@ -7,10 +7,12 @@ and horizontal flips), in ``torch.distributed`` with ``DistributedDataParallel``
 (``--mixed-precision``: ``torch.autocast`` float16 with a gradient scaler, CUDA only).
 
 Run it as ``python -m batchai_sdk.train.cifar10_torch --dir OUT`` or, on nodes without batchai_sdk, as
-``python cifar10_torch.py --dir OUT`` with ``cifar10.py`` beside it (its TensorFlow-free data loader is
-reused). It reads the variables torchrun and Batch AI set (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
-``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT`` or ``AZ_BATCHAI_PYTORCH_INIT_METHOD``,
-``AZ_BATCHAI_PYTORCH_BACKEND``); without ``WORLD_SIZE`` it trains alone.
+``python cifar10_torch.py --dir OUT`` where ``cifar10_torch.py`` is the one file
+``batchai_sdk.train.module_path("cifar10_torch")`` gives: this script with the package modules it imports
+(the TensorFlow-free data loader, checkpoint helpers and options it shares with ``cifar10.py``). It reads
+the variables torchrun and Batch AI set (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
+``MASTER_ADDR``/``MASTER_PORT`` or ``AZ_BATCHAI_PYTORCH_INIT_METHOD``, ``AZ_BATCHAI_PYTORCH_BACKEND``);
+without ``WORLD_SIZE`` it trains alone.
 
 Choices and semantics
 ---------------------
@@ -41,10 +43,8 @@ import argparse
 import faulthandler
 import hashlib
 import json
-import math
 import os
 import random
-import re
 import signal
 import sys
 import time
@@ -54,34 +54,15 @@ from typing import Any
 
 import numpy as np
 
-try:
-    from .cifar10 import (
-        CIFAR_ARCHIVE,
-        CIFAR_FOLDER,
-        UserError,
-        _non_negative_int,
-        _positive_int,
-        load_dataset,
-    )
-    from .cifar10 import _trim_metrics as trim_metrics
-    from .cifar10 import find_checkpoints as find_epoch_files
-except ImportError:  # run as a plain file next to cifar10.py
-    from cifar10 import (  # type: ignore[no-redef,import-not-found]
-        CIFAR_ARCHIVE,
-        CIFAR_FOLDER,
-        UserError,
-        _non_negative_int,
-        _positive_int,
-        load_dataset,
-    )
-    from cifar10 import _trim_metrics as trim_metrics  # type: ignore[no-redef,import-not-found]
-    from cifar10 import find_checkpoints as find_epoch_files  # type: ignore[no-redef,import-not-found]
+from .checkpoints import checkpoint_name, find_checkpoints, trim_metrics
+from .cli_args import add_common_arguments, new_parser
+from .datasets import load_training_data, steps_per_epoch
+from .errors import UserError
 
 MODEL_FILE = "cifar10_torch_model.pt"
-CHECKPOINT_PATTERN = "checkpoint-{epoch:03d}.pt"
+CHECKPOINT_SUFFIX = ".pt"
 KEEP_CHECKPOINTS = 3
 SIGTERM_EXIT = 143
-_CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)\.pt$")
 
 
 # ------------------------------------------------------------------------------------------------ model
@@ -126,10 +107,6 @@ def lr_factor(step: int, *, world: int, warmup_steps: int, decay: float) -> floa
     return scale / (1.0 + decay * step)
 
 
-def steps_per_epoch(train_samples: int, batch_size: int, world: int) -> int:
-    return max(1, math.ceil(train_samples / (world * batch_size)))
-
-
 def shard_indices(n: int, *, seed: int, epoch: int, rank: int, world: int, steps: int, batch: int) -> Any:
     """This rank's training indices for ``epoch``: a permutation every rank draws alike, dealt round-robin,
     wrapped around so that every rank has exactly ``steps * batch`` of them."""
@@ -163,10 +140,6 @@ def augment(images: Any, generator: Any, shift: float = 0.1) -> Any:
 # ----------------------------------------------------------------------------------- checkpoints, logs
 
 
-def find_checkpoints(folder: Path) -> list[tuple[int, Path]]:
-    return find_epoch_files(folder, _CHECKPOINT_RE)
-
-
 def save_atomic(obj: Any, path: Path) -> None:
     import torch
 
@@ -181,49 +154,18 @@ def save_atomic(obj: Any, path: Path) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "cifar10_torch.py",
-        description="Train the Batch AI tutorial's CIFAR-10 CNN with PyTorch DDP (one process per rank, "
+    """The command line: the options every training script takes, plus --resume or --restart."""
+    parser = new_parser(
+        "cifar10_torch.py",
+        "Train the Batch AI tutorial's CIFAR-10 CNN with PyTorch DDP (one process per rank, "
         "started by a pyTorchSettings job, torchrun or mpirun with the torch variables set).",
     )
-    parser.add_argument(
-        "-d",
-        "--dir",
-        type=Path,
-        required=True,
-        help="output directory (checkpoints/, "
-        "saved_models/, metrics.jsonl); a run resumes from the checkpoints found there",
-    )
-    parser.add_argument(
-        "--epochs", type=_positive_int, default=100, help="total epochs (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--batch-size", type=_positive_int, default=32, help="per rank (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--lr", type=float, default=1e-4, help="base learning rate, x ranks (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--decay", type=float, default=1e-6, help="lr / (1 + decay x step) (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--warmup-epochs",
-        type=_non_negative_int,
-        default=5,
-        help="linear warm-up from lr to lr x ranks (default: %(default)s)",
-    )
-    parser.add_argument("--dataset", choices=("cifar10", "digits"), default="cifar10")
-    parser.add_argument(
-        "--data-dir", type=Path, default=None, help=f"directory holding {CIFAR_ARCHIVE} or {CIFAR_FOLDER}/"
-    )
-    parser.add_argument("--no-augmentation", action="store_true", help="no random shifts and flips")
-    parser.add_argument(
-        "--mixed-precision",
-        action="store_true",
-        help="float16 autocast with a gradient scaler on CUDA; ignored with a warning on CPU",
-    )
-    parser.add_argument(
-        "--seed", type=int, default=None, help="seed (default: a random one chosen by rank 0)"
+    add_common_arguments(
+        parser,
+        dir_help="output directory (checkpoints/, saved_models/, metrics.jsonl); a run resumes from the "
+        "checkpoints found there",
+        warmup_help="linear warm-up from lr to lr x ranks (default: %(default)s)",
+        mixed_precision_help="float16 autocast with a gradient scaler on CUDA; ignored with a warning on CPU",
     )
     group = parser.add_mutually_exclusive_group()
     group.add_argument(
@@ -232,13 +174,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="require a checkpoint to resume from (resuming is automatic when one exists)",
     )
     group.add_argument("--restart", action="store_true", help="delete earlier checkpoints and start over")
-    parser.add_argument("--max-train-samples", type=_positive_int, default=None)
-    parser.add_argument("--max-test-samples", type=_positive_int, default=None)
-    parser.add_argument(
-        "--save-rank-weights",
-        action="store_true",
-        help="every rank writes the SHA-256 of its final weights to <dir>/rank-<r>.weights.sha256",
-    )
     return parser
 
 
@@ -304,7 +239,7 @@ def train(args: argparse.Namespace) -> int:
     if rank == 0:
         try:
             ckpt_dir.mkdir(parents=True, exist_ok=True)
-            found = find_checkpoints(ckpt_dir)
+            found = find_checkpoints(ckpt_dir, CHECKPOINT_SUFFIX)
             if args.restart:
                 for _, path in found:
                     path.unlink()
@@ -336,15 +271,7 @@ def train(args: argparse.Namespace) -> int:
     seed = int(decision["seed"])
     state = decision["state"]
 
-    (x_train, y_train), (x_test, y_test) = load_dataset(args.dataset, args.data_dir)
-    if args.max_train_samples:
-        x_train, y_train = x_train[: args.max_train_samples], y_train[: args.max_train_samples]
-    if args.max_test_samples:
-        x_test, y_test = x_test[: args.max_test_samples], y_test[: args.max_test_samples]
-    if len(x_train) < world or len(x_test) == 0:
-        raise UserError(
-            f"{len(x_train)} training and {len(x_test)} test images are too few for {world} ranks"
-        )
+    (x_train, y_train), (x_test, y_test) = load_training_data(args, world)
 
     def tensors(images: Any, labels: Any) -> tuple[Any, Any]:
         x = torch.from_numpy(np.ascontiguousarray(images.transpose(0, 3, 1, 2))).float().div_(255.0)
@@ -399,9 +326,9 @@ def train(args: argparse.Namespace) -> int:
                 "interrupted": interrupted,
                 "world_size": world,
             },
-            ckpt_dir / CHECKPOINT_PATTERN.format(epoch=epoch),
+            ckpt_dir / checkpoint_name(epoch, CHECKPOINT_SUFFIX),
         )
-        for _, old in find_checkpoints(ckpt_dir)[:-KEEP_CHECKPOINTS]:
+        for _, old in find_checkpoints(ckpt_dir, CHECKPOINT_SUFFIX)[:-KEEP_CHECKPOINTS]:
             old.unlink(missing_ok=True)
 
     def evaluate(xs: Any, ys: Any) -> tuple[float, float, float]:
