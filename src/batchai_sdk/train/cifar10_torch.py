@@ -22,6 +22,8 @@ Choices and semantics
   keeps the last three. A run whose ``--dir`` holds checkpoints resumes by itself from the latest one (no flag
   needed; ``--resume`` makes a missing checkpoint an error, ``--restart`` deletes them and starts over).
   ``metrics.jsonl`` is cut back to the checkpoint's epoch. So a restarted job loses at most one epoch.
+  With ``AZ_BATCHAI_JOB_RESTART_COUNT`` above 0 (a requeued job's later attempts) rank 0 prints
+  ``Restart N (AZ_BATCHAI_JOB_RESTART_COUNT=N)`` first.
 * SIGTERM (eviction notice, ``job terminate``): the ranks agree at the next step (a tiny allreduce per
   step), rank 0 writes ``checkpoint-NNN.pt`` holding the weights reached so far in the interrupted epoch
   NNN+1 (it is redone on resume), and every rank exits with status 143. SIGUSR1 dumps every thread's
@@ -62,6 +64,7 @@ try:
         _non_negative_int,
         _positive_int,
         load_dataset,
+        restart_count,
     )
     from .cifar10 import _trim_metrics as trim_metrics
     from .cifar10 import find_checkpoints as find_epoch_files
@@ -73,6 +76,7 @@ except ImportError:  # run as a plain file next to cifar10.py
         _non_negative_int,
         _positive_int,
         load_dataset,
+        restart_count,
     )
     from cifar10 import _trim_metrics as trim_metrics  # type: ignore[no-redef,import-not-found]
     from cifar10 import find_checkpoints as find_epoch_files  # type: ignore[no-redef,import-not-found]
@@ -364,6 +368,9 @@ def train(args: argparse.Namespace) -> int:
         lambda step: lr_factor(step, world=world, warmup_steps=args.warmup_epochs * steps, decay=args.decay),
     )
     start_epoch = 0
+    restart = restart_count()
+    if restart and rank == 0:
+        print(f"Restart {restart} (AZ_BATCHAI_JOB_RESTART_COUNT={restart})", flush=True)
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
