@@ -87,7 +87,7 @@ def _wait_for(condition: object, timeout: float, what: str, job: Job) -> float:
     return time.monotonic() - start
 
 
-# A clean run takes 1.5 min on 2 idle cores and 4-5 min with eight engineers on them: generous limits.
+# 1 to 3.5 min each on 2 cores at a load average under 8, but 8 to 12 min at 15 to 30: generous limits.
 @pytest.mark.timeout(2400)
 @pytest.mark.parametrize("module", [TF, TORCH], ids=lambda m: m.name)
 def test_an_evicted_node_mid_training_requeues_resumes_and_reaches_a_clean_runs_accuracy(
@@ -101,7 +101,7 @@ def test_an_evicted_node_mid_training_requeues_resumes_and_reaches_a_clean_runs_
     node = job.status.nodes[1]
     assert ws.get_cluster("c").simulate_eviction(node, grace_seconds=30) == f"e/{job.name}"
     notice = time.monotonic()
-    requeued = _wait_for(lambda: len(job.attempts) >= 1, 60, "the requeue", job)
+    requeued = _wait_for(lambda: len(job.attempts) >= 1, 120, "the requeue", job)  # 42 s at load 25
     assert job.wait(timeout=1200) is JobState.SUCCEEDED, (
         job.status.failure_reason,
         job.tail("stderr.txt", 40),
