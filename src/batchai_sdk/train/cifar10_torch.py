@@ -24,6 +24,8 @@ Choices and semantics
   keeps the last three. A run whose ``--dir`` holds checkpoints resumes by itself from the latest one (no flag
   needed; ``--resume`` makes a missing checkpoint an error, ``--restart`` deletes them and starts over).
   ``metrics.jsonl`` is cut back to the checkpoint's epoch. So a restarted job loses at most one epoch.
+  With ``AZ_BATCHAI_JOB_RESTART_COUNT`` above 0 (a requeued job's later attempts) rank 0 prints
+  ``Restart N (AZ_BATCHAI_JOB_RESTART_COUNT=N)`` first.
 * SIGTERM (eviction notice, ``job terminate``): the ranks agree at the next step (a tiny allreduce per
   step), rank 0 writes ``checkpoint-NNN.pt`` holding the weights reached so far in the interrupted epoch
   NNN+1 (it is redone on resume), and every rank exits with status 143. SIGUSR1 dumps every thread's
@@ -54,7 +56,7 @@ from typing import Any
 
 import numpy as np
 
-from .checkpoints import checkpoint_name, find_checkpoints, trim_metrics
+from .checkpoints import checkpoint_name, find_checkpoints, restart_count, trim_metrics
 from .cli_args import add_common_arguments, new_parser
 from .datasets import load_training_data, steps_per_epoch
 from .errors import UserError
@@ -291,6 +293,9 @@ def train(args: argparse.Namespace) -> int:
         lambda step: lr_factor(step, world=world, warmup_steps=args.warmup_epochs * steps, decay=args.decay),
     )
     start_epoch = 0
+    restart = restart_count()
+    if restart and rank == 0:
+        print(f"Restart {restart} (AZ_BATCHAI_JOB_RESTART_COUNT={restart})", flush=True)
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
