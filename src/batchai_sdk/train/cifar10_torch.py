@@ -17,6 +17,10 @@ Choices and semantics
 * Sharding, epochs, steps and learning rate as in ``cifar10.py``: in one epoch the ranks together make one
   pass over the training set (each rank its own 1/N, reshuffled every epoch with a seed all ranks share);
   every rank runs the same number of steps; lr x N with a linear warm-up over ``--warmup-epochs``.
+* Each dataset has its recipe (``RECIPES``) for the flags left unset: CIFAR-10 the tutorial's (lr 1e-4,
+  5 warm-up epochs, shifts and flips); digits lr 5e-4, 1 warm-up epoch, shifts only (digits are not
+  mirror-symmetric), which reaches 0.95 test accuracy on 2 ranks in 10 epochs (docs/toolkits.md has the
+  figures; the tutorial's recipe is at 0.91 after 12).
 * Checkpoints and resume (the contract of issue 13): rank 0 writes ``<dir>/checkpoints/checkpoint-NNN.pt``
   (model, optimizer, scheduler, epoch, seed) after every epoch, atomically (a temp file, then a rename), and
   keeps the last three. A run whose ``--dir`` holds checkpoints resumes by itself from the latest one (no flag
@@ -49,6 +53,7 @@ import signal
 import sys
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +87,23 @@ CHECKPOINT_PATTERN = "checkpoint-{epoch:03d}.pt"
 KEEP_CHECKPOINTS = 3
 SIGTERM_EXIT = 143
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)\.pt$")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A dataset's defaults for ``--lr`` and ``--warmup-epochs``, and whether its augmentation flips."""
+
+    lr: float
+    warmup_epochs: int
+    flip: bool
+
+
+RECIPES = {
+    # the tutorial's: tuned for 100 epochs of CIFAR-10
+    "cifar10": Recipe(lr=1e-4, warmup_epochs=5, flip=True),
+    # digits are not mirror-symmetric, and 1438 images need a larger step to learn in a few epochs
+    "digits": Recipe(lr=5e-4, warmup_epochs=1, flip=False),
+}
 
 
 # ------------------------------------------------------------------------------------------------ model
@@ -139,15 +161,16 @@ def shard_indices(n: int, *, seed: int, epoch: int, rank: int, world: int, steps
     return np.resize(mine, need) if len(mine) else order[:need]
 
 
-def augment(images: Any, generator: Any, shift: float = 0.1) -> Any:
-    """Random horizontal flips and integer shifts of up to ``shift`` x size, borders filled with the nearest
-    pixel (the tutorial's ImageDataGenerator, to the nearest pixel)."""
+def augment(images: Any, generator: Any, shift: float = 0.1, *, flip: bool = True) -> Any:
+    """Random horizontal flips (unless ``flip`` is false) and integer shifts of up to ``shift`` x size,
+    borders filled with the nearest pixel (the tutorial's ImageDataGenerator, to the nearest pixel)."""
     import torch
     import torch.nn.functional as F
 
     n, _, h, w = images.shape
-    flip = torch.rand(n, generator=generator) < 0.5
-    images = torch.where(flip[:, None, None, None], images.flip(3), images)
+    flips = torch.rand(n, generator=generator) < 0.5
+    if flip:
+        images = torch.where(flips[:, None, None, None], images.flip(3), images)
     pad_h, pad_w = max(1, int(h * shift)), max(1, int(w * shift))
     padded = F.pad(images, (pad_w, pad_w, pad_h, pad_h), mode="replicate")
     dy = torch.randint(0, 2 * pad_h + 1, (n,), generator=generator)
@@ -201,7 +224,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--batch-size", type=_positive_int, default=32, help="per rank (default: %(default)s)"
     )
     parser.add_argument(
-        "--lr", type=float, default=1e-4, help="base learning rate, x ranks (default: %(default)s)"
+        "--lr",
+        type=float,
+        default=None,
+        help="base learning rate, x ranks (default: "
+        + ", ".join(f"{r.lr:g} for {name}" for name, r in RECIPES.items())
+        + ")",
     )
     parser.add_argument(
         "--decay", type=float, default=1e-6, help="lr / (1 + decay x step) (default: %(default)s)"
@@ -209,14 +237,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--warmup-epochs",
         type=_non_negative_int,
-        default=5,
-        help="linear warm-up from lr to lr x ranks (default: %(default)s)",
+        default=None,
+        help="linear warm-up from lr to lr x ranks (default: "
+        + ", ".join(f"{r.warmup_epochs} for {name}" for name, r in RECIPES.items())
+        + ")",
     )
     parser.add_argument("--dataset", choices=("cifar10", "digits"), default="cifar10")
     parser.add_argument(
         "--data-dir", type=Path, default=None, help=f"directory holding {CIFAR_ARCHIVE} or {CIFAR_FOLDER}/"
     )
-    parser.add_argument("--no-augmentation", action="store_true", help="no random shifts and flips")
+    parser.add_argument(
+        "--no-augmentation",
+        action="store_true",
+        help="no random shifts and flips (digits are shifted, never flipped)",
+    )
     parser.add_argument(
         "--mixed-precision",
         action="store_true",
@@ -358,6 +392,16 @@ def train(args: argparse.Namespace) -> int:
     torch.manual_seed(seed)
     model = build_model().to(device)
     steps = steps_per_epoch(len(train_x), args.batch_size, world)
+    if rank == 0:
+        augmentation = (
+            "off" if args.no_augmentation else "shifts" + (" and flips" * RECIPES[args.dataset].flip)
+        )
+        print(
+            f"{args.dataset}: {len(train_x)} train and {len(test_x)} test images, {world} rank(s), "
+            f"{steps} steps of {args.batch_size} per rank and epoch, lr {args.lr:g} x {world}, "
+            f"warm-up {args.warmup_epochs} epoch(s), augmentation {augmentation}, seed {seed}, {device.type}",
+            flush=True,
+        )
     optimizer = torch.optim.RMSprop(model.parameters(), lr=args.lr, alpha=0.9, eps=1e-7)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer,
@@ -441,7 +485,7 @@ def train(args: argparse.Namespace) -> int:
             batch = idx[step * args.batch_size : (step + 1) * args.batch_size]
             x, y = train_x[batch], train_y[batch]
             if not args.no_augmentation:
-                x = augment(x, gen)
+                x = augment(x, gen, flip=RECIPES[args.dataset].flip)
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             optimizer.zero_grad(set_to_none=True)
             with torch.autocast(device_type=device.type, dtype=torch.float16, enabled=amp):
@@ -503,8 +547,18 @@ def train(args: argparse.Namespace) -> int:
     return 0
 
 
+def apply_recipe(args: argparse.Namespace) -> argparse.Namespace:
+    """Fill ``--lr`` and ``--warmup-epochs`` left unset with the dataset's recipe (``RECIPES``)."""
+    recipe = RECIPES[args.dataset]
+    if args.lr is None:
+        args.lr = recipe.lr
+    if args.warmup_epochs is None:
+        args.warmup_epochs = recipe.warmup_epochs
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = apply_recipe(build_parser().parse_args(argv))
     try:
         return train(args)
     except UserError as exc:
