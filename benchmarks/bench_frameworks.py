@@ -18,7 +18,6 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import batchai_sdk.train
 from batchai_sdk import JobState, Workspace
 
 
@@ -53,7 +52,6 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=4)
     opts = parser.parse_args()
     warnings.simplefilter("ignore")
-    train = Path(batchai_sdk.train.__file__).parent
     with tempfile.TemporaryDirectory() as tmp:
         ws = Workspace.local(root=Path(tmp) / "ws")
         hvd = run(ws, "horovod", opts.epochs, python_script="batchai_sdk.train.cifar10")
@@ -63,8 +61,7 @@ def main() -> None:
             "torch",
             opts.epochs,
             toolkit="pytorch",
-            source_dir=train,
-            python_script="cifar10_torch.py",
+            python_script="batchai_sdk.train.cifar10_torch",
             extra=torch_extra,
         )
         ws.close()

@@ -1,19 +1,18 @@
 """The tutorial's CNN in PyTorch DDP, end to end, on this machine (the local backend, offline).
 
 Workspace → experiment → 2-node cluster → ``batchai_sdk.train.cifar10_torch`` on the digits images with 2
-DDP ranks (gloo) → stream its stdout → print its test accuracy → scale to zero. The training package is
-uploaded whole (``source_dir``): the torch module reads its data with ``cifar10.py`` beside it.
+DDP ranks (gloo) and the module's digits recipe (about 0.98 test accuracy after 10 epochs) → stream its
+stdout → print its test accuracy → scale to zero. The module is uploaded as the one file
+``module_path("cifar10_torch")`` bundles, so the nodes need torch and numpy, not batchai_sdk.
 
-    python examples/quickstart_torch.py [--root ./.batchai] [--epochs 6]
+    python examples/quickstart_torch.py [--root ./.batchai] [--epochs 10]
 """
 
 from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
-import batchai_sdk.train
 from batchai_sdk import JobState, Workspace
 
 
@@ -23,7 +22,7 @@ def main() -> int:
     )
     parser.add_argument("--root", default="./.batchai", help="workspace folder (default: ./.batchai)")
     parser.add_argument("--nodes", type=int, default=2, help="nodes of the local cluster (default: 2)")
-    parser.add_argument("--epochs", type=int, default=6, help="training epochs (default: 6)")
+    parser.add_argument("--epochs", type=int, default=10, help="training epochs (default: 10)")
     opts = parser.parse_args()
 
     ws = Workspace.local(root=opts.root)
@@ -35,19 +34,14 @@ def main() -> int:
         cluster=cluster,
         node_count=opts.nodes,
         toolkit="pytorch",  # pyTorchSettings: RANK, WORLD_SIZE, MASTER_ADDR/PORT on every rank
-        source_dir=Path(batchai_sdk.train.__file__).parent,
-        python_script="cifar10_torch.py",
+        python_script="batchai_sdk.train.cifar10_torch",
         args=[
             "--dir",
             f"$AZ_BATCHAI_JOB_MOUNT_ROOT/cifar_torch/{name}",
             "--dataset",
             "digits",
             "--epochs",
-            str(opts.epochs),
-            "--lr",
-            "0.001",
-            "--warmup-epochs",
-            "0",
+            str(opts.epochs),  # --lr, --warmup-epochs: the module's digits recipe
             "--seed",
             "1",
         ],

@@ -178,8 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
         parser,
         dir_help="output directory, usually on the shared file system: saved_models/, checkpoints/, "
         "metrics.jsonl",
-        warmup_help="epochs of Horovod's gradual learning-rate warm-up from lr to lr x ranks; 0 disables it "
-        "(default: %(default)s)",
+        warmup_help="epochs of Horovod's gradual learning-rate warm-up from lr to lr x ranks; 0 disables it",
         mixed_precision_help="compute in float16 with float32 variables (mixed_float16); needs a GPU, "
         "ignored with a warning on CPU",
     )

@@ -19,6 +19,10 @@ Choices and semantics
 * Sharding, epochs, steps and learning rate as in ``cifar10.py``: in one epoch the ranks together make one
   pass over the training set (each rank its own 1/N, reshuffled every epoch with a seed all ranks share);
   every rank runs the same number of steps; lr x N with a linear warm-up over ``--warmup-epochs``.
+* Each dataset has its recipe (``RECIPES``) for the flags left unset: CIFAR-10 the tutorial's (lr 1e-4,
+  5 warm-up epochs, shifts and flips); digits lr 5e-4, 1 warm-up epoch, shifts only (digits are not
+  mirror-symmetric), which reaches 0.95 test accuracy on 2 ranks in 10 epochs (docs/toolkits.md has the
+  figures; the tutorial's recipe is at 0.91 after 12).
 * Checkpoints and resume (the contract of issue 13): rank 0 writes ``<dir>/checkpoints/checkpoint-NNN.pt``
   (model, optimizer, scheduler, epoch, seed) after every epoch, atomically (a temp file, then a rename), and
   keeps the last three. A run whose ``--dir`` holds checkpoints resumes by itself from the latest one (no flag
@@ -51,6 +55,7 @@ import signal
 import sys
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +70,23 @@ MODEL_FILE = "cifar10_torch_model.pt"
 CHECKPOINT_SUFFIX = ".pt"
 KEEP_CHECKPOINTS = 3
 SIGTERM_EXIT = 143
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A dataset's defaults for ``--lr`` and ``--warmup-epochs``, and whether its augmentation flips."""
+
+    lr: float
+    warmup_epochs: int
+    flip: bool
+
+
+RECIPES = {
+    # the tutorial's: tuned for 100 epochs of CIFAR-10
+    "cifar10": Recipe(lr=1e-4, warmup_epochs=5, flip=True),
+    # digits are not mirror-symmetric, and 1438 images need a larger step to learn in a few epochs
+    "digits": Recipe(lr=5e-4, warmup_epochs=1, flip=False),
+}
 
 
 # ------------------------------------------------------------------------------------------------ model
@@ -118,15 +140,16 @@ def shard_indices(n: int, *, seed: int, epoch: int, rank: int, world: int, steps
     return np.resize(mine, need) if len(mine) else order[:need]
 
 
-def augment(images: Any, generator: Any, shift: float = 0.1) -> Any:
-    """Random horizontal flips and integer shifts of up to ``shift`` x size, borders filled with the nearest
-    pixel (the tutorial's ImageDataGenerator, to the nearest pixel)."""
+def augment(images: Any, generator: Any, shift: float = 0.1, *, flip: bool = True) -> Any:
+    """Random horizontal flips (unless ``flip`` is false) and integer shifts of up to ``shift`` x size,
+    borders filled with the nearest pixel (the tutorial's ImageDataGenerator, to the nearest pixel)."""
     import torch
     import torch.nn.functional as F
 
     n, _, h, w = images.shape
-    flip = torch.rand(n, generator=generator) < 0.5
-    images = torch.where(flip[:, None, None, None], images.flip(3), images)
+    flips = torch.rand(n, generator=generator) < 0.5
+    if flip:
+        images = torch.where(flips[:, None, None, None], images.flip(3), images)
     pad_h, pad_w = max(1, int(h * shift)), max(1, int(w * shift))
     padded = F.pad(images, (pad_w, pad_w, pad_h, pad_h), mode="replicate")
     dy = torch.randint(0, 2 * pad_h + 1, (n,), generator=generator)
@@ -166,8 +189,11 @@ def build_parser() -> argparse.ArgumentParser:
         parser,
         dir_help="output directory (checkpoints/, saved_models/, metrics.jsonl); a run resumes from the "
         "checkpoints found there",
-        warmup_help="linear warm-up from lr to lr x ranks (default: %(default)s)",
+        warmup_help="linear warm-up from lr to lr x ranks",
         mixed_precision_help="float16 autocast with a gradient scaler on CUDA; ignored with a warning on CPU",
+        recipe_defaults="; ".join(
+            f"{name}: lr {r.lr:g}, {r.warmup_epochs} warm-up epoch(s)" for name, r in RECIPES.items()
+        ),
     )
     group = parser.add_mutually_exclusive_group()
     group.add_argument(
@@ -287,6 +313,16 @@ def train(args: argparse.Namespace) -> int:
     torch.manual_seed(seed)
     model = build_model().to(device)
     steps = steps_per_epoch(len(train_x), args.batch_size, world)
+    if rank == 0:
+        augmentation = (
+            "off" if args.no_augmentation else "shifts" + (" and flips" * RECIPES[args.dataset].flip)
+        )
+        print(
+            f"{args.dataset}: {len(train_x)} train and {len(test_x)} test images, {world} rank(s), "
+            f"{steps} steps of {args.batch_size} per rank and epoch, lr {args.lr:g} x {world}, "
+            f"warm-up {args.warmup_epochs} epoch(s), augmentation {augmentation}, seed {seed}, {device.type}",
+            flush=True,
+        )
     optimizer = torch.optim.RMSprop(model.parameters(), lr=args.lr, alpha=0.9, eps=1e-7)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer,
@@ -373,7 +409,7 @@ def train(args: argparse.Namespace) -> int:
             batch = idx[step * args.batch_size : (step + 1) * args.batch_size]
             x, y = train_x[batch], train_y[batch]
             if not args.no_augmentation:
-                x = augment(x, gen)
+                x = augment(x, gen, flip=RECIPES[args.dataset].flip)
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             optimizer.zero_grad(set_to_none=True)
             with torch.autocast(device_type=device.type, dtype=torch.float16, enabled=amp):
@@ -435,8 +471,18 @@ def train(args: argparse.Namespace) -> int:
     return 0
 
 
+def apply_recipe(args: argparse.Namespace) -> argparse.Namespace:
+    """Fill ``--lr`` and ``--warmup-epochs`` left unset with the dataset's recipe (``RECIPES``)."""
+    recipe = RECIPES[args.dataset]
+    if args.lr is None:
+        args.lr = recipe.lr
+    if args.warmup_epochs is None:
+        args.warmup_epochs = recipe.warmup_epochs
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = apply_recipe(build_parser().parse_args(argv))
     try:
         return train(args)
     except UserError as exc:

@@ -53,9 +53,19 @@ def new_parser(default_prog: str, description: str, epilog: str | None = None) -
 
 
 def add_common_arguments(
-    parser: argparse.ArgumentParser, *, dir_help: str, warmup_help: str, mixed_precision_help: str
+    parser: argparse.ArgumentParser,
+    *,
+    dir_help: str,
+    warmup_help: str,
+    mixed_precision_help: str,
+    recipe_defaults: str | None = None,
 ) -> None:
-    """The options both training scripts take, with the same names, types and defaults."""
+    """The options both training scripts take, with the same names and types. With ``recipe_defaults``
+    (a phrase naming each dataset's values), ``--lr`` and ``--warmup-epochs`` default to ``None``: the
+    script fills them from the dataset's recipe."""
+    lr_default: float | None = None if recipe_defaults else 1e-4
+    warmup_default: int | None = None if recipe_defaults else 5
+    default_text = f"default: {recipe_defaults}" if recipe_defaults else "default: %(default)s"
     parser.add_argument("-d", "--dir", type=Path, required=True, help=dir_help)
     parser.add_argument(
         "--epochs",
@@ -73,8 +83,8 @@ def add_common_arguments(
     parser.add_argument(
         "--lr",
         type=positive_float,
-        default=1e-4,
-        help="base learning rate per rank; the optimizer uses lr x ranks (default: %(default)s)",
+        default=lr_default,
+        help=f"base learning rate per rank; the optimizer uses lr x ranks ({default_text})",
     )
     parser.add_argument(
         "--decay",
@@ -82,7 +92,12 @@ def add_common_arguments(
         default=1e-6,
         help="RMSprop time-based decay, Keras 2 semantics lr / (1 + decay x step) (default: %(default)s)",
     )
-    parser.add_argument("--warmup-epochs", type=non_negative_int, default=5, help=warmup_help)
+    parser.add_argument(
+        "--warmup-epochs",
+        type=non_negative_int,
+        default=warmup_default,
+        help=f"{warmup_help} ({default_text})",
+    )
     parser.add_argument(
         "--dataset",
         choices=DATASETS,
