@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Waiting:
+    """A queued job, as placement sees it."""
+
     job_id: int
     nodes: int
     wall: float | None  # the job's wall clock limit in seconds, if it has one
@@ -19,6 +21,8 @@ class Waiting:
 
 @dataclass(frozen=True)
 class Holding:
+    """A running (or cleaning) job's nodes, held until it ends."""
+
     nodes: int
     ends_by: float | None  # when its wall clock limit ends it at the latest; None: unknown
 

@@ -19,6 +19,20 @@ from .common import load_or_none, now
 if TYPE_CHECKING:
     from .scheduler import Scheduler
 
+# what one attempt sets on its job's row; a requeued job starts the next attempt with them empty
+ATTEMPT_COLUMNS = (
+    "started",
+    "start_time",
+    "tag",
+    "launcher_pid",
+    "phase",
+    "exit_code",
+    "stop_state",
+    "stop_reason",
+    "stop_sent",
+    "stop_cause",
+)
+
 
 def launcher_ended(sched: Scheduler, job_id: int, code: int | None) -> None:
     """Record what the launcher left, then clean every node of the job before freeing it.
@@ -73,6 +87,7 @@ def evictions(sched: Scheduler, row: sqlite3.Row) -> list[dict[str, Any]]:
 
 
 def clear_evictions(sched: Scheduler, row: sqlite3.Row) -> None:
+    """Remove the attempt's eviction notices (and simulated ones) before the job runs again."""
     run_dir = os.path.join(sched.job_share_dir(row["experiment"], row["name"]), "run")
     with contextlib.suppress(OSError):
         for name in os.listdir(run_dir):
@@ -103,6 +118,7 @@ def clean_nodes(sched: Scheduler, tag: str, node_ids: list[str]) -> int:
 
 
 def reap_cleaned(sched: Scheduler) -> None:
+    """Conclude the jobs whose nodes are now clean; clean again where processes survived."""
     for job_id, fut in list(sched.cleaning.items()):
         if not fut.done():
             continue
@@ -163,20 +179,11 @@ def conclude(sched: Scheduler, row: sqlite3.Row) -> None:
     clear_evictions(sched, row)
     sched.update(
         row["id"],
+        **dict.fromkeys(ATTEMPT_COLUMNS),
         state="queued",
         attempt=row["attempt"] + 1,
         attempts=json.dumps([*[a.to_dict() for a in history], attempt.to_dict()]),
         nodes="[]",
-        started=None,
-        start_time=None,
-        tag=None,
-        launcher_pid=None,
-        phase=None,
-        exit_code=None,
         reason=decision.reason,
-        stop_state=None,
-        stop_reason=None,
-        stop_sent=None,
-        stop_cause=None,
     )
     sched.log(f"{row['key']} requeued: {decision.reason}")

@@ -57,6 +57,7 @@ def probe_down_nodes(sched: Scheduler) -> None:
 
 
 def answers(sched: Scheduler, address: str) -> bool:
+    """Whether the node at ``address`` runs a command over SSH (always, without SSH)."""
     if sched.cfg.get("ssh_command") is None:
         return True
     argv = [*sched.cfg["ssh_command"], "-o", "ConnectTimeout=5", address, "true"]

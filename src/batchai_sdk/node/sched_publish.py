@@ -20,6 +20,7 @@ HEARTBEAT = 10.0
 
 
 def status_doc(sched: Scheduler, row: sqlite3.Row) -> dict[str, Any]:
+    """The job's ``status.json`` as readers see it (a job being cleaned up is still running)."""
     state = "running" if row["state"] == "cleaning" else row["state"]
     doc: dict[str, Any] = {
         "state": state,
@@ -43,11 +44,13 @@ def status_doc(sched: Scheduler, row: sqlite3.Row) -> dict[str, Any]:
 
 
 def deleted(sched: Scheduler, row: sqlite3.Row) -> bool:
+    """Whether the job's folder was removed from a share that is there (nothing to publish to)."""
     jobs = os.path.join(sched.cfg["meta_root"], "experiments", row["experiment"], "jobs")
     return os.path.isdir(jobs) and not os.path.exists(sched.job_share_dir(row["experiment"], row["name"]))
 
 
 def note_publish_error(sched: Scheduler, row: sqlite3.Row, path: str, exc: OSError) -> None:
+    """Log a failed write once per distinct error; it is retried on the next pass."""
     if sched.publish_errors.get(row["key"]) != str(exc):
         sched.log(f"cannot write {path} yet ({exc}); the outcome is kept here and retried")
         sched.publish_errors[row["key"]] = str(exc)

@@ -67,6 +67,7 @@ def release_azure_nodes(sched: Scheduler, azure: dict[str, str], remove: list[st
 
 
 def event(sched: Scheduler, fields: dict[str, Any]) -> None:
+    """One autoscale decision in the log and in the cluster's ``events.jsonl`` on the share."""
     line = json.dumps({"time": now(), **fields}, sort_keys=True)
     sched.log(f"autoscale: {line}")
     try:
@@ -77,6 +78,7 @@ def event(sched: Scheduler, fields: dict[str, Any]) -> None:
 
 
 def publish_size(sched: Scheduler) -> None:
+    """The nodes up now, in the cluster's ``size.json`` on the share."""
     doc = {"nodes": [n["id"] for n in sched.nodes()], "updated": now()}
     try:
         write_json_atomic(os.path.join(sched.cfg["cluster_dir"], "size.json"), doc)

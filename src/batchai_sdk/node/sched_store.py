@@ -46,6 +46,7 @@ ADDED_COLUMNS = {  # columns later versions added: a database an older scheduler
 
 
 def migrate(db: sqlite3.Connection) -> None:
+    """Add the columns a database an older scheduler made lacks."""
     have = {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
     for name, decl in ADDED_COLUMNS.items():
         if name not in have:
@@ -53,4 +54,5 @@ def migrate(db: sqlite3.Connection) -> None:
 
 
 def iso(ts: float) -> str:
+    """A POSIX time as ISO 8601 in UTC, as the records on the share have it."""
     return datetime.fromtimestamp(ts, timezone.utc).isoformat()

@@ -60,6 +60,8 @@ class RequestError(Exception):
 
 
 class Scheduler:
+    """The queue's one authority on a head node: its state folder holds ``cluster.json`` and ``sched.db``."""
+
     def __init__(self, state_dir: str) -> None:
         self.state_dir = state_dir
         self.cfg: dict[str, Any] = load_or_none(os.path.join(state_dir, "cluster.json")) or {}
@@ -93,11 +95,13 @@ class Scheduler:
 
     # -- helpers ------------------------------------------------------------------------------------
     def log(self, line: str) -> None:
+        """One timestamped line on stderr (the scheduler's log file); never raises."""
         with contextlib.suppress(OSError):
             sys.stderr.write(f"{now()} {line}\n")
             sys.stderr.flush()
 
     def settings(self) -> autoscale.AutoScaleSettings | None:
+        """The cluster's autoscale settings, or None when its size is fixed."""
         data = self.cfg.get("autoscale")
         return autoscale.AutoScaleSettings.from_dict(data) if data else None
 
@@ -119,16 +123,20 @@ class Scheduler:
         return settings.max_nodes if settings is not None else len(self.nodes())
 
     def job_share_dir(self, experiment: str, name: str) -> str:
+        """The job's folder on the share (its records, ``run/``)."""
         return os.path.join(self.cfg["meta_root"], "experiments", experiment, "jobs", name)
 
     def job_state_dir(self, job_id: int) -> str:
+        """The job's folder on this node: assignment, secrets, the launcher's result and log."""
         return os.path.join(self.state_dir, "jobs", str(job_id))
 
     def rows(self, where: str, *args: Any) -> list[sqlite3.Row]:
+        """The jobs matching ``where`` (a literal clause; values in ``args``), oldest first."""
         # ``where`` is always one of this module's literal clauses; values go through parameters
         return list(self.db.execute(f"SELECT * FROM jobs WHERE {where} ORDER BY id", args))  # noqa: S608
 
     def update(self, job_id: int, **fields: Any) -> None:
+        """Set a job's columns; it is published again unless ``published`` is given."""
         fields.setdefault("published", 0)
         names = ", ".join(f"{k} = ?" for k in fields)
         self.db.execute(f"UPDATE jobs SET {names} WHERE id = ?", (*fields.values(), job_id))  # noqa: S608
@@ -144,6 +152,7 @@ class Scheduler:
 
     # -- requests -------------------------------------------------------------------------------------
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Answer one request from ``ctl``; a refused one raises ``RequestError``."""
         if request.get("cluster"):
             self.set_cluster(request["cluster"])
         op = request.get("op")
@@ -156,6 +165,7 @@ class Scheduler:
         raise RequestError("invalid", f"unknown request {op!r}")
 
     def set_cluster(self, cfg: dict[str, Any]) -> None:
+        """Take the cluster's configuration a request carried; fail queued jobs it no longer fits."""
         if cfg == self.cfg:
             return
         self.cfg = cfg
@@ -176,6 +186,7 @@ class Scheduler:
             )
 
     def submit(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Queue a job (once per ``request_id``), keep its secrets here only, and start what can start."""
         experiment, name = str(request.get("experiment", "")), str(request.get("name", ""))
         if not NAME.match(experiment) or not NAME.match(name):
             raise RequestError("invalid", f"invalid job name {experiment!r}/{name!r}")
@@ -228,6 +239,7 @@ class Scheduler:
         return {"ok": True, "id": job_id}
 
     def terminate(self, request: dict[str, Any]) -> dict[str, Any]:
+        """End a queued job now, or stop a running one (its launcher gets SIGTERM)."""
         key = f"{request.get('experiment')}/{request.get('name')}"
         rows = self.rows(f"key = ? AND state IN {ACTIVE}", key)
         if not rows:
@@ -258,6 +270,7 @@ class Scheduler:
             free = free[count:]
 
     def start(self, row: sqlite3.Row, nodes: list[dict[str, Any]]) -> None:
+        """Start the job's launcher on ``nodes`` with a fresh tag for this attempt."""
         job_id = row["id"]
         tag = uuid.uuid4().hex
         job_dir = self.job_state_dir(job_id)
@@ -308,6 +321,7 @@ class Scheduler:
         self.log(f"started {row['key']} on {', '.join(n['id'] for n in nodes)} (launcher pid {proc.pid})")
 
     def stop(self, row: sqlite3.Row, state: str, reason: str, cause: str | None = None) -> None:
+        """Ask the job's launcher to stop; the job ends in ``state`` once its nodes are clean."""
         self.update(row["id"], stop_state=state, stop_reason=reason, stop_sent=time.time(), stop_cause=cause)
         if row["launcher_pid"]:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -349,9 +363,11 @@ class Scheduler:
 
     @staticmethod
     def alive(pid: int | None, tag: str | None) -> bool:
+        """Whether the launcher ``pid`` still runs with the job's tag (not a reused pid)."""
         return bool(pid and tag and pid in procs.tagged_pids(tag))
 
     def finish(self, row: sqlite3.Row, state: str, exit_code: int | None, reason: str | None) -> None:
+        """End the job for good and drop its secrets."""
         self.update(row["id"], state=state, exit_code=exit_code, reason=reason, end_time=now(), phase=None)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(self.job_state_dir(row["id"]), "secrets.json"))
@@ -371,6 +387,7 @@ class Scheduler:
 
     # -- the loop -------------------------------------------------------------------------------------
     def idle(self) -> bool:
+        """Nothing queued, running, unpublished, being cleaned, scaled or waited for."""
         busy = self.rows(f"state IN {ACTIVE} OR published = 0")
         return (
             not busy
@@ -381,6 +398,7 @@ class Scheduler:
         )
 
     def serve(self, listener: socket.socket) -> int:
+        """The loop: requests, launchers, cleanup, probes, autoscale, placement, publishing; until idle."""
         sel = selectors.DefaultSelector()
         sel.register(listener, selectors.EVENT_READ)
         signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
@@ -410,6 +428,7 @@ class Scheduler:
         return 0
 
     def accept(self, listener: socket.socket) -> None:
+        """One request on the socket: a JSON line in, a JSON line out."""
         try:
             conn, _ = listener.accept()
         except BlockingIOError:
