@@ -1,0 +1,189 @@
+"""How the scheduler ends a job's attempt: what its launcher left, the eviction notices its nodes marked,
+the cleanup of every node (by the job's tag) before they count as free, then a retry or the job's end."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import sqlite3
+import subprocess
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from . import procs, retries
+from .common import load_or_none, now
+
+if TYPE_CHECKING:
+    from .scheduler import Scheduler
+
+# what one attempt sets on its job's row; a requeued job starts the next attempt with them empty
+ATTEMPT_COLUMNS = (
+    "started",
+    "start_time",
+    "tag",
+    "launcher_pid",
+    "phase",
+    "exit_code",
+    "stop_state",
+    "stop_reason",
+    "stop_sent",
+    "stop_cause",
+)
+
+
+def launcher_ended(sched: Scheduler, job_id: int, code: int | None) -> None:
+    """Record what the launcher left, then clean every node of the job before freeing it.
+    ``code`` is its exit status as subprocess gives it (negative: a signal; None: not our child)."""
+    row = sched.rows("id = ?", job_id)[0]
+    result = load_or_none(os.path.join(sched.job_state_dir(job_id), "result.json"))
+    if result is None:
+        how = f"was killed by signal {-code}" if code is not None and code < 0 else "died"
+        if code is not None and code > 0:
+            how = f"exited with code {code} without a result"
+        result = {
+            "exit_code": None,
+            "reason": f"the job's launcher {how}; every process of the job was stopped",
+        }
+    evicted = evictions(sched, row)
+    if row["stop_state"]:
+        cause = row["stop_cause"] or retries.EndCause.USER_TERMINATE.value
+        reason = row["stop_reason"]
+    elif evicted:
+        cause = retries.EndCause.EVICTED.value
+        reason = "evicted: " + ", ".join(
+            f"{e.get('node')} ({e.get('event_type', 'Preempt')})" for e in evicted
+        )
+    elif result.get("exit_code") is None:
+        lost = (code is not None and code < 0) or "stopped answering" in str(result.get("reason"))
+        cause = retries.EndCause.NODE_LOST.value if lost else retries.EndCause.EXIT.value
+        reason = result.get("reason") or "the job ended before its ranks ran"
+    else:
+        lost = "stopped answering" in str(result.get("reason"))
+        cause = retries.EndCause.NODE_LOST.value if lost else retries.EndCause.EXIT.value
+        reason = result.get("reason")
+    sched.update(
+        job_id,
+        state="cleaning",
+        exit_code=result.get("exit_code"),
+        reason=json.dumps([cause, reason]),
+    )
+    if sched.cfg.get("ssh_command") is None and row["tag"] and not procs.tagged_pids(row["tag"]):
+        conclude(sched, sched.rows("id = ?", job_id)[0])
+        return  # nothing of it is left on this machine: its nodes are free at once
+    sched.cleaning[job_id] = sched.pool_exec.submit(clean_nodes, sched, row["tag"], json.loads(row["nodes"]))
+
+
+def evictions(sched: Scheduler, row: sqlite3.Row) -> list[dict[str, Any]]:
+    """The eviction notices the job's nodes marked in its run folder during this attempt."""
+    run_dir = os.path.join(sched.job_share_dir(row["experiment"], row["name"]), "run")
+    try:
+        names = sorted(n for n in os.listdir(run_dir) if n.startswith("evicted-") and n.endswith(".json"))
+    except OSError:
+        return []
+    return [load_or_none(os.path.join(run_dir, n)) or {} for n in names]
+
+
+def clear_evictions(sched: Scheduler, row: sqlite3.Row) -> None:
+    """Remove the attempt's eviction notices (and simulated ones) before the job runs again."""
+    run_dir = os.path.join(sched.job_share_dir(row["experiment"], row["name"]), "run")
+    with contextlib.suppress(OSError):
+        for name in os.listdir(run_dir):
+            if name.startswith(("evicted-", "simulate-eviction-")) and name.endswith(".json"):
+                os.unlink(os.path.join(run_dir, name))
+
+
+def clean_nodes(sched: Scheduler, tag: str, node_ids: list[str]) -> int:
+    """End what is left of the job on each of its nodes; returns how many processes survived."""
+    if not tag:
+        return 0
+    if sched.cfg.get("ssh_command") is None:
+        return procs.reap(tag)
+    by_id = {n["id"]: n for n in sched.nodes()}
+    left = 0
+    for address in {by_id[n]["address"] for n in node_ids if n in by_id}:
+        argv = [
+            *sched.cfg["ssh_command"],
+            address,
+            shlex.join([sched.cfg["python"], "-S", sched.cfg["node_main"], "reap", tag]),
+        ]
+        try:
+            res = subprocess.run(argv, capture_output=True, timeout=60, check=False)
+            left += int(res.stdout.decode().strip() or "0") if res.returncode == 0 else 0
+        except (OSError, subprocess.TimeoutExpired, ValueError):
+            pass  # an unreachable node cannot run the job's processes for us to see; its work is lost
+    return left
+
+
+def reap_cleaned(sched: Scheduler) -> None:
+    """Conclude the jobs whose nodes are now clean; clean again where processes survived."""
+    for job_id, fut in list(sched.cleaning.items()):
+        if not fut.done():
+            continue
+        del sched.cleaning[job_id]
+        row = sched.rows("id = ?", job_id)[0]
+        try:
+            left = fut.result()
+        except Exception as exc:  # pragma: no cover - a bug in cleaning must not stop the scheduler
+            sched.log(f"cleaning {row['key']} failed: {exc!r}")
+            left = 0
+        if left:
+            sched.log(f"{left} process(es) of {row['key']} survived SIGKILL; trying again")
+            sched.cleaning[job_id] = sched.pool_exec.submit(
+                clean_nodes, sched, row["tag"], json.loads(row["nodes"])
+            )
+            continue
+        conclude(sched, row)
+
+
+def conclude(sched: Scheduler, row: sqlite3.Row) -> None:
+    """An attempt ended and its nodes are empty: requeue it (the retry policy) or end the job."""
+    cause_name, detail = json.loads(row["reason"])
+    cause = retries.EndCause(cause_name)
+    if cause is retries.EndCause.NODE_LOST:
+        for node in json.loads(row["nodes"]):
+            if f"node {node} stopped answering" in str(detail):
+                sched.down[node] = time.time()
+                sched.log(f"node {node} stopped answering: no job goes there until it answers again")
+    history = [retries.Attempt.from_dict(a) for a in json.loads(row["attempts"])]
+    policy = retries.RetryPolicy(row["max_retries"], tuple(json.loads(row["retry_codes"])))
+    exit_code = row["exit_code"]
+    if cause is retries.EndCause.EXIT and exit_code is None:
+        exit_code = 1  # job preparation failed, or the launcher could not start the ranks
+    decision = retries.decide(policy, cause, exit_code=exit_code, detail=detail, history=history)
+    attempt = retries.Attempt(
+        index=row["attempt"],
+        start=row["start_time"] or now(),
+        nodes=tuple(json.loads(row["nodes"])),
+        end=now(),
+        cause=cause,
+        exit_code=row["exit_code"],
+        reason=decision.reason,
+        extra={"evictions": evictions(sched, row)} if cause is retries.EndCause.EVICTED else {},
+    )
+    if not decision.requeue:
+        sched.update(row["id"], attempts=json.dumps([*[a.to_dict() for a in history], attempt.to_dict()]))
+        sched.finish(
+            sched.rows("id = ?", row["id"])[0], decision.outcome.value, row["exit_code"], decision.reason
+        )
+        return
+    if row["stdouterr"]:  # the next attempt writes fresh logs; this one's are kept beside them
+        try:
+            retries.archive_attempt_logs(row["stdouterr"], row["attempt"])
+            attempt = replace(attempt, log_dir=f"attempt-{row['attempt'] + 1}")
+        except OSError as exc:
+            sched.log(f"could not keep the logs of {row['key']} attempt {row['attempt']}: {exc}")
+    sched.trackers.pop(row["id"], None)
+    clear_evictions(sched, row)
+    sched.update(
+        row["id"],
+        **dict.fromkeys(ATTEMPT_COLUMNS),
+        state="queued",
+        attempt=row["attempt"] + 1,
+        attempts=json.dumps([*[a.to_dict() for a in history], attempt.to_dict()]),
+        nodes="[]",
+        reason=decision.reason,
+    )
+    sched.log(f"{row['key']} requeued: {decision.reason}")

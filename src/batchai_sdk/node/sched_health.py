@@ -1,0 +1,122 @@
+"""The scheduler's watch over running jobs and nodes: the cost limit, the hang watchdog (no output for
+``hang`` seconds: every node's stacks, then the end), and probes of nodes that stopped answering."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sqlite3
+import subprocess
+import time
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from . import retries, stacks, watchdog
+from .sched_store import ACTIVE
+
+if TYPE_CHECKING:
+    from .scheduler import Scheduler
+
+
+def check_cost(sched: Scheduler, row: sqlite3.Row, t: float) -> None:
+    """End the job once price × nodes × hours, over every attempt, passes its max_cost."""
+    node_hours = len(json.loads(row["nodes"])) * (t - row["started"]) / 3600.0
+    for attempt in json.loads(row["attempts"]):
+        start, end = attempt.get("start"), attempt.get("end")
+        if start and end:
+            seconds = (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+            node_hours += max(0.0, seconds) / 3600.0 * len(attempt.get("nodes") or [])
+    cost = row["price"] * node_hours
+    if cost > row["max_cost"]:
+        reason = f"estimated cost {cost:.2f} passed max_cost {row['max_cost']:g}; the job was stopped"
+        sched.stop(row, "failed", reason, retries.EndCause.WALL_CLOCK.value)
+
+
+def probe_down_nodes(sched: Scheduler) -> None:
+    """Reach each node that stopped answering, every few seconds; one that answers takes jobs again."""
+    for node_id, fut in list(sched.probes.items()):
+        if fut.done():
+            del sched.probes[node_id]
+            if fut.result():
+                sched.down.pop(node_id, None)
+                sched.log(f"node {node_id} answers again")
+    t = time.time()
+    if sched.down and not sched.rows(f"state IN {ACTIVE}"):
+        sched.down_idle_since = sched.down_idle_since or t
+        if t - sched.down_idle_since > 600:  # nothing waits for them: the backend's own status tells the rest
+            sched.log(f"giving up on {', '.join(sched.down)}: no answer for 10 minutes and no job waiting")
+            sched.down.clear()
+    else:
+        sched.down_idle_since = None
+    by_id = {n["id"]: n for n in sched.pool()}
+    for node_id, since in list(sched.down.items()):
+        if node_id not in sched.probes and t - since > 2.0 and node_id in by_id:
+            sched.down[node_id] = t
+            sched.probes[node_id] = sched.pool_exec.submit(answers, sched, by_id[node_id]["address"])
+
+
+def answers(sched: Scheduler, address: str) -> bool:
+    """Whether the node at ``address`` runs a command over SSH (always, without SSH)."""
+    if sched.cfg.get("ssh_command") is None:
+        return True
+    argv = [*sched.cfg["ssh_command"], "-o", "ConnectTimeout=5", address, "true"]
+    try:
+        return subprocess.run(argv, capture_output=True, timeout=15, check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def check_hang(sched: Scheduler, row: sqlite3.Row, t: float) -> None:
+    """No output from any rank for ``hang`` seconds: collect every node's stacks, then end the job."""
+    job_id = row["id"]
+    if job_id in sched.hangs:
+        fut = sched.hangs[job_id]
+        if fut.done():
+            del sched.hangs[job_id]
+            files = fut.result()
+            silent = t - max(sched.trackers[job_id].last_change or row["started"], row["started"])
+            sched.stop(row, "failed", watchdog.hang_reason(silent, files), retries.EndCause.HANG.value)
+        return
+    if t - sched.hang_checked.get(job_id, 0.0) < 1.0:
+        return
+    sched.hang_checked[job_id] = t
+    tracker = sched.trackers.setdefault(job_id, watchdog.OutputTracker())
+    last = tracker.observe(watchdog.job_log_files(row["stdouterr"]), t)
+    if watchdog.hang_verdict(last, row["started"], t, row["hang"]) is not None:
+        sched.log(f"{row['key']}: no output for {row['hang']:g} s; collecting stacks")
+        sched.hangs[job_id] = sched.pool_exec.submit(
+            collect_stacks, sched, row["tag"], json.loads(row["nodes"]), row["stdouterr"]
+        )
+
+
+def collect_stacks(sched: Scheduler, tag: str, node_ids: list[str], out_dir: str) -> list[str]:
+    """``stacks-<node>.txt`` in the job's logs for every node of the job; returns the file names."""
+    files = []
+    by_id = {n["id"]: n for n in sched.pool()}
+    for node_id in node_ids:
+        if sched.cfg.get("ssh_command") is None:
+            pids = stacks.find_job_python_pids(tag)
+            path = os.path.join(out_dir, stacks.stacks_file_name(node_id))
+            stacks.collect_stacks(pids, path, timeout=20, node=node_id)
+            files.append(os.path.basename(path))
+            continue
+        command = [
+            sched.cfg["python"],
+            "-S",
+            sched.cfg["node_main"],
+            "stacks",
+            "--tag",
+            tag,
+            "--out",
+            out_dir,
+        ]
+        argv = [*sched.cfg["ssh_command"], by_id.get(node_id, {"address": node_id})["address"],
+                shlex.join([*command, "--node", node_id, "--timeout", "20"])]  # fmt: skip
+        try:
+            res = subprocess.run(argv, capture_output=True, timeout=60, check=False)
+            if res.returncode == 0 and res.stdout.strip():
+                files.append(os.path.basename(res.stdout.decode().strip().splitlines()[-1]))
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            sched.log(f"no stacks from {node_id}: {exc}")
+    return files

@@ -1,0 +1,91 @@
+"""What readers see: the scheduler writes each job's ``status.json`` and the cluster's ``nodes.json`` to
+the share, again every heartbeat while a job is active; a failed write is kept and retried."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import time
+from typing import TYPE_CHECKING, Any
+
+from .common import now, write_json_atomic
+from .sched_store import ACTIVE
+
+if TYPE_CHECKING:
+    from .scheduler import Scheduler
+
+HEARTBEAT = 10.0
+
+
+def status_doc(sched: Scheduler, row: sqlite3.Row) -> dict[str, Any]:
+    """The job's ``status.json`` as readers see it (a job being cleaned up is still running)."""
+    state = "running" if row["state"] == "cleaning" else row["state"]
+    doc: dict[str, Any] = {
+        "state": state,
+        "creation_time": row["creation_time"],
+        "heartbeat": now(),
+        "scheduler": {"host": socket.gethostname(), "pid": os.getpid(), "job_id": row["id"]},
+    }
+    if row["start_time"]:
+        doc.update(start_time=row["start_time"], nodes=json.loads(row["nodes"]))
+        doc["preparing"] = state == "running" and row["phase"] == "preparing"
+        doc["attempt"] = row["attempt"]
+    attempts = json.loads(row["attempts"])
+    if attempts:
+        doc["attempts"] = attempts
+        doc["attempt"] = row["attempt"]
+    if state == "queued" and attempts:
+        doc["requeue_reason"] = row["reason"]
+    if state not in ("queued", "running"):
+        doc.update(end_time=row["end_time"], exit_code=row["exit_code"], failure_reason=row["reason"])
+    return doc
+
+
+def deleted(sched: Scheduler, row: sqlite3.Row) -> bool:
+    """Whether the job's folder was removed from a share that is there (nothing to publish to)."""
+    jobs = os.path.join(sched.cfg["meta_root"], "experiments", row["experiment"], "jobs")
+    return os.path.isdir(jobs) and not os.path.exists(sched.job_share_dir(row["experiment"], row["name"]))
+
+
+def note_publish_error(sched: Scheduler, row: sqlite3.Row, path: str, exc: OSError) -> None:
+    """Log a failed write once per distinct error; it is retried on the next pass."""
+    if sched.publish_errors.get(row["key"]) != str(exc):
+        sched.log(f"cannot write {path} yet ({exc}); the outcome is kept here and retried")
+        sched.publish_errors[row["key"]] = str(exc)
+
+
+def publish(sched: Scheduler) -> None:
+    """Write changed job records and node assignments to the share; a failed write is retried later."""
+    # Node assignments first: a reader that sees a job's end then sees its nodes free as well.
+    held = sched.held()
+    keys = {r["id"]: r["key"] for r in sched.rows(f"state IN {ACTIVE}")}
+    doc = {
+        "nodes": {node: {"job": keys.get(jid, ""), "phase": phase} for node, (jid, phase) in held.items()},
+        "queued": [r["key"] for r in sched.rows("state = 'queued'")],
+        "down": sorted(sched.down),
+    }
+    if doc != sched.last_nodes_doc:
+        try:
+            write_json_atomic(os.path.join(sched.cfg["cluster_dir"], "nodes.json"), doc, sync=False)
+            sched.last_nodes_doc = doc
+        except OSError:
+            pass
+    t = time.time()
+    due = sched.rows(f"published = 0 OR (state IN {ACTIVE} AND beat < ?)", t - HEARTBEAT)
+    for row in due:
+        path = os.path.join(sched.job_share_dir(row["experiment"], row["name"]), "status.json")
+        try:
+            write_json_atomic(path, status_doc(sched, row))
+        except FileNotFoundError as exc:
+            if deleted(sched, row):  # the job's folder was removed from a share that is there
+                sched.db.execute("UPDATE jobs SET published = 1, beat = ? WHERE id = ?", (t, row["id"]))
+                continue
+            note_publish_error(sched, row, path, exc)
+            continue
+        except OSError as exc:
+            note_publish_error(sched, row, path, exc)
+            continue
+        sched.publish_errors.pop(row["key"], None)
+        sched.db.execute("UPDATE jobs SET published = 1, beat = ? WHERE id = ?", (t, row["id"]))

@@ -1,0 +1,58 @@
+"""The scheduler's queue in SQLite: the jobs table, its migration from older schedulers' databases, and
+the names and states its queries share. The database lives on the head node's own disk, never the share."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from datetime import datetime, timezone
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+ACTIVE = ("queued", "running", "cleaning")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  key TEXT NOT NULL, experiment TEXT NOT NULL, name TEXT NOT NULL,
+  request_id TEXT UNIQUE,
+  node_count INTEGER NOT NULL, wall REAL,
+  state TEXT NOT NULL,
+  creation_time TEXT, start_time TEXT, end_time TEXT,
+  started REAL,
+  nodes TEXT NOT NULL DEFAULT '[]',
+  tag TEXT, attempt INTEGER NOT NULL DEFAULT 0,
+  launcher_pid INTEGER, phase TEXT,
+  exit_code INTEGER, reason TEXT,
+  stop_state TEXT, stop_reason TEXT, stop_sent REAL,
+  published INTEGER NOT NULL DEFAULT 0, beat REAL NOT NULL DEFAULT 0,
+  hang REAL, max_retries INTEGER NOT NULL DEFAULT 0, retry_codes TEXT NOT NULL DEFAULT '[]',
+  attempts TEXT NOT NULL DEFAULT '[]', stdouterr TEXT, stop_cause TEXT, max_cost REAL, price REAL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS one_active_run ON jobs(key)
+  WHERE state IN ('queued', 'running', 'cleaning');
+"""
+
+
+ADDED_COLUMNS = {  # columns later versions added: a database an older scheduler made gets them
+    "hang": "REAL",
+    "max_retries": "INTEGER NOT NULL DEFAULT 0",
+    "retry_codes": "TEXT NOT NULL DEFAULT '[]'",
+    "attempts": "TEXT NOT NULL DEFAULT '[]'",
+    "stdouterr": "TEXT",
+    "stop_cause": "TEXT",
+    "max_cost": "REAL",
+    "price": "REAL",
+}
+
+
+def migrate(db: sqlite3.Connection) -> None:
+    """Add the columns a database an older scheduler made lacks."""
+    have = {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
+    for name, decl in ADDED_COLUMNS.items():
+        if name not in have:
+            db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {decl}")
+
+
+def iso(ts: float) -> str:
+    """A POSIX time as ISO 8601 in UTC, as the records on the share have it."""
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat()
