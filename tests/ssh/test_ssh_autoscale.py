@@ -117,6 +117,11 @@ def test_ssh_cluster_grows_keeps_a_busy_node_and_scales_to_zero_with_the_client_
         last = scaling[-1]
         assert last["remove"] == held and f"idle past {IDLE_LIMIT:g}s" in last["reason"], last
 
+        assert cluster.nodes_up == 0  # costs nothing, and says since when nothing ran
+        since = cluster.idle_since
+        assert since is not None and abs((since - long.status.end_time).total_seconds()) < 1  # type: ignore[operator]
+        assert (cluster.idle_seconds or 0) >= IDLE_LIMIT
+
         # how late each node went: from its idle limit (its last job's end + the limit) to its release
         ends = [job.status.end_time for job in (wide, long)]
         assert ends[0] is not None and ends[1] is not None

@@ -186,6 +186,30 @@ def cluster_table(result: Any) -> list[Row]:
     return rows
 
 
+def cluster_list_table(result: Any) -> list[Row]:
+    """``cluster list``: the tutorial's cluster columns, then the nodes up and how long the cluster has
+    had no job running or queued ("-" while it has one) — is this cluster forgotten?"""
+    rows = cluster_table(result)
+    for row, c in zip(rows, _items(result), strict=True):
+        row["Nodes"] = c.get("currentNodeCount")
+        row["Idle For"] = duration(c.get("idleSeconds"))
+    return rows
+
+
+def duration(seconds: float | None) -> str:
+    """``45s``, ``12m05s``, ``3h07m``, ``2d04h``; ``-`` for None."""
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
 def job_view(job: Job, group: str) -> dict[str, Any]:
     data = job.to_dict()
     return {"name": data.pop("name"), "resourceGroup": group, "workspace": job.workspace.name, **data}
