@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from batchai_sdk import JobState, Workspace
+from batchai_sdk._display import duration
 from batchai_sdk.cli import main
-from batchai_sdk.cli._format import duration
 
 pytestmark = pytest.mark.mpi
 

@@ -1,4 +1,5 @@
-"""HTML reprs for notebooks: a workspace, a cluster (state, node counts), a job (state, times, last lines)."""
+"""HTML reprs for notebooks: a workspace, a cluster (state, node counts, idle time), a job (state, times,
+last lines)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,20 @@ _STATE_COLOURS = {
     "steady": "#2e7d32",
     "resizing": "#ef6c00",
 }
+
+
+def duration(seconds: float | None) -> str:
+    """A time span as a person says it: ``45s``, ``12m05s``, ``3h07m``, ``2d04h``; ``-`` for None."""
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
 def _badge(state: str) -> str:
@@ -51,6 +66,7 @@ def cluster_html(cluster: Cluster) -> str:
     try:
         counts = cluster.node_counts
         state = _badge(cluster.state.value)
+        idle = cluster.idle_seconds
     except BatchAIError as exc:  # a notebook repr must not raise
         return _table(f"Cluster {escape(cluster.name)}", [("error", escape(str(exc)))])
     rows = [
@@ -64,6 +80,7 @@ def cluster_html(cluster: Cluster) -> str:
                 f"{k} {getattr(counts, k)}" for k in ("idle", "running", "preparing", "leaving", "unusable")
             ),
         ),
+        ("idle for", duration(idle)),  # "-" while a job runs or waits
     ]
     return _table(f"Cluster {escape(cluster.name)}", rows)
 

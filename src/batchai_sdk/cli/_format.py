@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import jmespath
 import jmespath.exceptions
 
+from .._display import duration
 from .._models import FileInfo
 
 if TYPE_CHECKING:
@@ -194,20 +195,6 @@ def cluster_list_table(result: Any) -> list[Row]:
         row["Nodes"] = c.get("currentNodeCount")
         row["Idle For"] = duration(c.get("idleSeconds"))
     return rows
-
-
-def duration(seconds: float | None) -> str:
-    """``45s``, ``12m05s``, ``3h07m``, ``2d04h``; ``-`` for None."""
-    if seconds is None:
-        return "-"
-    s = int(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
 def job_view(job: Job, group: str) -> dict[str, Any]:
