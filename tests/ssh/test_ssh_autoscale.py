@@ -82,7 +82,7 @@ def test_ssh_cluster_grows_keeps_a_busy_node_and_scales_to_zero_with_the_client_
             max_nodes=2,
             idle_seconds_before_scaledown=IDLE_LIMIT,
         )
-    long_s = 20
+    long_s = 25  # long enough to be running well after the other node went
     client = textwrap.dedent(SUBMIT).format(name="auto", hosts=[HEAD, SECOND], options=options, long_s=long_s)
     subprocess.run([sys.executable, "-c", client], check=True, timeout=180)  # submits, then exits
 
