@@ -106,3 +106,17 @@ def test_idle_durations_read_as_a_person_would_say_them() -> None:
     assert [duration(s) for s in (None, 0, 59.9, 60, 725, 3600, 11_220, 86_400, 190_000)] == [
         "-", "0s", "59s", "1m00s", "12m05s", "1h00m", "3h07m", "1d00h", "2d04h",
     ]  # fmt: skip
+
+
+def test_a_record_from_an_older_scheduler_says_unknown_not_idle(ws: Workspace) -> None:
+    cluster = ws.create_cluster("old", vm_size="Standard_NC4as_T4_v3", nodes=1)
+    assert cluster.idle_since == cluster.spec.created  # no job ever: idle since its creation
+    record = ".batchai/clusters/old/nodes.json"
+    ws.share.write_json(record, {"nodes": {}, "queued": [], "down": []})  # written before idle_since existed
+    assert cluster.idle_since is None and cluster.idle_seconds is None
+    ws.share.write_json(record, {"nodes": {}, "queued": ["e/j"], "down": [], "idle_since": None})
+    assert cluster.idle_since is None  # a job waits: busy
+    ended = "2030-01-02T03:04:05+00:00"
+    ws.share.write_json(record, {"nodes": {}, "queued": [], "down": [], "idle_since": ended})
+    assert cluster.idle_since is not None and cluster.idle_since.isoformat() == ended
+    assert cluster.idle_seconds == 0.0  # never negative, whatever the clocks say
