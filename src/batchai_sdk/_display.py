@@ -1,5 +1,6 @@
-"""HTML reprs for notebooks: a workspace, a cluster (state, node counts), an experiment (its jobs: state,
-duration, last val_accuracy), a job (state, times, last lines; a failed job's failure line and stderr)."""
+"""HTML reprs for notebooks: a workspace, a cluster (state, node counts, idle time), an experiment (its jobs:
+state, duration, last val_accuracy), a job (state, times, last lines; a failed job's failure line and
+stderr)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,20 @@ _STATE_COLOURS = {
     "steady": "#2e7d32",
     "resizing": "#ef6c00",
 }
+
+
+def human_span(seconds: float | None) -> str:
+    """A time span as a person says it: ``45s``, ``12m05s``, ``3h07m``, ``2d04h``; ``-`` for None."""
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
 def _badge(state: str) -> str:
@@ -71,6 +86,7 @@ def cluster_html(cluster: Cluster) -> str:
     try:
         counts = cluster.node_counts
         state = _badge(cluster.state.value)
+        idle = cluster.idle_seconds
     except BatchAIError as exc:  # a notebook repr must not raise
         return _table(f"Cluster {escape(cluster.name)}", [("error", escape(str(exc)))])
     rows = [
@@ -84,11 +100,12 @@ def cluster_html(cluster: Cluster) -> str:
                 f"{k} {getattr(counts, k)}" for k in ("idle", "running", "preparing", "leaving", "unusable")
             ),
         ),
+        ("idle for", human_span(idle)),  # "-" while a job runs or waits
     ]
     return _table(f"Cluster {escape(cluster.name)}", rows)
 
 
-def duration(st: JobStatus, now: datetime | None = None) -> float | None:
+def job_seconds(st: JobStatus, now: datetime | None = None) -> float | None:
     """Seconds the job has run: start to end, or to ``now`` while it runs; None before it starts."""
     if st.start_time is None:
         return None
@@ -165,7 +182,7 @@ def experiment_html(exp: Experiment) -> str:
         shown = "—" if accuracy is None else f"{accuracy:.4f}"
         body.append(
             f"<tr><td style='{_CELL}'>{escape(job.name)}</td><td>{_badge(st.state.value)}</td>"
-            f"<td>{format_duration(duration(st))}</td><td>{shown}</td></tr>"
+            f"<td>{format_duration(job_seconds(st))}</td><td>{shown}</td></tr>"
         )
     return f"<div><strong>{title}</strong><table>{''.join(body)}</table></div>"
 
@@ -190,7 +207,7 @@ def job_html(job: Job, lines: int = 8) -> str:
         if when:
             rows.append((label, when.strftime("%Y-%m-%d %H:%M:%S UTC")))
     if st.start_time:
-        rows.append(("duration", format_duration(duration(st))))
+        rows.append(("duration", format_duration(job_seconds(st))))
     if st.exit_code is not None:
         rows.append(("exit code", str(st.exit_code)))
     if failed:

@@ -6,7 +6,7 @@ import contextlib
 import json
 import time
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from . import _layout as layout
@@ -159,8 +159,6 @@ class Cluster:
     def cost_so_far(self) -> float | None:
         """Estimated cost since creation: price per node-hour × node-hours, from the cluster's size over
         time (its creation, then every scaling event); None when the price is unknown."""
-        from datetime import datetime
-
         from .cost import cluster_cost_so_far, node_hours
 
         points = [
@@ -174,6 +172,28 @@ class Cluster:
                 points.append((datetime.fromisoformat(event["time"]), int(event["to"])))
         price = self.price_per_hour
         return cluster_cost_so_far(price.value if price is not None else None, node_hours(points))
+
+    @property
+    def idle_since(self) -> datetime | None:
+        """Since when no job has run or waited on the cluster: its last job's end, or its creation when no
+        job ever ended. None while a job runs or is queued, and where unknown (Slurm). With
+        ``nodes_up`` it answers "is this cluster forgotten?" (see docs/cost.md)."""
+        activity = self.workspace.backend.scheduler(self._spec).activity()
+        if activity is None or activity.busy:
+            return None
+        created = self._spec.created
+        return max(activity.last_end, created) if activity.last_end is not None else created
+
+    @property
+    def idle_seconds(self) -> float | None:
+        """Seconds since ``idle_since``; None while a job runs or is queued, or where unknown."""
+        since = self.idle_since
+        return None if since is None else max(0.0, (utcnow() - since).total_seconds())
+
+    @property
+    def nodes_up(self) -> int:
+        """Nodes the cluster has now, whatever their state (with autoscale: as its scheduler sized it)."""
+        return count_nodes(list(self.node_states().values())).total
 
     def refresh(self) -> Cluster:
         """Re-read the cluster's record from the share; raises ``NotFoundError`` once it is deleted."""
@@ -283,6 +303,7 @@ class Cluster:
         settings, cost."""
         st = self._status()
         counts = count_nodes(list(self.node_states(st).values()))
+        since = self.idle_since
         return {
             "name": self.name,
             "workspace": self.workspace.name,
@@ -300,6 +321,8 @@ class Cluster:
             ),
             "pricePerNodeHour": str(self.price_per_hour) if self.price_per_hour is not None else "unknown",
             "costSoFar": format_cost(self.cost_so_far),
+            "idleSince": since.isoformat() if since is not None else None,
+            "idleSeconds": round((utcnow() - since).total_seconds()) if since is not None else None,
         }
 
     def __repr__(self) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, ClassVar
 
 from .._models import ClusterSpec, Node, NodeState
@@ -97,6 +98,15 @@ class Assignment:
     phase: str  # "preparing" | "running" | "cleaning"
 
 
+@dataclass(frozen=True)
+class Activity:
+    """Whether a cluster is in use, as its scheduler published it: ``busy`` while a job holds a node or
+    waits in its queue; otherwise ``last_end`` is when its last job ended (None: no job has ended)."""
+
+    busy: bool
+    last_end: datetime | None = None
+
+
 class ClusterScheduler(ABC):
     """The one authority that queues a cluster's jobs and places them on its nodes.
 
@@ -116,6 +126,11 @@ class ClusterScheduler(ABC):
     @abstractmethod
     def assignments(self) -> Mapping[str, Assignment]:
         """node id → the job holding it (nodes absent are free)."""
+
+    def activity(self) -> Activity | None:
+        """Whether the cluster runs or queues a job, and when the last one ended; None where the
+        scheduler does not publish it (Slurm: the cluster is not ours to size)."""
+        return None
 
     def ensure_running(self) -> None:  # noqa: B027 - Slurm's daemons are not ours to start
         """Start the scheduler again if it died (it then resumes its queue)."""

@@ -11,6 +11,7 @@ import posixpath
 import uuid
 from collections.abc import Mapping
 from dataclasses import replace
+from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from .. import _layout as layout
 from .._models import ClusterSpec, Node
 from ..exceptions import AlreadyExistsError, BackendError, CapacityError, ShareError, ValidationError
 from ..launch import node_command, on_node
-from .base import Assignment, Backend, ClusterScheduler, JobRequest, LaunchTarget
+from .base import Activity, Assignment, Backend, ClusterScheduler, JobRequest, LaunchTarget
 
 NODE_PACKAGE = Path(__file__).resolve().parent.parent / "node"
 
@@ -168,3 +169,20 @@ class HeadNodeScheduler(ClusterScheduler):
         for node in doc.get("down") or []:  # stopped answering during a job; no job goes there
             out.setdefault(str(node), Assignment(job="", phase="unusable"))
         return out
+
+    def activity(self) -> Activity | None:
+        """From ``nodes.json``: busy while a node is held or a job queued, else idle since the last job's
+        end. No record yet: no job was ever queued. A record without ``idle_since`` (written by an older
+        scheduler) while nothing runs: unknown."""
+        doc = self.backend.share.read_json_or_none(layout.nodes_record(self.spec.name))
+        if doc is None:
+            return Activity(busy=False)
+        if doc.get("nodes") or doc.get("queued"):
+            return Activity(busy=True)
+        if "idle_since" not in doc:
+            return None
+        try:
+            last = datetime.fromisoformat(doc["idle_since"]) if doc["idle_since"] else None
+        except (TypeError, ValueError):
+            return None
+        return Activity(busy=False, last_end=last)

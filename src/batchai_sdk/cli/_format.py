@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import jmespath
 import jmespath.exceptions
 
+from .._display import human_span
 from .._models import FileInfo
 
 if TYPE_CHECKING:
@@ -183,6 +184,16 @@ def cluster_table(result: Any) -> list[Row]:
                 "Unusable": counts.get("unusableNodeCount"),
             }
         )
+    return rows
+
+
+def cluster_list_table(result: Any) -> list[Row]:
+    """``cluster list``: the tutorial's cluster columns, then the nodes up and how long the cluster has
+    had no job running or queued ("-" while it has one) — is this cluster forgotten?"""
+    rows = cluster_table(result)
+    for row, c in zip(rows, _items(result), strict=True):
+        row["Nodes"] = c.get("currentNodeCount")
+        row["Idle For"] = human_span(c.get("idleSeconds"))
     return rows
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ._context import Context, Handler, Result
-from ._format import cluster_table, cluster_view
+from ._format import cluster_list_table, cluster_table, cluster_view
 from ._params import Commands, non_negative, resource_group_arg, workspace_arg, yes_arg
 
 
@@ -138,7 +138,9 @@ def cluster_show(ctx: Context, args: argparse.Namespace) -> Result | None:
 
 def cluster_list(ctx: Context, args: argparse.Namespace) -> Result | None:
     group = ctx.group()
-    return Result([cluster_view(c, group) for c in ctx.open_workspace(group).list_clusters()], cluster_table)
+    return Result(
+        [cluster_view(c, group) for c in ctx.open_workspace(group).list_clusters()], cluster_list_table
+    )
 
 
 def cluster_resize(ctx: Context, args: argparse.Namespace) -> Result | None:

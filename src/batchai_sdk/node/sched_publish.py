@@ -61,10 +61,14 @@ def publish(sched: Scheduler) -> None:
     # Node assignments first: a reader that sees a job's end then sees its nodes free as well.
     held = sched.held()
     keys = {r["id"]: r["key"] for r in sched.rows(f"state IN {ACTIVE}")}
+    queued = [r["key"] for r in sched.rows("state = 'queued'")]
+    # no job held or queued: idle since the last job's end (None: none ended yet), for "is it forgotten?"
+    last_end = None if held or queued else sched.db.execute("SELECT MAX(end_time) FROM jobs").fetchone()[0]
     doc = {
         "nodes": {node: {"job": keys.get(jid, ""), "phase": phase} for node, (jid, phase) in held.items()},
-        "queued": [r["key"] for r in sched.rows("state = 'queued'")],
+        "queued": queued,
         "down": sorted(sched.down),
+        "idle_since": last_end,
     }
     if doc != sched.last_nodes_doc:
         try:
