@@ -41,7 +41,12 @@ class Commands:
 
         ``examples``: whole command lines (``batchai ...``) that ``--help`` lists under "examples:".
         """
-        p: argparse.ArgumentParser = self._subparsers.add_parser(
+        p = self._parser(name, help_text, examples)
+        p.set_defaults(handler=handler)
+        return p
+
+    def _parser(self, name: str, help_text: str, examples: Sequence[str]) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = self._subparsers.add_parser(
             name,
             help=help_text,
             description=help_text,
@@ -49,22 +54,14 @@ class Commands:
             epilog=examples_epilog(examples),
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        p.set_defaults(handler=handler)
-        return p
+        return parser
 
     def group(self, name: str, help_text: str, examples: Sequence[str] = ()) -> Commands:
         """A command group (``batchai NAME COMMAND``) to add commands or groups to.
 
         ``examples``: az-style command lines of the group that ``batchai NAME --help`` lists.
         """
-        p = self._subparsers.add_parser(
-            name,
-            help=help_text,
-            description=help_text,
-            parents=[self._common],
-            epilog=examples_epilog(examples),
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
+        p = self._parser(name, help_text, examples)
         subparsers = p.add_subparsers(
             dest=f"{name}_command", metavar="COMMAND", required=True, parser_class=Parser
         )
