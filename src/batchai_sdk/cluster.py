@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,8 @@ from .cost import format_cost
 from .exceptions import BatchAITimeoutError, ClusterBusyError, NotFoundError, ValidationError
 from .node.autoscale import DEFAULT_IDLE_SECONDS
 from .share import join
+
+GROW_TIMEOUT = 1800.0  # seconds Job.submit waits for an Azure scale set to grow for it
 
 if TYPE_CHECKING:
     from .job import Job
@@ -284,18 +287,62 @@ class Cluster:
         self, timeout: float | None = None, *, poll_interval: float = 2.0, show_progress: bool | None = None
     ) -> Cluster:
         """Block until the cluster is ``steady`` (every target node exists); a spinner shows node counts."""
+
+        def steady(st: ClusterStatus) -> bool:
+            return self._state_of(st) is ClusterState.STEADY
+
+        self._wait_for(steady, "to become steady", self._spec.nodes, timeout, poll_interval, show_progress)
+        return self
+
+    def grow_for(
+        self,
+        node_count: int,
+        *,
+        why: str,
+        timeout: float | None = GROW_TIMEOUT,
+        poll_interval: float = 2.0,
+        show_progress: bool | None = None,
+    ) -> None:
+        """Grow an autoscale cluster to at least ``node_count`` usable nodes (at most ``max_nodes``) and
+        wait for them; ``why`` goes to the event log. ``Job.submit`` calls it on Azure, where a new VM joins
+        only once this client has pinned its host key through ARM; idle nodes still go from the head node,
+        without the client."""
+        auto = self._spec.autoscale
+        if auto is None or node_count > auto.max_nodes:
+            raise ValidationError("node_count", node_count, f"at most the autoscale maximum of {self.name!r}")
+        st = self._status()
+        up = [n for n in st.nodes if st.node_states.get(n.id) is not NodeState.LEAVING]
+        if len(up) < node_count:
+            self.workspace.backend.resize_cluster(self._spec, node_count, timeout=timeout)
+            self._event({"from": len(up), "to": node_count, "reason": why})
+
+        def usable(st: ClusterStatus) -> bool:
+            return not st.resizing and sum(n.id not in st.node_states for n in st.nodes) >= node_count
+
+        self._wait_for(
+            usable, f"to have {node_count} usable node(s)", node_count, timeout, poll_interval, show_progress
+        )
+
+    def _wait_for(
+        self,
+        done: Callable[[ClusterStatus], bool],
+        what: str,
+        target: int,
+        timeout: float | None,
+        poll_interval: float,
+        show_progress: bool | None,
+    ) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
         with _progress.status(f"cluster {self.name}", show_progress) as update:
             while True:
                 st = self._status()
-                if self._state_of(st) is ClusterState.STEADY:
-                    break
+                if done(st):
+                    return
                 if deadline is not None and time.monotonic() > deadline:
-                    raise BatchAITimeoutError(f"cluster {self.name!r} to become steady", timeout or 0)
+                    raise BatchAITimeoutError(f"cluster {self.name!r} {what}", timeout or 0)
                 counts = count_nodes(list(self.node_states(st).values()))
-                update(f"resizing to {self._spec.nodes} node(s): {counts}")
+                update(f"resizing to {target} node(s): {counts}")
                 time.sleep(poll_interval)
-        return self
 
     # -- views ------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -76,13 +76,18 @@ class ClusterBusyError(BatchAIError):
 class CapacityError(BatchAIError):
     """More nodes asked of a cluster than it has."""
 
-    def __init__(self, cluster: str, requested: int, available: int) -> None:
+    def __init__(self, cluster: str, requested: int, available: int, *, autoscale: bool = False) -> None:
         self.cluster = cluster
         self.requested = requested
         self.available = available
+        way = (
+            f"raise its autoscale maximum (cluster.set_autoscale(min_nodes=..., max_nodes={requested}))"
+            if autoscale
+            else f"resize it (cluster.resize({requested}))"
+        )
         super().__init__(
             f"the job needs {requested} node(s) but cluster {cluster!r} has {available}: "
-            f"resize it (cluster.resize({requested})) or ask for fewer nodes"
+            f"{way} or ask for fewer nodes"
         )
 
 

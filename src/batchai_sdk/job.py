@@ -172,7 +172,8 @@ class Job:
         """``check()``'s findings: the cluster, and the script to upload or already on the share."""
         cluster = self.workspace.get_cluster(self.spec.cluster)
         if self.spec.node_count > cluster.max_nodes:
-            raise CapacityError(cluster.name, self.spec.node_count, cluster.max_nodes)
+            auto = cluster.spec.autoscale is not None
+            raise CapacityError(cluster.name, self.spec.node_count, cluster.max_nodes, autoscale=auto)
         if not self.spec.toolkit.runs_command_line and self.spec.python_script:
             return (cluster, *self._script_source())
         return cluster, None, None
@@ -242,10 +243,15 @@ class Job:
         """The cluster's usable nodes; a typed error when too few of them are up for the job."""
         backend = self.workspace.backend
         spec = cluster.spec
-        if spec.autoscale is not None and backend.scale_set(spec) is None:
+        scale_set = spec.autoscale is not None and backend.scale_set(spec) is not None
+        if spec.autoscale is not None and not scale_set:
             spec = replace(spec, nodes=cluster.max_nodes)  # the scheduler grows into these for the job
         status = backend.cluster_status(spec)
         nodes = tuple(n for n in status.nodes if n.id not in status.node_states)
+        if len(nodes) < self.spec.node_count and scale_set:  # new VMs join once this client pins them
+            cluster.grow_for(self.spec.node_count, why=f"job {self.experiment.name}/{self.name} submitted")
+            status = backend.cluster_status(spec)
+            nodes = tuple(n for n in status.nodes if n.id not in status.node_states)
         if len(nodes) >= self.spec.node_count:
             return nodes
         down = {

@@ -1,0 +1,134 @@
+"""An Azure cluster with autoscale at 0 nodes grows for a submitted job, through the real code path.
+
+ARM is the fake (the real azure-mgmt clients talk to it over HTTP); its scale-set instances are sshd "VMs"
+on loopback addresses that accept the keys of the scale set's osProfile, and run-command answers each
+sshd's real host key. The job then runs as on Azure: SSH to the head node, mpirun across both nodes.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import responses
+from azure_helpers import ACCOUNT, SUBSCRIPTION, FakeCredential
+from fake_arm import FakeArm
+from fake_files import FakeFilesService
+
+from batchai_sdk import CapacityError, Workspace
+from batchai_sdk._models import JobState
+from batchai_sdk.backends.azure import AzureInstance, NodeEnvironment
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "ssh"))
+from sshd import SSHNodes, sshd_available, start_nodes
+
+pytestmark = [pytest.mark.ssh, pytest.mark.mpi]
+
+ADDRESSES = ["127.0.0.2", "127.0.0.3"]
+SCRIPT = "import os, socket\nprint('rank', os.environ['AZ_BATCHAI_TASK_INDEX'], 'ran', flush=True)\n"
+
+
+@pytest.fixture(scope="module")
+def vms(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHNodes]:
+    """Two sshd "VMs". They accept no key until the fake ARM provisions a scale set onto them."""
+    if shutil.which("mpirun") is None or not sshd_available():
+        pytest.skip("needs mpirun and OpenSSH's sshd")
+    import os
+
+    if os.geteuid() != 0:
+        pytest.skip("the sshd nodes need root")
+    with start_nodes(tmp_path_factory.mktemp("azure_grow_vms"), ADDRESSES) as nodes:
+        nodes.authorized_keys.write_text("")  # only what a scale set's osProfile brings
+        yield nodes
+
+
+def test_a_job_grows_an_autoscale_scale_set_at_submit(vms: SSHNodes, tmp_path: Path) -> None:
+    mounts = tmp_path / "mounts"
+
+    def provision_vm(vmss: dict[str, Any], instance: Any) -> None:
+        profile = vmss["properties"]["virtualMachineProfile"]["osProfile"]
+        with vms.authorized_keys.open("a") as f:
+            for key in profile["linuxConfiguration"]["ssh"]["publicKeys"]:
+                f.write(key["keyData"] + "\n")
+
+    def host_key(vmss: str, index: int) -> str:
+        return Path(f"{vms.nodes[ADDRESSES[index]].host_key}.pub").read_text()
+
+    def resolve(instance: AzureInstance) -> tuple[str, int]:
+        assert instance.public_ip is not None
+        return instance.public_ip, vms.port
+
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as mock:
+        arm = FakeArm(
+            SUBSCRIPTION,
+            addresses=lambda vmss, i: (ADDRESSES[i], ADDRESSES[i]),
+            host_keys=host_key,
+            on_instance_created=provision_vm,
+        )
+        arm.register(mock)
+        FakeFilesService(mounts, ACCOUNT).register(mock)
+        node_env = NodeEnvironment(
+            mount_root=str(mounts), temp_root=str(tmp_path / "node_tmp"), python=sys.executable,
+            mpirun="mpirun", mpi_prefix=None, path=None,
+        )  # fmt: skip
+        ws = Workspace.azure(
+            "batchaidev",
+            subscription_id=SUBSCRIPTION,
+            resource_group="batchai.horovod",
+            location="eastus",
+            credential=FakeCredential(),
+            storage_account=ACCOUNT,
+            ssh_source_cidr="203.0.113.7/32",
+            state_dir=tmp_path / "client_state",
+            polling_interval=0,
+            retry_total=3,
+            retry_backoff_factor=0,
+            share_retry_backoff=0,
+            node_env=node_env,
+            ssh_port=vms.port,
+            ssh_user=vms.user,
+            tcp_interface="lo",
+            node_address_resolver=resolve,
+            ssh_options={
+                "node_state_dir": str(tmp_path / "node_state"),
+                "authorized_keys_path": str(vms.authorized_keys),
+                "connect_timeout": 5.0,
+            },
+        )
+        try:
+            exp = ws.create_experiment("e")
+            # the idle limit is long: the head node must not call the metadata service during the test
+            cluster = ws.create_cluster(
+                "auto", vm_size="Standard_NC4as_T4_v3", min_nodes=0, max_nodes=2,
+                idle_seconds_before_scaledown=3600,
+            )  # fmt: skip
+            assert cluster.nodes_up == 0 and arm.count("POST", r"/runCommand$") == 0
+            script = tmp_path / "hello.py"
+            script.write_text(SCRIPT)
+
+            patches = arm.count("PATCH", r"virtualMachineScaleSets/[^/]+$")
+            with pytest.raises(CapacityError, match="'auto' has 2"):  # more than max_nodes
+                exp.create_job("big", cluster=cluster, node_count=3, python_script=str(script))
+            assert arm.count("PATCH", r"virtualMachineScaleSets/[^/]+$") == patches  # nothing grew
+
+            job = exp.create_job("two", cluster=cluster, node_count=2, python_script=str(script))
+            job.submit()  # grows the scale set 0 -> 2, pins the new VMs' host keys, then queues
+            assert cluster.nodes_up == 2
+            assert arm.count("POST", r"/runCommand$") == 2  # each new VM's host key, through ARM
+            grown = [e for e in cluster.events() if e.get("reason") == "job e/two submitted"]
+            assert [(e["from"], e["to"]) for e in grown] == [(0, 2)]
+            assert job.wait(timeout=120, poll_interval=0.5) is JobState.SUCCEEDED, job.tail("stderr.txt", 40)
+            out = "\n".join(job.tail("stdout.txt", 10))
+            assert "rank 0 ran" in out and "rank 1 ran" in out
+            assert {f.name for f in job.files()} >= {"execution-auto_0.log", "execution-auto_1.log"}
+
+            again = exp.create_job("again", cluster=cluster, node_count=1, python_script=str(script))
+            again.submit()  # enough nodes are up: no second growth
+            assert again.wait(timeout=120, poll_interval=0.5) is JobState.SUCCEEDED
+            assert len([e for e in cluster.events() if "submitted" in str(e.get("reason"))]) == 1
+        finally:
+            ws.delete(force=True)
