@@ -14,6 +14,7 @@ which names its largest files.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import posixpath
 from collections.abc import Callable
@@ -24,6 +25,7 @@ import pathspec
 from . import _progress
 from .exceptions import NotFoundError, ValidationError
 from .share import Share, join
+from .train import SCRIPTS, module_path
 
 __all__ = [
     "DEFAULT_IGNORE",
@@ -200,3 +202,31 @@ def stage_code(
             share.upload(root / rel, join(dest_rel, rel.as_posix()), progress=callback, show_progress=False)
     share.write_text(marker, digest + "\n")
     return dest_rel
+
+
+_TRAIN_PACKAGE = "batchai_sdk.train."
+
+
+def resolve_local_script(script: str) -> Path | None:
+    """A local file for ``script``: the file itself, or the file of an importable module name (for a
+    ``batchai_sdk.train`` script, the single file ``module_path`` bundles)."""
+    path = Path(script).expanduser()
+    if path.is_file():
+        return path
+    looks_like_module = (
+        "/" not in script
+        and not script.endswith(".py")
+        and script.replace(".", "").replace("_", "").isalnum()
+    )
+    if looks_like_module and script.startswith(_TRAIN_PACKAGE):
+        # a shipped training script: its single-file bundle, which runs without batchai_sdk on the nodes
+        name = script[len(_TRAIN_PACKAGE) :]
+        return module_path(name) if name in SCRIPTS else None
+    if looks_like_module:
+        try:
+            found = importlib.util.find_spec(script)
+        except (ImportError, ValueError):
+            found = None
+        if found is not None and found.origin and found.origin.endswith(".py"):
+            return Path(found.origin)
+    return None

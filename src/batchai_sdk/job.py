@@ -3,7 +3,6 @@ can re-attach with ``experiment.get_job(name)`` while the job runs on its own.""
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 import shlex
@@ -29,7 +28,7 @@ from ._models import (
     utcnow,
     validate_name,
 )
-from ._staging import code_files, stage_code
+from ._staging import code_files, resolve_local_script, stage_code
 from .backends.base import ClusterScheduler, JobRequest, LaunchTarget
 from .backends.head_scheduler import ensure_node_code
 from .cost import format_cost
@@ -46,7 +45,6 @@ from .exceptions import (
 )
 from .launch import launch_config, on_node
 from .share import join
-from .train import SCRIPTS, module_path
 
 if TYPE_CHECKING:
     from ._models import FileInfo
@@ -56,38 +54,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("batchai_sdk")
 
 STDOUTERR = "stdouterr"
-_TRAIN_PACKAGE = "batchai_sdk.train."
 STALE_AFTER = 30.0  # seconds without a refreshed record after which wait() checks on the scheduler
 
 
 def _stale(status: JobStatus) -> bool:
     beat = status.heartbeat or status.creation_time
     return beat is not None and (utcnow() - beat).total_seconds() > STALE_AFTER
-
-
-def resolve_local_script(script: str) -> Path | None:
-    """A local file for ``script``: the file itself, or the file of an importable module name (for a
-    ``batchai_sdk.train`` script, the single file ``module_path`` bundles)."""
-    path = Path(script).expanduser()
-    if path.is_file():
-        return path
-    looks_like_module = (
-        "/" not in script
-        and not script.endswith(".py")
-        and script.replace(".", "").replace("_", "").isalnum()
-    )
-    if looks_like_module and script.startswith(_TRAIN_PACKAGE):
-        # a shipped training script: its single-file bundle, which runs without batchai_sdk on the nodes
-        name = script[len(_TRAIN_PACKAGE) :]
-        return module_path(name) if name in SCRIPTS else None
-    if looks_like_module:
-        try:
-            found = importlib.util.find_spec(script)
-        except (ImportError, ValueError):
-            found = None
-        if found is not None and found.origin and found.origin.endswith(".py"):
-            return Path(found.origin)
-    return None
 
 
 class Job:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from batchai_sdk.job import resolve_local_script
+from batchai_sdk._staging import resolve_local_script
 from batchai_sdk.train import SCRIPTS, bundle, module_path
 
 pytestmark = pytest.mark.train
