@@ -295,6 +295,9 @@ def train(args: argparse.Namespace) -> int:
             decision = {"error": f"cannot prepare {out}: {exc.strerror or exc}"}
     decision = agree(decision)
     if "error" in decision:
+        if distributed:  # leave together: a rank exiting with the group still up can abort its peer
+            dist.barrier()
+            dist.destroy_process_group()
         raise UserError(decision["error"])
     seed = int(decision["seed"])
     state = decision["state"]
