@@ -11,17 +11,13 @@ import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import responses
-from azure_helpers import ACCOUNT, SUBSCRIPTION, FakeCredential
-from fake_arm import FakeArm
-from fake_files import FakeFilesService
+from sshd_vms import workspace_on_sshd_vms
 
-from batchai_sdk import CapacityError, Workspace
+from batchai_sdk import CapacityError
 from batchai_sdk._models import JobState
-from batchai_sdk.backends.azure import AzureInstance, NodeEnvironment
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "ssh"))
 from sshd import SSHNodes, sshd_available, start_nodes
@@ -29,7 +25,7 @@ from sshd import SSHNodes, sshd_available, start_nodes
 pytestmark = [pytest.mark.ssh, pytest.mark.mpi]
 
 ADDRESSES = ["127.0.0.2", "127.0.0.3"]
-SCRIPT = "import os, socket\nprint('rank', os.environ['AZ_BATCHAI_TASK_INDEX'], 'ran', flush=True)\n"
+SCRIPT = "import os\nprint('rank', os.environ['AZ_BATCHAI_TASK_INDEX'], 'ran', flush=True)\n"
 
 
 @pytest.fixture(scope="module")
@@ -47,58 +43,8 @@ def vms(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHNodes]:
 
 
 def test_a_job_grows_an_autoscale_scale_set_at_submit(vms: SSHNodes, tmp_path: Path) -> None:
-    mounts = tmp_path / "mounts"
-
-    def provision_vm(vmss: dict[str, Any], instance: Any) -> None:
-        profile = vmss["properties"]["virtualMachineProfile"]["osProfile"]
-        with vms.authorized_keys.open("a") as f:
-            for key in profile["linuxConfiguration"]["ssh"]["publicKeys"]:
-                f.write(key["keyData"] + "\n")
-
-    def host_key(vmss: str, index: int) -> str:
-        return Path(f"{vms.nodes[ADDRESSES[index]].host_key}.pub").read_text()
-
-    def resolve(instance: AzureInstance) -> tuple[str, int]:
-        assert instance.public_ip is not None
-        return instance.public_ip, vms.port
-
     with responses.RequestsMock(assert_all_requests_are_fired=False) as mock:
-        arm = FakeArm(
-            SUBSCRIPTION,
-            addresses=lambda vmss, i: (ADDRESSES[i], ADDRESSES[i]),
-            host_keys=host_key,
-            on_instance_created=provision_vm,
-        )
-        arm.register(mock)
-        FakeFilesService(mounts, ACCOUNT).register(mock)
-        node_env = NodeEnvironment(
-            mount_root=str(mounts), temp_root=str(tmp_path / "node_tmp"), python=sys.executable,
-            mpirun="mpirun", mpi_prefix=None, path=None,
-        )  # fmt: skip
-        ws = Workspace.azure(
-            "batchaidev",
-            subscription_id=SUBSCRIPTION,
-            resource_group="batchai.horovod",
-            location="eastus",
-            credential=FakeCredential(),
-            storage_account=ACCOUNT,
-            ssh_source_cidr="203.0.113.7/32",
-            state_dir=tmp_path / "client_state",
-            polling_interval=0,
-            retry_total=3,
-            retry_backoff_factor=0,
-            share_retry_backoff=0,
-            node_env=node_env,
-            ssh_port=vms.port,
-            ssh_user=vms.user,
-            tcp_interface="lo",
-            node_address_resolver=resolve,
-            ssh_options={
-                "node_state_dir": str(tmp_path / "node_state"),
-                "authorized_keys_path": str(vms.authorized_keys),
-                "connect_timeout": 5.0,
-            },
-        )
+        ws, arm, _ = workspace_on_sshd_vms(mock, vms, ADDRESSES, tmp_path)
         try:
             exp = ws.create_experiment("e")
             # the idle limit is long: the head node must not call the metadata service during the test

@@ -16,17 +16,12 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import responses
-from azure_helpers import ACCOUNT, SUBSCRIPTION, FakeCredential
-from fake_arm import FakeArm
-from fake_files import FakeFilesService
+from sshd_vms import workspace_on_sshd_vms
 
-from batchai_sdk import Workspace
 from batchai_sdk._models import ClusterState, JobState, NodeCounts
-from batchai_sdk.backends.azure import AzureInstance, NodeEnvironment
 from batchai_sdk.train import module_path
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "ssh"))
@@ -56,64 +51,9 @@ def vms(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHNodes]:
 
 def test_tutorial_on_the_azure_backend(vms: SSHNodes, tmp_path: Path) -> None:
     mounts = tmp_path / "mounts"  # AZ_BATCHAI_MOUNT_ROOT on the "VMs"
-
-    def provision_vm(vmss: dict[str, Any], instance: Any) -> None:
-        keys = vmss["properties"]["virtualMachineProfile"]["osProfile"]["linuxConfiguration"]["ssh"][
-            "publicKeys"
-        ]
-        with vms.authorized_keys.open("a") as f:
-            for key in keys:
-                f.write(key["keyData"] + "\n")
-
-    def host_key(vmss: str, index: int) -> str:
-        return Path(f"{vms.nodes[ADDRESSES[index]].host_key}.pub").read_text()
-
     resolved: list[str] = []
-
-    def resolve(instance: AzureInstance) -> tuple[str, int]:
-        resolved.append(instance.name)
-        assert instance.public_ip is not None
-        return instance.public_ip, vms.port
-
     with responses.RequestsMock(assert_all_requests_are_fired=False) as mock:
-        arm = FakeArm(
-            SUBSCRIPTION,
-            addresses=lambda vmss, i: (ADDRESSES[i], ADDRESSES[i]),
-            host_keys=host_key,
-            on_instance_created=provision_vm,
-        )
-        arm.register(mock)
-        files = FakeFilesService(mounts, ACCOUNT)
-        files.register(mock)
-        node_env = NodeEnvironment(
-            mount_root=str(mounts), temp_root=str(tmp_path / "node_tmp"), python=sys.executable,
-            mpirun="mpirun", mpi_prefix=None, path=None,
-        )  # fmt: skip
-
-        ws = Workspace.azure(
-            "batchaidev",
-            subscription_id=SUBSCRIPTION,
-            resource_group="batchai.horovod",
-            location="eastus",
-            credential=FakeCredential(),
-            storage_account=ACCOUNT,
-            ssh_source_cidr="203.0.113.7/32",
-            state_dir=tmp_path / "client_state",
-            polling_interval=0,
-            retry_total=3,
-            retry_backoff_factor=0,
-            share_retry_backoff=0,
-            node_env=node_env,
-            ssh_port=vms.port,
-            ssh_user=vms.user,
-            tcp_interface="lo",
-            node_address_resolver=resolve,
-            ssh_options={
-                "node_state_dir": str(tmp_path / "node_state"),
-                "authorized_keys_path": str(vms.authorized_keys),
-                "connect_timeout": 5.0,
-            },
-        )
+        ws, arm, files = workspace_on_sshd_vms(mock, vms, ADDRESSES, tmp_path, resolved=resolved)
         try:
             exp = ws.create_experiment("cifar")
             cluster = ws.create_cluster(
