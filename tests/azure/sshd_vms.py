@@ -7,11 +7,14 @@ that sshd's real host key. The share is the fake Files API over the folder the n
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 import responses
 from azure_helpers import ACCOUNT, SUBSCRIPTION, FakeCredential
 from fake_arm import FakeArm
@@ -21,7 +24,7 @@ from batchai_sdk import Workspace
 from batchai_sdk.backends.azure import AzureInstance, NodeEnvironment
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "ssh"))
-from sshd import SSHNodes
+from sshd import SSHNodes, sshd_available, start_nodes
 
 
 def workspace_on_sshd_vms(
@@ -88,3 +91,17 @@ def workspace_on_sshd_vms(
         },
     )
     return ws, arm, files
+
+
+def start_vms(folder: Path, addresses: Sequence[str]) -> Iterator[SSHNodes]:
+    """sshd "VMs" that accept no key until the fake ARM provisions a scale set onto them (skips where
+    mpirun, sshd or root is missing)."""
+    if shutil.which("mpirun") is None:
+        pytest.skip("needs mpirun")
+    if not sshd_available():
+        pytest.skip("OpenSSH's sshd is not installed")
+    if os.geteuid() != 0:
+        pytest.skip("the sshd nodes need root")
+    with start_nodes(folder, list(addresses)) as nodes:
+        nodes.authorized_keys.write_text("")  # only what a scale set's osProfile brings
+        yield nodes

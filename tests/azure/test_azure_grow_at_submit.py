@@ -7,20 +7,19 @@ sshd's real host key. The job then runs as on Azure: SSH to the head node, mpiru
 
 from __future__ import annotations
 
-import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import responses
-from sshd_vms import workspace_on_sshd_vms
+from sshd_vms import start_vms, workspace_on_sshd_vms
 
 from batchai_sdk import CapacityError
 from batchai_sdk._models import JobState
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "ssh"))
-from sshd import SSHNodes, sshd_available, start_nodes
+from sshd import SSHNodes
 
 pytestmark = [pytest.mark.ssh, pytest.mark.mpi]
 
@@ -30,16 +29,8 @@ SCRIPT = "import os\nprint('rank', os.environ['AZ_BATCHAI_TASK_INDEX'], 'ran', f
 
 @pytest.fixture(scope="module")
 def vms(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHNodes]:
-    """Two sshd "VMs". They accept no key until the fake ARM provisions a scale set onto them."""
-    if shutil.which("mpirun") is None or not sshd_available():
-        pytest.skip("needs mpirun and OpenSSH's sshd")
-    import os
-
-    if os.geteuid() != 0:
-        pytest.skip("the sshd nodes need root")
-    with start_nodes(tmp_path_factory.mktemp("azure_grow_vms"), ADDRESSES) as nodes:
-        nodes.authorized_keys.write_text("")  # only what a scale set's osProfile brings
-        yield nodes
+    """Two sshd "VMs" (sshd_vms.start_vms)."""
+    yield from start_vms(tmp_path_factory.mktemp("azure_grow_vms"), ADDRESSES)
 
 
 def test_a_job_grows_an_autoscale_scale_set_at_submit(vms: SSHNodes, tmp_path: Path) -> None:

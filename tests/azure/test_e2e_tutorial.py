@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 import responses
-from sshd_vms import workspace_on_sshd_vms
+from sshd_vms import start_vms, workspace_on_sshd_vms
 
 from batchai_sdk._models import ClusterState, JobState, NodeCounts
 from batchai_sdk.train import module_path
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "ssh"))
-from sshd import SSHNodes, sshd_available, start_nodes
+from sshd import SSHNodes
 
 pytestmark = [pytest.mark.ssh, pytest.mark.mpi, pytest.mark.train]
 
@@ -34,19 +34,11 @@ ADDRESSES = ["127.0.0.2", "127.0.0.3"]
 
 @pytest.fixture(scope="module")
 def vms(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHNodes]:
-    """Two sshd "VMs". They accept no key until the fake ARM provisions a scale set onto them."""
+    """Two sshd "VMs" (sshd_vms.start_vms), for a Horovod job."""
     missing = [m for m in ("tensorflow", "horovod") if importlib.util.find_spec(m) is None]
-    if missing or shutil.which("mpirun") is None:
-        pytest.skip(f"needs the train extra and mpirun (missing: {', '.join(missing) or 'mpirun'})")
-    if not sshd_available():
-        pytest.skip("OpenSSH's sshd is not installed")
-    import os
-
-    if os.geteuid() != 0:
-        pytest.skip("the sshd nodes need root")
-    with start_nodes(tmp_path_factory.mktemp("azure_vms"), ADDRESSES) as nodes:
-        nodes.authorized_keys.write_text("")  # only what a scale set's osProfile brings
-        yield nodes
+    if missing:
+        pytest.skip(f"needs the train extra (missing: {', '.join(missing)})")
+    yield from start_vms(tmp_path_factory.mktemp("azure_vms"), ADDRESSES)
 
 
 def test_tutorial_on_the_azure_backend(vms: SSHNodes, tmp_path: Path) -> None:
