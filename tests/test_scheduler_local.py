@@ -23,12 +23,29 @@ from batchai_sdk.node import procs
 pytestmark = pytest.mark.mpi
 Script = Callable[[str, str], Path]
 
-# A custom-toolkit job that records which nodes the scheduler gave it and when it ran there.
+# A custom-toolkit job that records which nodes the scheduler gave it and when it ran there. Custom runs
+# one task per node, so each node writes its own file, exclusively: a second run of a job fails loudly.
 RECORD = (
     'python3 -c "import json,os,time; s=time.time(); time.sleep({secs}); '
-    "open(os.path.join('{out}', '{name}.json'),'w').write(json.dumps("
+    "t=os.environ['AZ_BATCHAI_TASK_INDEX']; "
+    "open(os.path.join('{out}', '{name}-'+t+'.json'),'x').write(json.dumps("
     "{{'job':'{name}','nodes':os.environ['BATCHAI_JOB_NODES'].split(','),'start':s,'end':time.time()}}))\""
 )
+
+
+def job_runs(out: Path) -> list[dict[str, Any]]:
+    """One record per job, sorted by name: its nodes, from its first node's start to its last node's end."""
+    by_job: dict[str, list[dict[str, Any]]] = {}
+    for p in sorted(out.glob("*.json")):
+        record = json.loads(p.read_text())
+        by_job.setdefault(record["job"], []).append(record)
+    runs = []
+    for name, records in sorted(by_job.items()):
+        assert len(records) == len(records[0]["nodes"]), f"{name}: {len(records)} task files"
+        assert all(r["nodes"] == records[0]["nodes"] for r in records)
+        start, end = min(r["start"] for r in records), max(r["end"] for r in records)
+        runs.append({"job": name, "nodes": records[0]["nodes"], "start": start, "end": end})
+    return runs
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 30, what: str = "condition") -> None:
@@ -54,7 +71,7 @@ def test_fifty_jobs_on_two_nodes_run_once_each_and_never_share_a_node(
         jobs.append(exp.create_job(f"j{i:02d}", cluster=cluster, node_count=nodes, command_line=cmd).submit())
     for job in jobs:
         assert job.wait(timeout=180) is JobState.SUCCEEDED, job.status.failure_reason
-    runs = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
+    runs = job_runs(out)
     assert sorted(r["job"] for r in runs) == [f"j{i:02d}" for i in range(50)]  # each ran, once
     for job, run in zip(jobs, runs, strict=True):
         assert len(run["nodes"]) == job.spec.node_count == len(set(run["nodes"]))
