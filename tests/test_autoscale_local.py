@@ -91,3 +91,32 @@ def test_max_cost_ends_a_job_whose_estimate_passes_it(ws: Workspace) -> None:
     free = ws.create_cluster("free", vm_size="Standard_NC6", nodes=1)  # local: price 0, never passes
     cheap = exp.create_job("cheap", cluster=free, command_line="sleep 1", max_cost=0.01).submit()
     assert cheap.wait(timeout=30) is JobState.SUCCEEDED
+
+
+RESIZER = """
+    import os, time
+    from batchai_sdk import Workspace
+    cluster = Workspace.local(root={root!r}).get_cluster("c")
+    open({go!r} + "-ready-" + str(os.getpid()), "w").close()
+    while not os.path.exists({go!r}):  # both clients start resizing at the same moment
+        time.sleep(0.01)
+    for i in range(60):
+        cluster.resize(1 + i % 2)
+"""
+
+
+def test_two_clients_resizing_at_once_lose_no_event(ws: Workspace, tmp_path: Path) -> None:
+    cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=1)
+    go = tmp_path / "go"
+    code = textwrap.dedent(RESIZER.format(root=str(ws.backend.root), go=str(go)))  # type: ignore[attr-defined]
+    clients = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(2)]
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("go-ready-*"))) < 2:
+        assert time.monotonic() < deadline and all(c.poll() is None for c in clients)
+        time.sleep(0.05)
+    go.touch()
+    assert [c.wait(timeout=120) for c in clients] == [0, 0]
+    resizes = [e for e in cluster.events() if e["reason"] == "resized by the user"]
+    assert len(resizes) == 120  # each client's sixty, none overwritten by the other's
+    times = [e["time"] for e in cluster.events()]
+    assert times == sorted(times)

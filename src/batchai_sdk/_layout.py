@@ -7,6 +7,7 @@
     .batchai/clusters/<cluster>/nodes.json             which job holds each node (the cluster's scheduler)
     .batchai/clusters/<cluster>/size.json              with autoscale: the nodes up now (the scheduler)
     .batchai/clusters/<cluster>/events.jsonl           every scaling decision: time, from, to, why
+    .batchai/clusters/<cluster>/events.d/<t>-<id>.json a client's decision (resize), one file each
     .batchai/node/<hash>/batchai_node/                 the node code (scheduler, launcher, rank shim)
     .batchai/experiments/<exp>/experiment.json
     .batchai/experiments/<exp>/jobs/<job>/job.json     the job spec as submitted (secrets redacted)
@@ -59,6 +60,14 @@ def cluster_size_record(cluster: str) -> str:
 
 def cluster_events_record(cluster: str) -> str:
     return join(cluster_dir(cluster), "events.jsonl")
+
+
+def cluster_client_events_dir(cluster: str) -> str:
+    return join(cluster_dir(cluster), "events.d")
+
+
+def cluster_client_event(cluster: str, stamp: str, unique: str) -> str:
+    return join(cluster_client_events_dir(cluster), f"{stamp}-{unique}.json")
 
 
 def nodes_record(cluster: str) -> str:

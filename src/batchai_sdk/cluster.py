@@ -5,9 +5,10 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from . import _layout as layout
@@ -34,6 +35,15 @@ if TYPE_CHECKING:
     from .job import Job
     from .pricing import Price
     from .workspace import Workspace
+
+
+def _event_time(event: dict[str, Any]) -> datetime:
+    """When an event happened, for ordering; an unreadable time sorts first."""
+    try:
+        when = datetime.fromisoformat(str(event.get("time")))
+    except ValueError:
+        return datetime.min.replace(tzinfo=timezone.utc)
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
 class Cluster:
@@ -119,21 +129,28 @@ class Cluster:
 
     def events(self) -> list[dict[str, Any]]:
         """Every scaling decision, oldest first: time, from → to, nodes removed, why."""
-        try:
-            text = self.workspace.share.read_text(layout.cluster_events_record(self.name))
-        except NotFoundError:
-            return []
+        share = self.workspace.share
+        texts = []
+        with contextlib.suppress(NotFoundError):
+            texts.append(share.read_text(layout.cluster_events_record(self.name)))
+        with contextlib.suppress(NotFoundError):
+            folder = layout.cluster_client_events_dir(self.name)
+            for info in share.list(folder):
+                with contextlib.suppress(NotFoundError):
+                    texts.append(share.read_text(join(folder, info.name)))
         out = []
-        for line in text.splitlines():
+        for line in "\n".join(texts).splitlines():
             with contextlib.suppress(ValueError):
                 out.append(json.loads(line))
-        return out
+        return sorted(out, key=_event_time)
 
     def _event(self, fields: dict[str, Any]) -> None:
-        path = layout.cluster_events_record(self.name)
-        old = self.workspace.share.read_text(path) if self.workspace.share.exists(path) else ""
-        line = json.dumps({"time": utcnow().isoformat(), **fields}, sort_keys=True)
-        self.workspace.share.write_text(path, old + line + "\n")
+        # One file per client decision: the scheduler alone appends to events.jsonl on the head node, so
+        # two clients and the scheduler never rewrite each other's lines.
+        when = utcnow()
+        line = json.dumps({"time": when.isoformat(), **fields}, sort_keys=True)
+        path = layout.cluster_client_event(self.name, when.strftime("%Y%m%dT%H%M%S%fZ"), uuid.uuid4().hex[:8])
+        self.workspace.share.write_text(path, line + "\n")
 
     @property
     def vm_size(self) -> str:
