@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -169,3 +170,24 @@ def test_a_job_naming_a_shipped_script_uploads_its_one_file(
     assert resolve_local_script("batchai_sdk.train.cifar10") == module_path("cifar10")
     assert resolve_local_script("batchai_sdk.train.cifar10_torch") == module_path("cifar10_torch")
     assert resolve_local_script("batchai_sdk.train.datasets") is None  # a part, not a script: NotFoundError
+
+
+def test_a_new_bundle_removes_bundles_unused_for_a_month_and_keeps_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    pkg = _write(tmp_path / "pkg", DIAMOND)
+    in_use = bundle.bundled_script("app", pkg)
+    root = in_use.parent.parent
+    stale, recent = root / ("0" * 16), root / ("1" * 16)
+    for old in (stale, recent):
+        old.mkdir()
+        (old / "app.py").write_text("an older version's bundle\n")
+    month_ago = time.time() - 31 * 86400
+    os.utime(stale, (month_ago, month_ago))
+    os.utime(in_use.parent, (month_ago, month_ago))
+    assert bundle.bundled_script("app", pkg) == in_use  # a use marks it used
+    (pkg / "base.py").write_text(DIAMOND["base"].replace("UNIT = 2", "UNIT = 3"))
+    newest = bundle.bundled_script("app", pkg)  # a new bundle written: the stale one goes
+    assert newest.is_file() and in_use.is_file() and (recent / "app.py").is_file()
+    assert not stale.exists()

@@ -10,7 +10,8 @@ in two inlined modules, an import cycle or anything else is a ``BundleError``, n
 
 ``bundled_script(name)`` writes the bundle once into a cache folder named after a hash of this package's
 sources (``$XDG_CACHE_HOME/batchai_sdk/train/<hash>/<name>.py``, else ``~/.cache/...``, else the temporary
-folder), atomically, and returns its path; ``batchai_sdk.train.module_path`` returns that.
+folder), atomically, and returns its path; ``batchai_sdk.train.module_path`` returns that. A bundle's folder
+is touched on each use; writing a new one removes those unused for ``CACHE_DAYS`` (older versions' bundles).
 
 As a command: ``python -m batchai_sdk.train.bundle cifar10 cifar_cnn_distributed.py`` (``-`` for stdout).
 """
@@ -19,10 +20,13 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import hashlib
 import os
+import shutil
 import sys
 import tempfile
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +39,7 @@ __all__ = [
     "cache_roots",
     "dependency_order",
     "main",
+    "prune_cache",
     "write_atomically",
 ]
 
@@ -43,6 +48,7 @@ SCRIPTS = ("cifar10", "cifar10_torch")
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 _KEY_LENGTH = 16
+CACHE_DAYS = 30.0  # a bundle folder unused this long goes when a new bundle is written
 
 
 class BundleError(Exception):
@@ -280,6 +286,18 @@ def write_atomically(path: Path, text: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def prune_cache(root: Path, keep: str, days: float = CACHE_DAYS) -> None:
+    """Remove the bundle folders under ``root`` unused for ``days`` (never ``keep``). Age, not version,
+    decides: another installed version of the SDK may still be using its own bundles."""
+    limit = time.time() - days * 86400
+    with contextlib.suppress(OSError):
+        for entry in root.iterdir():
+            with contextlib.suppress(OSError):
+                old = entry.is_dir() and not entry.is_symlink() and entry.stat().st_mtime < limit
+                if old and entry.name != keep:
+                    shutil.rmtree(entry, ignore_errors=True)
+
+
 def bundled_script(name: str, folder: Path = PACKAGE_DIR) -> Path:
     """The cached single-file bundle of ``name`` (written on first use, found afterwards)."""
     key = _sources_key(name, folder)
@@ -288,6 +306,8 @@ def bundled_script(name: str, folder: Path = PACKAGE_DIR) -> Path:
     for root in cache_roots():
         path = root / key / f"{name}.py"
         if path.is_file():
+            with contextlib.suppress(OSError):
+                os.utime(path.parent)  # in use: not pruned (the file itself keeps its time)
             return path
         text = text if text is not None else bundle_source(name, folder)
         try:
@@ -295,6 +315,7 @@ def bundled_script(name: str, folder: Path = PACKAGE_DIR) -> Path:
         except OSError as exc:
             failures.append(f"{path.parent}: {exc.strerror or exc}")
             continue
+        prune_cache(root, keep=key)
         return path
     raise OSError(f"cannot write the bundle of {name}: {'; '.join(failures)}")
 
