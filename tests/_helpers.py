@@ -64,6 +64,9 @@ printf '%s\n' "$line" >> {log}
 case "$1" in
   info) exit {info_code} ;;
   pull)
+    if [ "{pull_seconds}" != "0" ]; then
+      sleep {pull_seconds}  # a child of this shell: a timeout must kill the engine's whole group
+    fi
     if [ -n "{pull_error}" ]; then
       echo "Trying to pull $2..."
       echo "Error: initializing source docker://$2: {pull_error}" >&2
@@ -91,10 +94,12 @@ def stand_in_engine(
     *,
     engine: str | None = "podman",
     pull_error: str = "",
+    pull_seconds: float = 0,
 ) -> str:
     """Write `docker` and `podman` stand-ins into ``folder`` (put it first on the nodes' PATH): ``engine``
     answers (None: neither does), the other refuses as an engine without its daemon; every call is
-    appended to ``log`` as a tab-separated line. ``pull`` fails with ``pull_error`` when given; ``run``
+    appended to ``log`` as a tab-separated line. ``pull`` takes ``pull_seconds``, then fails with
+    ``pull_error`` when given; ``run``
     runs the rank's command on the host. A real docker or podman on the machine is never reached."""
     from pathlib import Path
 
@@ -103,7 +108,10 @@ def stand_in_engine(
     for tool in ("docker", "podman"):
         path = bin_dir / tool
         code = 0 if tool == engine else 1
-        path.write_text(ENGINE_SCRIPT.format(log=log, info_code=code, pull_error=pull_error))
+        script = ENGINE_SCRIPT.format(
+            log=log, info_code=code, pull_error=pull_error, pull_seconds=pull_seconds
+        )
+        path.write_text(script)
         path.chmod(0o755)
     return str(bin_dir)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -132,3 +133,38 @@ def test_without_an_engine_that_answers_the_ranks_run_on_the_host_and_say_so(
     warning = [line for line in job.tail("stderr.txt", 20) if "tensorflow/tensorflow:1.8.0-gpu" in line]
     assert warning and "no container runtime" in warning[0] and "runs on the host" in warning[0]
     assert engine_calls(log) == []  # nothing pulled, nothing run
+
+
+def test_a_pull_that_hangs_fails_the_job_at_the_jobs_pull_timeout(
+    tmp_path: Path, script: Script, engine_path: Callable[..., Path]
+) -> None:
+    engine_path(engine="podman", pull_seconds="600")
+    ws = workspace(tmp_path)
+    exp = ws.create_experiment("e")
+    cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=1)
+    job = exp.create_job(
+        "slow",
+        cluster=cluster,
+        python_script=str(script("t.py", "print('the rank ran')")),
+        container_image="slow:1",
+        environment={"BATCHAI_PULL_TIMEOUT": "2"},
+    )
+    job.submit()
+    assert job.wait(timeout=60) is JobState.FAILED
+    assert job.status.failure_reason == (
+        "could not pull image docker.io/library/slow:1: no answer in 2 s "
+        "(set BATCHAI_PULL_TIMEOUT in the job's environment for longer) (engine: podman)"
+    )
+    deadline = time.monotonic() + 15
+    while cluster.node_counts.idle != 1:  # the node is free again
+        assert time.monotonic() < deadline, cluster.node_counts
+        time.sleep(0.1)
+    sleepers = [p for p in Path("/proc").glob("[0-9]*/cmdline") if _reads(p) == b"sleep\x00600\x00"]
+    assert sleepers == []  # the engine's child went with it
+
+
+def _reads(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""

@@ -5,18 +5,25 @@ An image without a registry is Docker Hub's, as Batch AI read it: ``tensorflow/t
 ``docker.io/tensorflow/tensorflow:1.8.0-gpu`` and ``ubuntu`` is ``docker.io/library/ubuntu``. Podman
 refuses such short names outside a terminal ("short-name did not resolve to an alias"), so both engines
 are given the full name.
+
+A pull that does not finish in ``PULL_TIMEOUT`` seconds (the job's ``BATCHAI_PULL_TIMEOUT`` variable
+overrides it) fails the job rather than holding its nodes in preparation for ever.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 
 ENGINES = ("docker", "podman")
 DEFAULT_REGISTRY = "docker.io"
 PULL_FAILED = 86  # the exit code of ``prep`` when the image could not be pulled (its reason on stderr)
 PULL_FAILED_PREFIX = "could not pull image "
+PULL_TIMEOUT = 1800.0  # seconds: a large CUDA image over a slow registry link, with room to spare
+PULL_TIMEOUT_VARIABLE = "BATCHAI_PULL_TIMEOUT"
 
 
 class PullError(Exception):
@@ -60,23 +67,42 @@ def last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
+def pull_timeout(env: dict[str, str]) -> float:
+    """The job's ``BATCHAI_PULL_TIMEOUT`` in seconds when it is a positive number, else ``PULL_TIMEOUT``."""
+    try:
+        seconds = float(env.get(PULL_TIMEOUT_VARIABLE, ""))
+    except ValueError:
+        return PULL_TIMEOUT
+    return seconds if seconds > 0 else PULL_TIMEOUT
+
+
 def pull(engine: str, image: str, env: dict[str, str], *, timeout: float | None = None) -> None:
     """``<engine> pull <image>``; raises ``PullError`` naming the image, the engine's last line of
-    stderr (or stdout) and the engine."""
+    stderr (or stdout) and the engine. Past ``timeout`` the engine and its children are killed."""
     try:
-        done = subprocess.run(
-            [engine, "pull", image], capture_output=True, env=env, timeout=timeout, check=False
+        proc = subprocess.Popen(
+            [engine, "pull", image],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,  # its own group: a timeout kills the helpers it started too
         )
-    except subprocess.TimeoutExpired:
-        why = f"no answer in {timeout:.0f} s"
     except OSError as exc:
-        why = str(exc)
+        raise PullError(f"{PULL_FAILED_PREFIX}{image}: {exc} (engine: {engine_name(engine)})") from None
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        longer = f"set {PULL_TIMEOUT_VARIABLE} in the job's environment for longer"
+        why = f"no answer in {timeout:.0f} s ({longer})"
     else:
-        if done.returncode == 0:
+        if proc.returncode == 0:
             return
         why = (
-            last_line(done.stderr.decode(errors="replace"))
-            or last_line(done.stdout.decode(errors="replace"))
-            or f"exit code {done.returncode}"
+            last_line(err.decode(errors="replace"))
+            or last_line(out.decode(errors="replace"))
+            or f"exit code {proc.returncode}"
         )
     raise PullError(f"{PULL_FAILED_PREFIX}{image}: {why} (engine: {engine_name(engine)})")

@@ -350,7 +350,7 @@ def pull_image(image: str, env: dict[str, str], log: str) -> None:
     try_append(log, f"pulling image {full} with {name} on {socket.gethostname()}")
     started = time.monotonic()
     try:
-        containers.pull(engine, full, env)
+        containers.pull(engine, full, env, timeout=containers.pull_timeout(env))
     except containers.PullError as exc:
         try_append(log, str(exc))
         raise
