@@ -9,11 +9,12 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from _helpers import engine_calls, stand_in_engine
-from batchai_sdk import JobState, Workspace
+from batchai_sdk import Job, JobState, Workspace
 from batchai_sdk.node.containers import qualify_image
 
 Script = Callable[[str, str], Path]
@@ -56,6 +57,16 @@ def workspace(tmp_path: Path) -> Workspace:
     return Workspace.local(root=tmp_path / "ws", allow_host_changes=True)  # may pull and run images
 
 
+def submit_one_node_job(tmp_path: Path, script: Script, source: str, image: str, **options: Any) -> Job:
+    """A one-node job of ``source`` with ``image`` on a fresh local workspace, submitted."""
+    ws = workspace(tmp_path)
+    cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=1)
+    job = ws.create_experiment("e").create_job(
+        "one", cluster=cluster, python_script=str(script("t.py", source)), container_image=image, **options
+    )
+    return job.submit()
+
+
 def test_the_image_is_pulled_once_per_machine_by_its_full_name_before_the_ranks_run(
     tmp_path: Path, script: Script, engine_path: Callable[..., Path]
 ) -> None:
@@ -94,16 +105,7 @@ def test_a_failed_pull_fails_the_job_naming_the_image_and_the_engines_message(
     log = engine_path(
         engine="podman", pull_error="reading manifest 9.9 in docker.io/library/nope: manifest unknown"
     )
-    ws = workspace(tmp_path)
-    exp = ws.create_experiment("e")
-    cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=1)
-    job = exp.create_job(
-        "nope",
-        cluster=cluster,
-        python_script=str(script("t.py", "print('the rank ran')")),
-        container_image="nope:9.9",
-    )
-    job.submit()
+    job = submit_one_node_job(tmp_path, script, "print('the rank ran')", "nope:9.9")
     assert job.wait(timeout=120) is JobState.FAILED
     assert job.status.failure_reason == (
         "could not pull image docker.io/library/nope:9.9: Error: initializing source "
@@ -118,16 +120,7 @@ def test_without_an_engine_that_answers_the_ranks_run_on_the_host_and_say_so(
     tmp_path: Path, script: Script, engine_path: Callable[..., Path]
 ) -> None:
     log = engine_path(engine=None)  # docker and podman clients whose engines do not answer
-    ws = workspace(tmp_path)
-    exp = ws.create_experiment("e")
-    cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=1)
-    job = exp.create_job(
-        "img",
-        cluster=cluster,
-        python_script=str(script("h.py", "print('on the host')")),
-        container_image="tensorflow/tensorflow:1.8.0-gpu",
-    )
-    job.submit()
+    job = submit_one_node_job(tmp_path, script, "print('on the host')", "tensorflow/tensorflow:1.8.0-gpu")
     assert job.wait(timeout=60) is JobState.SUCCEEDED
     assert job.tail("stdout.txt") == ["on the host"]
     warning = [line for line in job.tail("stderr.txt", 20) if "tensorflow/tensorflow:1.8.0-gpu" in line]
@@ -139,23 +132,15 @@ def test_a_pull_that_hangs_fails_the_job_at_the_jobs_pull_timeout(
     tmp_path: Path, script: Script, engine_path: Callable[..., Path]
 ) -> None:
     engine_path(engine="podman", pull_seconds="600")
-    ws = workspace(tmp_path)
-    exp = ws.create_experiment("e")
-    cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=1)
-    job = exp.create_job(
-        "slow",
-        cluster=cluster,
-        python_script=str(script("t.py", "print('the rank ran')")),
-        container_image="slow:1",
-        environment={"BATCHAI_PULL_TIMEOUT": "2"},
-    )
-    job.submit()
+    timeout = {"BATCHAI_PULL_TIMEOUT": "2"}
+    job = submit_one_node_job(tmp_path, script, "print('the rank ran')", "slow:1", environment=timeout)
     assert job.wait(timeout=60) is JobState.FAILED
     assert job.status.failure_reason == (
         "could not pull image docker.io/library/slow:1: no answer in 2 s "
         "(set BATCHAI_PULL_TIMEOUT in the job's environment for longer) (engine: podman)"
     )
     deadline = time.monotonic() + 15
+    cluster = job.workspace.get_cluster("c")
     while cluster.node_counts.idle != 1:  # the node is free again
         assert time.monotonic() < deadline, cluster.node_counts
         time.sleep(0.1)
