@@ -50,7 +50,15 @@ class Procs:
         if tag is not None:
             env[stacks.JOB_TAG_VARIABLE] = tag
         err = stderr.open("wb") if stderr else subprocess.DEVNULL
-        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=err)
+        # SIGINT back to its default: a shell's background job inherits it ignored, and Python then installs
+        # no KeyboardInterrupt handler, which the caught-mask test reads
+        proc = subprocess.Popen(
+            argv,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
         self.started.append(proc)
         return proc
 
