@@ -85,9 +85,11 @@ class Cluster:
         """Let the cluster's scheduler size it: grow for queued jobs up to ``max_nodes``, let nodes idle for
         ``idle_seconds_before_scaledown`` go down to ``min_nodes`` (no client needs to stay up)."""
         auto = autoscale_settings(min_nodes, max_nodes, initial_nodes, idle_seconds_before_scaledown)
+        before = self.spec.nodes
         self._spec = replace(self._spec, autoscale=auto)
         self.workspace.share.write_json(layout.cluster_record(self.name), self._spec.to_dict())
-        self._event({"to": self.spec.nodes, "reason": f"autoscale set by the user: {auto.to_dict()}"})
+        why = f"autoscale set by the user: {auto.to_dict()}"
+        self._event({"from": before, "to": self.spec.nodes, "reason": why})
         self.workspace.backend.scheduler(self.spec).ensure_running()
         return self
 
@@ -181,15 +183,13 @@ class Cluster:
         time (its creation, then every scaling event); None when the price is unknown."""
         from .cost import cluster_cost_so_far, node_hours
 
-        points = [
-            (
-                self._spec.created,
-                self._spec.nodes if not self._spec.autoscale else self._spec.autoscale.initial,
-            )
-        ]
-        for event in self.events():
-            if "to" in event and "time" in event:
-                points.append((datetime.fromisoformat(event["time"]), int(event["to"])))
+        changes = [e for e in self.events() if "to" in e and "time" in e]
+        auto = self._spec.autoscale
+        at_creation = self._spec.nodes if auto is None else auto.initial  # true until the first change
+        if changes and "from" in changes[0]:
+            at_creation = int(changes[0]["from"])  # the spec now holds the latest size, not the first
+        points = [(self._spec.created, at_creation)]
+        points += [(datetime.fromisoformat(e["time"]), int(e["to"])) for e in changes]
         price = self.price_per_hour
         return cluster_cost_so_far(price.value if price is not None else None, node_hours(points))
 
