@@ -3,6 +3,24 @@
 from __future__ import annotations
 
 import os
+import time
+from pathlib import Path
+
+
+def read_pid(path: Path, timeout: float = 10) -> int:
+    """The pid a process wrote into ``path``, once the file holds all of it (a writer creates the file
+    before it writes the number, so a reader that only waited for the file can see it empty)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            text = path.read_text().strip()
+        except FileNotFoundError:
+            text = ""
+        if text.isdigit():
+            return int(text)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} holds no pid after {timeout} s: {text!r}")
+        time.sleep(0.05)
 
 
 def pid_alive(pid: int) -> bool:

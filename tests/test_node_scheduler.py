@@ -220,7 +220,7 @@ def test_a_killed_launcher_fails_the_job_and_its_processes_are_ended(h: Harness)
 
 
 def test_an_unwritable_share_keeps_the_outcome_until_it_can_be_written(h: Harness) -> None:
-    h.submit("late", "sleep 0.3; exit 7")
+    h.submit("late", "sleep 2; exit 7")  # long enough to be seen running
     h.pump(lambda: h.row("late")["phase"] == "running")
     record = h.job_dir("late") / "status.json"
     record.unlink()
@@ -264,7 +264,7 @@ def test_a_new_database_rebuilds_the_queue_from_the_share(tmp_path: Path) -> Non
 def test_a_job_deleted_from_the_share_is_not_published_for_ever(h: Harness) -> None:
     import shutil
 
-    h.submit("gone", "sleep 0.3")
+    h.submit("gone", "sleep 2")  # long enough to be seen running
     h.pump(lambda: h.row("gone")["phase"] == "running")
     shutil.rmtree(h.job_dir("gone"))
     h.pump(lambda: h.row("gone")["state"] != "running" and h.row("gone")["published"] == 1)

@@ -145,6 +145,9 @@ def test_the_wait_spinner_counts_the_jobs_own_running_time(
     assert job.state is JobState.RUNNING
     time.sleep(4)  # the job has run 4 s before this wait begins
     monkeypatch.setenv("TTY_COMPATIBLE", "1")  # rich draws its spinner as on a terminal
+    monkeypatch.setenv("TERM", "xterm")  # a "dumb" terminal inherited from the caller draws no frames
+    monkeypatch.setenv("COLUMNS", "200")  # the running time is never cropped
+    monkeypatch.delenv("TTY_INTERACTIVE", raising=False)
     capsys.readouterr()
     assert job.wait(timeout=60, poll_interval=0.3, show_progress=True) is JobState.SUCCEEDED
     shown = [

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from _helpers import read_pid
 from batchai_sdk import JobState, Workspace
 from batchai_sdk.exceptions import ValidationError
 from batchai_sdk.node import procs
@@ -30,7 +31,14 @@ while not pathlib.Path(sys.argv[3], "go").exists():
 
 
 def files_holding(root: Path, value: bytes) -> list[str]:
-    return [str(p) for p in root.rglob("*") if p.is_file() and not p.is_symlink() and value in p.read_bytes()]
+    found = []
+    for p in root.rglob("*"):
+        try:
+            if p.is_file() and not p.is_symlink() and value in p.read_bytes():
+                found.append(str(p))
+        except FileNotFoundError:
+            continue  # a temporary file renamed away while we walked
+    return found
 
 
 def test_a_secret_reaches_the_rank_and_nothing_the_sdk_writes_or_shows(
@@ -54,8 +62,7 @@ def test_a_secret_reaches_the_rank_and_nothing_the_sdk_writes_or_shows(
     while not (gate / "pid").exists():
         assert not job.state.ended and time.monotonic() < deadline, job.status.failure_reason
         time.sleep(0.05)
-    time.sleep(0.1)
-    user_pid = int((gate / "pid").read_text())
+    user_pid = read_pid(gate / "pid")
     tag = next(
         e.split(b"=", 1)[1].decode()
         for e in Path(f"/proc/{user_pid}/environ").read_bytes().split(b"\0")

@@ -45,17 +45,22 @@ def fill(path: Path) -> None:
         os.close(fd)
 
 
-def test_a_full_share_mid_job_keeps_the_true_exit_code_until_space_returns(tmpfs_ws: Workspace) -> None:
+def test_a_full_share_mid_job_keeps_the_true_exit_code_until_space_returns(
+    tmpfs_ws: Workspace, tmp_path: Path
+) -> None:
     ws = tmpfs_ws
     exp = ws.create_experiment("e")
     cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=1)
-    job = exp.create_job("full", cluster=cluster, command_line="sleep 2; exit 7").submit()
+    gate = tmp_path / "gate"  # off the share: the job ends only once the share is full
+    command = f"while [ ! -e {gate} ]; do sleep 0.1; done; exit 7"
+    job = exp.create_job("full", cluster=cluster, command_line=command).submit()
     deadline = time.monotonic() + 30
     while job.state is not JobState.RUNNING or job.status.preparing:
         assert time.monotonic() < deadline
         time.sleep(0.1)
     filler = Path(ws.share.root) / "filler"  # type: ignore[attr-defined]
     fill(filler)
+    gate.touch()
     time.sleep(4)  # the job has ended by now; its record cannot be written
     assert job.state is JobState.RUNNING  # what the share last said
     filler.unlink()

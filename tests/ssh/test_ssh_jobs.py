@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sshd import DEAD_ADDRESS, NODE_ADDRESSES, SSHNodes
 
-from _helpers import pid_alive
+from _helpers import pid_alive, read_pid
 from batchai_sdk import Workspace
 from batchai_sdk._models import JobState, NodeCounts
 from batchai_sdk.exceptions import NodeError, NotFoundError, ValidationError
@@ -160,7 +160,7 @@ def test_terminate_stops_the_ranks_on_every_node(lab: Workspace, tmp_path: Path)
     while len(list(wd.glob("pid-*"))) < 2 and time.monotonic() < deadline:
         assert not job.state.ended, output(job, "stderr.txt")
         time.sleep(0.1)
-    pids = [int(p.read_text()) for p in sorted(wd.glob("pid-*"))]
+    pids = [read_pid(p) for p in sorted(wd.glob("pid-*"))]
     assert len(pids) == 2 and all(pid_alive(p) for p in pids)
     assert job.terminate(timeout=60) is JobState.TERMINATED
     deadline = time.monotonic() + 20

@@ -73,13 +73,16 @@ def test_detached_start_returns_at_once_and_outlives_the_connection(
     make_runner: MakeRunner, tmp_path: Path
 ) -> None:
     runner = make_runner()
+    assert runner.run("true").ok  # connected: the clock below times the start alone
     log = tmp_path / "logs" / "detached.log"  # its directory is made on the node
-    done = tmp_path / "done"
+    done, gate = tmp_path / "done", tmp_path / "gate"
     start = time.monotonic()
-    runner.start_detached(f"sleep 1.5; echo finished; echo oops >&2; touch {done}", log_path=str(log))
-    assert time.monotonic() - start < 1.5
-    runner.close()  # the client goes away while the command still sleeps
+    command = f"while [ ! -e {gate} ]; do sleep 0.05; done; echo finished; echo oops >&2; touch {done}"
+    runner.start_detached(command, log_path=str(log))
+    assert time.monotonic() - start < 10  # the command waits for the gate for ever: the start did not
+    runner.close()  # the client goes away while the command still waits
     assert not done.exists()
+    gate.touch()
     assert wait_for(done.exists, 10)
     assert log.read_text().splitlines() == ["finished", "oops"]
 
@@ -117,12 +120,12 @@ def test_connect_retries_reach_a_node_that_comes_up_late(
     keygen(late.host_key)
     store = HostKeyStore(tmp_path / "known_hosts")
     (tmp_path / "known_hosts").write_text(late.host_key_line())
+    no_retry = make_runner("127.0.0.7", host_keys=store, retries=1)
+    with pytest.raises(SSHError):  # before the node is up, however slowly this test runs
+        no_retry.run("true")
     starter = threading.Timer(0.6, late.start)
     starter.start()
     try:
-        no_retry = make_runner("127.0.0.7", host_keys=store, retries=1)
-        with pytest.raises(SSHError):
-            no_retry.run("true")
         patient = make_runner("127.0.0.7", host_keys=store, retries=6, retry_wait=0.2)
         assert patient.run("echo up").stdout == "up\n"
     finally:

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from sshd import NODE_ADDRESSES, SSHNodes
 
-from _helpers import pid_alive
+from _helpers import pid_alive, read_pid
 from batchai_sdk import AlreadyExistsError, JobState, Workspace
 from batchai_sdk._models import NodeCounts
 from batchai_sdk.cluster import Cluster
@@ -214,8 +214,7 @@ def sleeper_job(
         lambda: len(list(out.glob("pid-*"))) == 2 or job.state.ended, what=f"both ranks of {name} to run"
     )
     assert not job.state.ended, job.status.failure_reason
-    time.sleep(0.1)  # the pid files are written whole
-    return job, [int((out / f"pid-{r}").read_text()) for r in (0, 1)]
+    return job, [read_pid(out / f"pid-{r}") for r in (0, 1)]
 
 
 @pytest.mark.parametrize("round_", [1, 2, 3])
