@@ -4,7 +4,6 @@ two real worker processes on loopback agree on an all-reduce."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
+from batchai_sdk.node.launcher import free_port
 from batchai_sdk.node.toolkits import RankContext, rank_argv, rank_env
 
 pytestmark = pytest.mark.train
@@ -29,29 +29,10 @@ print(f"{os.environ['AZ_BATCHAI_TF_ROLE']} {sys.argv[1:]} replicas={strategy.num
 """
 
 
-def consecutive_free_ports(n: int) -> int:
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = int(s.getsockname()[1])
-        if base + n >= 65535:
-            continue
-        ok = True
-        for port in range(base, base + n):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port))
-                except OSError:
-                    ok = False
-        if ok:
-            return base
-    raise RuntimeError("no free ports")
-
-
 def test_two_workers_agree_through_tf_config(tmp_path: Path) -> None:
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    port = consecutive_free_ports(2)
+    port = free_port(2)
     settings = {"worker_count": 2, "master_args": ["--master"], "worker_args": ["--worker"]}
     procs = []
     for rank in range(2):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import shlex
 import signal
 import socket
@@ -46,8 +47,45 @@ PASSED_TO_REMOTE = (
 TERM_GRACE = 10.0
 
 
-def free_port() -> int:
-    """A TCP port free on this node now: the rendezvous port of frameworks that need one (torch, TF)."""
+PORT_FLOOR = 20000  # the job's ports are picked from here up to the kernel's ephemeral range
+
+
+def ephemeral_floor() -> int:
+    """The first port the kernel hands to outgoing connections (Linux's ``ip_local_port_range``)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _all_free(base: int, count: int) -> bool:
+    held: list[socket.socket] = []
+    try:
+        for port in range(base, base + count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            held.append(s)
+            s.bind(("", port))
+        return True
+    except OSError:
+        return False
+    finally:
+        for s in held:
+            s.close()
+
+
+def free_port(count: int = 1) -> int:
+    """The first of ``count`` consecutive TCP ports free on this node now: the rendezvous port of torch,
+    and TF's task ports (the first port plus the rank). Taken below the ephemeral range, where no outgoing
+    connection picks one of them meanwhile; a port the kernel chooses when none is found there."""
+    top = ephemeral_floor() - count
+    rng = random.SystemRandom()
+    for _ in range(64):
+        if top <= PORT_FLOOR:
+            break
+        base = rng.randrange(PORT_FLOOR, top)
+        if _all_free(base, count):
+            return base
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("", 0))
         return int(s.getsockname()[1])
@@ -169,7 +207,7 @@ class Launcher:
         env["BATCHAI_JOB_NODES"] = ",".join(n["id"] for n in self.nodes)
         env["AZ_BATCHAI_JOB_RESTART_COUNT"] = str(self.assignment.get("attempt", 0))
         env["BATCHAI_NODE_ADDRESSES"] = ",".join(n["address"] for n in self.nodes)
-        env["BATCHAI_MASTER_PORT"] = str(free_port())
+        env["BATCHAI_MASTER_PORT"] = str(free_port(sum(int(n) for n in ranks)))
         notice = None
         if self.cfg["toolkit"] not in ("horovod", "custom", "custommpi"):
             from . import toolkits

@@ -282,7 +282,8 @@ class Batch:
                 self.update(preparing=False)
                 self.write_hostfile(env)
                 env["BATCHAI_NODE_ADDRESSES"] = ",".join(self.nodes)  # torch's and TF's rendezvous
-                env["BATCHAI_MASTER_PORT"] = str(free_port())
+                ntasks = os.environ.get("SLURM_NTASKS", "1")
+                env["BATCHAI_MASTER_PORT"] = str(free_port(int(ntasks) if ntasks.isdigit() else 1))
                 argv = self.launch_argv()
                 self.log(
                     f"launching {os.environ.get('SLURM_NTASKS', '1')} process(es) on {','.join(self.nodes)}"
