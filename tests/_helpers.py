@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 30, what: str = "condition") -> None:
+    """Poll ``predicate`` until it is true; ``AssertionError`` naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
 
 
 def read_pid(path: Path, timeout: float = 10) -> int:

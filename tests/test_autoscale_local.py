@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from _helpers import wait_for
 from batchai_sdk import CapacityError, ValidationError, Workspace
 from batchai_sdk._models import NodeCounts
 
@@ -115,10 +116,12 @@ def test_two_clients_resizing_at_once_lose_no_event(ws: Workspace, tmp_path: Pat
     go = tmp_path / "go"
     code = textwrap.dedent(RESIZER.format(root=str(ws.backend.root), go=str(go)))  # type: ignore[attr-defined]
     clients = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(2)]
-    deadline = time.monotonic() + 60
-    while len(list(tmp_path.glob("go-ready-*"))) < 2:
-        assert time.monotonic() < deadline and all(c.poll() is None for c in clients)
-        time.sleep(0.05)
+
+    def ready() -> bool:
+        return len(list(tmp_path.glob("go-ready-*"))) == 2
+
+    wait_for(lambda: ready() or any(c.poll() is not None for c in clients), timeout=60, what="both clients")
+    assert ready(), [c.poll() for c in clients]
     go.touch()
     assert [c.wait(timeout=120) for c in clients] == [0, 0]
     resizes = [e for e in cluster.events() if e["reason"] == "resized by the user"]

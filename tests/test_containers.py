@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from _helpers import engine_calls, stand_in_engine
+from _helpers import engine_calls, stand_in_engine, wait_for
 from batchai_sdk import Job, JobState, Workspace
 from batchai_sdk.node.containers import qualify_image
 
@@ -139,11 +138,8 @@ def test_a_pull_that_hangs_fails_the_job_at_the_jobs_pull_timeout(
         "could not pull image docker.io/library/slow:1: no answer in 2 s "
         "(set BATCHAI_PULL_TIMEOUT in the job's environment for longer) (engine: podman)"
     )
-    deadline = time.monotonic() + 15
     cluster = job.workspace.get_cluster("c")
-    while cluster.node_counts.idle != 1:  # the node is free again
-        assert time.monotonic() < deadline, cluster.node_counts
-        time.sleep(0.1)
+    wait_for(lambda: cluster.node_counts.idle == 1, timeout=15, what="the node to be free again")
     sleepers = [p for p in Path("/proc").glob("[0-9]*/cmdline") if _reads(p) == b"sleep\x00600\x00"]
     assert sleepers == []  # the engine's child went with it
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from _helpers import pid_alive
+from _helpers import pid_alive, wait_for
 from batchai_sdk import (
     AlreadyExistsError,
     BatchAIError,
@@ -38,14 +38,6 @@ ENV_SCRIPT = """
     print(f"rank {rank} says hello", flush=True)
     print(f"rank {rank} says bye", file=sys.stderr)
 """
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 30, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def test_tutorial_workflow_two_nodes(ws: Workspace, script: Script) -> None:

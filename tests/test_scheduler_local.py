@@ -8,14 +8,13 @@ import json
 import multiprocessing
 import os
 import signal
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from _helpers import pid_alive
+from _helpers import pid_alive, wait_for
 from batchai_sdk import AlreadyExistsError, JobState, Workspace
 from batchai_sdk._models import NodeCounts
 from batchai_sdk.node import procs
@@ -46,14 +45,6 @@ def job_runs(out: Path) -> list[dict[str, Any]]:
         start, end = min(r["start"] for r in records), max(r["end"] for r in records)
         runs.append({"job": name, "nodes": records[0]["nodes"], "start": start, "end": end})
     return runs
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 30, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 @pytest.mark.parametrize("round_", [1, 2, 3])

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from sshd import NODE_ADDRESSES, SSHNodes
 
-from _helpers import pid_alive, read_pid
+from _helpers import pid_alive, read_pid, wait_for
 from batchai_sdk import AlreadyExistsError, JobState, Workspace
 from batchai_sdk._models import NodeCounts
 from batchai_sdk.cluster import Cluster
@@ -79,14 +79,6 @@ with open(os.path.join(sys.argv[1], f"pid-{rank}"), "w") as f:
 print(f"rank {rank} up", flush=True)
 time.sleep(300)
 """
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 60, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def ppids() -> dict[int, int]:
@@ -211,7 +203,9 @@ def sleeper_job(
     ).submit()
     STARTED.append(job)
     wait_for(
-        lambda: len(list(out.glob("pid-*"))) == 2 or job.state.ended, what=f"both ranks of {name} to run"
+        lambda: len(list(out.glob("pid-*"))) == 2 or job.state.ended,
+        timeout=60,
+        what=f"both ranks of {name} to run",
     )
     assert not job.state.ended, job.status.failure_reason
     return job, [read_pid(out / f"pid-{r}") for r in (0, 1)]
@@ -446,7 +440,7 @@ def test_a_custom_toolkit_job_runs_on_the_node_it_was_given(
         "holder", cluster=cluster, command_line=f"{sys.executable} {recorder} {out} 3"
     ).submit()  # holds the head node
     STARTED.append(holder)
-    wait_for(lambda: holder.state is JobState.RUNNING, what="the first job to start")
+    wait_for(lambda: holder.state is JobState.RUNNING, what="the first job to start", timeout=60)
     custom = exp.create_job(
         "custom",
         cluster=cluster,
@@ -488,7 +482,9 @@ def test_a_lost_node_with_a_retry_left_is_waited_for_and_the_job_succeeds(
     job = exp.create_job("retry", cluster=cluster, node_count=2, command_line=f"{sys.executable} {script} {out}",
                          max_retries=1).submit()  # fmt: skip
     STARTED.append(job)
-    wait_for(lambda: len(list(out.glob("pid-*"))) == 2 or job.state.ended, what="both ranks to run")
+    wait_for(
+        lambda: len(list(out.glob("pid-*"))) == 2 or job.state.ended, what="both ranks to run", timeout=60
+    )
     node = ssh_nodes.nodes[SECOND]
     assert node.process is not None
     for pid in [node.process.pid, *descendants(node.process.pid)]:
@@ -496,7 +492,7 @@ def test_a_lost_node_with_a_retry_left_is_waited_for_and_the_job_succeeds(
     node.process.wait()
     node.process = None
     try:
-        wait_for(lambda: len(job.attempts) == 1, what="the attempt to end")
+        wait_for(lambda: len(job.attempts) == 1, what="the attempt to end", timeout=60)
         assert job.attempts[0]["cause"] == "node_lost", job.attempts
         assert "retry 1 of 1" in job.attempts[0]["reason"]
         time.sleep(3)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from _helpers import wait_for
 from batchai_sdk import JobState, Workspace
 
 pytestmark = pytest.mark.mpi
@@ -143,10 +144,9 @@ def test_a_dying_ddp_rank_fails_the_job_within_30_s(ws: Workspace, script: Scrip
     job = exp.create_job("dying", cluster=cluster, node_count=2, toolkit="pytorch",
                          python_script=str(script("dying.py", DYING))).submit()  # fmt: skip
     marker = ws.share.local_path(job.paths.wd) / "rank1-dies"  # type: ignore[attr-defined]
-    deadline = time.monotonic() + 180  # two ranks importing torch on a loaded machine
-    while not marker.exists():
-        assert time.monotonic() < deadline and not job.state.ended, job.status.failure_reason
-        time.sleep(0.05)
+    # two ranks importing torch on a loaded machine
+    wait_for(lambda: marker.exists() or job.state.ended, timeout=180, what="rank 1 to die")
+    assert marker.exists(), job.status.failure_reason
     started = time.monotonic()  # from the rank's death, not from both ranks' start-up
     assert job.wait(timeout=60) is JobState.FAILED
     assert time.monotonic() - started < 30
