@@ -285,9 +285,7 @@ class Batch:
                 ntasks = os.environ.get("SLURM_NTASKS", "1")
                 env["BATCHAI_MASTER_PORT"] = str(free_port(int(ntasks) if ntasks.isdigit() else 1))
                 argv = self.launch_argv()
-                self.log(
-                    f"launching {os.environ.get('SLURM_NTASKS', '1')} process(es) on {','.join(self.nodes)}"
-                )
+                self.log(f"launching {ntasks} process(es) on {','.join(self.nodes)}")
                 code = self.call(argv, env)
                 if code < 0:
                     code = 128 - code
