@@ -101,11 +101,20 @@ def test_what_cannot_be_bundled_correctly_is_an_error(
         bundle.bundle_source("a", pkg)
 
 
-def test_bundles_are_written_once_under_xdg_cache_home(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def diamond(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The DIAMOND package, with bundles cached under ``tmp_path/cache`` (``XDG_CACHE_HOME``)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    pkg = _write(tmp_path / "pkg", DIAMOND)
+    return _write(tmp_path / "pkg", DIAMOND)
+
+
+def next_version(pkg: Path) -> None:
+    """Change a source of the package, as an installed upgrade does."""
+    (pkg / "base.py").write_text(DIAMOND["base"].replace("UNIT = 2", "UNIT = 3"))
+
+
+def test_bundles_are_written_once_under_xdg_cache_home(tmp_path: Path, diamond: Path) -> None:
+    pkg = diamond
     first = bundle.bundled_script("app", pkg)
     assert first.name == "app.py" and first.parent.parent == tmp_path / "cache" / "batchai_sdk" / "train"
     assert first.read_text() == bundle.bundle_source("app", pkg)
@@ -117,7 +126,7 @@ def test_bundles_are_written_once_under_xdg_cache_home(
     )  # not rewritten
     assert [p.name for p in first.parent.iterdir()] == ["app.py"]  # no temporary file left
     # Another source, another file: an installed upgrade never runs a stale bundle.
-    (pkg / "base.py").write_text(DIAMOND["base"].replace("UNIT = 2", "UNIT = 3"))
+    next_version(pkg)
     second = bundle.bundled_script("app", pkg)
     assert second != first and "UNIT = 3" in second.read_text() and "UNIT = 2" in first.read_text()
 
@@ -172,11 +181,8 @@ def test_a_job_naming_a_shipped_script_uploads_its_one_file(
     assert resolve_local_script("batchai_sdk.train.datasets") is None  # a part, not a script: NotFoundError
 
 
-def test_a_new_bundle_removes_bundles_unused_for_a_month_and_keeps_the_rest(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    pkg = _write(tmp_path / "pkg", DIAMOND)
+def test_a_new_bundle_removes_bundles_unused_for_a_month_and_keeps_the_rest(diamond: Path) -> None:
+    pkg = diamond
     in_use = bundle.bundled_script("app", pkg)
     root = in_use.parent.parent
     stale, recent = root / ("0" * 16), root / ("1" * 16)
@@ -187,7 +193,7 @@ def test_a_new_bundle_removes_bundles_unused_for_a_month_and_keeps_the_rest(
     os.utime(stale, (month_ago, month_ago))
     os.utime(in_use.parent, (month_ago, month_ago))
     assert bundle.bundled_script("app", pkg) == in_use  # a use marks it used
-    (pkg / "base.py").write_text(DIAMOND["base"].replace("UNIT = 2", "UNIT = 3"))
+    next_version(pkg)
     newest = bundle.bundled_script("app", pkg)  # a new bundle written: the stale one goes
     assert newest.is_file() and in_use.is_file() and (recent / "app.py").is_file()
     assert not stale.exists()
