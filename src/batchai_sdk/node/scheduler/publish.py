@@ -68,6 +68,8 @@ def publish(sched: Scheduler) -> None:
         "nodes": {node: {"job": keys.get(jid, ""), "phase": phase} for node, (jid, phase) in held.items()},
         "queued": queued,
         "down": sorted(sched.down),
+        "unusable": dict(sorted(sched.gate.unusable.items())),
+        "checking": sorted(sched.gate.checking),
         "idle_since": last_end,
     }
     if doc != sched.last_nodes_doc:

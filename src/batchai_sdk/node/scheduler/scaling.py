@@ -66,10 +66,10 @@ def release_azure_nodes(sched: Scheduler, azure: dict[str, str], remove: list[st
         sched.log(f"could not release {', '.join(remove)} through the scale set's identity: {exc}")
 
 
-def event(sched: Scheduler, fields: dict[str, Any]) -> None:
-    """One autoscale decision in the log and in the cluster's ``events.jsonl`` on the share."""
+def event(sched: Scheduler, fields: dict[str, Any], label: str = "autoscale") -> None:
+    """One decision (autoscale's, the health gate's) in the log and in the cluster's ``events.jsonl``."""
     line = json.dumps({"time": now(), **fields}, sort_keys=True)
-    sched.log(f"autoscale: {line}")
+    sched.log(f"{label}: {line}")
     try:
         with open(os.path.join(sched.cfg["cluster_dir"], "events.jsonl"), "a", encoding="utf-8") as f:
             f.write(line + "\n")
