@@ -211,6 +211,22 @@ def test_a_failed_node_is_kept_out_until_a_report_passes_it(ws: Workspace) -> No
     assert job2.wait(timeout=120) is JobState.SUCCEEDED
 
 
+def test_a_job_that_asks_for_the_gate_starts_after_its_nodes_pass(ws: Workspace) -> None:
+    pytest.importorskip("torch")
+    cluster = ws.create_cluster("j", nodes=2)  # no gate on the cluster: the job asks for one
+    exp = ws.create_experiment("e")
+    job = exp.create_job("gated", cluster=cluster, node_count=2, command_line="true", toolkit="custom",
+                         health_check="basic")  # fmt: skip
+    job.submit()
+    assert job.wait(timeout=180) is JobState.SUCCEEDED
+    [report] = [json.loads(p.read_text()) for p in _health_folder(ws, "j").glob("*.json")]
+    assert sorted(report["nodes"]) == sorted(cluster.node_states()) and report["unusable"] == {}
+    plain = exp.create_job("plain", cluster=cluster, command_line="true", toolkit="custom")
+    plain.submit()
+    assert plain.wait(timeout=60) is JobState.SUCCEEDED
+    assert len(list(_health_folder(ws, "j").glob("*.json"))) == 1  # a job without the gate: no check
+
+
 def test_a_cluster_with_a_gate_checks_its_nodes_when_they_join(ws: Workspace) -> None:
     pytest.importorskip("torch")
     cluster = ws.create_cluster("g", nodes=2, health_check="basic")

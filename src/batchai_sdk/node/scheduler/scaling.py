@@ -34,8 +34,16 @@ def autoscale(sched: Scheduler) -> None:
         else:
             sched.free_since.setdefault(node["id"], t)
     head = sched.pool()[0]["id"] if sched.pool() else None
+    bad = sched.gate.unusable  # failed the health gate: the policy lets them go first and replaces them
     views = [
-        NodeView(n["id"], n["id"] in held, sched.free_since.get(n["id"], t), head=n["id"] == head) for n in up
+        NodeView(
+            n["id"],
+            n["id"] in held,
+            sched.free_since.get(n["id"], t),
+            head=n["id"] == head,
+            unusable=n["id"] in bad,
+        )
+        for n in up
     ]
     queue = [r["node_count"] for r in sched.rows("state = 'queued'")]
     decision = decide(settings, views, queue, t)
