@@ -143,6 +143,7 @@ def _gate(nodes: list[dict[str, str]], level: str) -> dict[str, object]:
     return report
 
 
+@pytest.mark.slow
 def test_gloo_all_reduce_between_two_nodes_is_measured() -> None:
     pytest.importorskip("torch")
     nodes = [{"id": "n0", "address": "127.0.0.1"}, {"id": "n1", "address": "127.0.0.1"}]
@@ -182,6 +183,7 @@ def _report(folder: Path, level: str, nodes: list[str], unusable: dict[str, str]
     (folder / f"{time.time():.0f}-{len(list(folder.iterdir())):08d}.json").write_text(json.dumps(doc))
 
 
+@pytest.mark.slow
 def test_a_failed_node_is_kept_out_until_a_report_passes_it(ws: Workspace) -> None:
     cluster = ws.create_cluster("c", nodes=2)
     exp = ws.create_experiment("e")
@@ -211,6 +213,7 @@ def test_a_failed_node_is_kept_out_until_a_report_passes_it(ws: Workspace) -> No
     assert job2.wait(timeout=120) is JobState.SUCCEEDED
 
 
+@pytest.mark.slow
 def test_a_job_that_asks_for_the_gate_starts_after_its_nodes_pass(ws: Workspace) -> None:
     pytest.importorskip("torch")
     cluster = ws.create_cluster("j", nodes=2)  # no gate on the cluster: the job asks for one
@@ -227,6 +230,7 @@ def test_a_job_that_asks_for_the_gate_starts_after_its_nodes_pass(ws: Workspace)
     assert len(list(_health_folder(ws, "j").glob("*.json"))) == 1  # a job without the gate: no check
 
 
+@pytest.mark.slow
 def test_a_cluster_with_a_gate_checks_its_nodes_when_they_join(ws: Workspace) -> None:
     pytest.importorskip("torch")
     cluster = ws.create_cluster("g", nodes=2, health_check="basic")
