@@ -57,7 +57,7 @@ def _submit_to_new_clusters(root: str, worker: int, runs: str, barrier: Any, res
         try:
             job.submit()
             result.append((name, "ok"))
-        except Exception as exc:  # noqa: BLE001 - the test reports what each client saw
+        except Exception as exc:  # the test reports what each client saw
             result.append((name, f"{type(exc).__name__}: {exc}"))
 
 
@@ -115,7 +115,7 @@ def _kill_scheduler_at_launch(state: Path, timeout: float = 60) -> bool:
             if _ppid(pid) != sched:
                 continue
             os.kill(sched, signal.SIGSTOP)
-            wait_for(lambda p=pid: b"launch" in _cmdline(p) or not pid_alive(p), 10, "the launcher's exec")
+            wait_for(lambda: b"launch" in _cmdline(pid) or not pid_alive(pid), 10, "the launcher's exec")
             os.kill(sched, signal.SIGKILL)
             return True
     return False
@@ -134,7 +134,7 @@ def test_kill_9_of_the_scheduler_in_its_launch_window_never_starts_a_job_twice(
     for i in range(20):
         cmd = f"echo ran-$$ >> {runs}/k{i}; echo out-k{i}; exit 5"
         hits: list[bool] = []
-        killer = threading.Thread(target=lambda: hits.append(_kill_scheduler_at_launch(state)))
+        killer = threading.Thread(target=lambda h=hits: h.append(_kill_scheduler_at_launch(state)))
         killer.start()  # the launch may happen inside the submit's own request
         jobs.append(exp.create_job(f"k{i}", cluster=cluster, command_line=cmd).submit())
         killer.join()

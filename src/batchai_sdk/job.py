@@ -352,8 +352,19 @@ class Job:
         return float(price.value)
 
     def _unstage(self) -> None:
-        """Remove what a failed submit wrote (its own folder only: the name is free again)."""
+        """Remove what a failed submit wrote (its own folder only: the name is free again). A folder whose
+        status a scheduler has written is that scheduler's job (its request was accepted, whatever reply
+        this client saw): it is never removed from under it."""
         self._record = None
+        try:
+            status = self.workspace.share.read_json_or_none(self.paths.status) or {}
+        except Exception:  # the submit's own error is the one to raise
+            status = {}
+        if isinstance(status, dict) and status.get("scheduler"):
+            log.warning(
+                "job %s/%s was accepted by its scheduler: its folder is kept", self.experiment.name, self.name
+            )
+            return
         try:
             self.workspace.share.delete(self.paths.job_dir, recursive=True)
         except Exception:
@@ -375,7 +386,25 @@ class Job:
         if self.workspace.backend.kind == "slurm":  # Slurm's own queue says what our records cannot
             self._scheduler().refresh(self.experiment.name, self.name)
         record = self.workspace.share.read_json_or_none(self.paths.status)
-        return JobStatus.from_record(record, timeout=heartbeat_timeout())
+        status = JobStatus.from_record(record, timeout=heartbeat_timeout())
+        return self._confirm_lost(status, record or {}) if status.lost else status
+
+    def _confirm_lost(self, status: JobStatus, record: Mapping[str, Any]) -> JobStatus:
+        """A stale record is only a hint (a full share stops the scheduler's writes, not its work): the
+        job is lost only when its scheduler cannot be reached or no longer knows it. One it knows keeps
+        its state; one that ended there reads as it ended, before the share takes the record."""
+        try:
+            known = self._scheduler().job_state(self.experiment.name, self.name, timeout=30)
+        except BatchAIError as exc:
+            log.debug("could not ask the scheduler about %s: %s", self.name, exc)
+            return status
+        if not known or not known.get("found"):
+            return status
+        fresh: dict[str, Any] = dict(record)
+        fresh.update(
+            {k: known[k] for k in ("state", "exit_code", "failure_reason", "end_time") if k in known}
+        )
+        return JobStatus.from_record(fresh)
 
     @property
     def attempts(self) -> list[dict[str, Any]]:

@@ -152,6 +152,10 @@ class HeadNodeScheduler(ClusterScheduler):
         reply = self.call({"op": "terminate", "experiment": experiment, "name": name}, timeout=timeout)
         return bool(reply.get("found"))
 
+    def job_state(self, experiment: str, name: str, *, timeout: float | None = None) -> dict[str, Any] | None:
+        reply = self.call({"op": "job", "experiment": experiment, "name": name}, timeout=timeout)
+        return reply if reply.get("ok") and "found" in reply else None  # an older scheduler cannot say
+
     def ensure_running(self) -> None:
         """Make sure the scheduler runs (restarting it if it died) and knows the cluster's nodes."""
         self.call({"op": "ping"})
