@@ -95,6 +95,10 @@ def test_clients_racing_a_new_clusters_first_scheduler_are_all_accepted_and_run_
 
 
 # -- R2: intent before action --------------------------------------------------------------------------
+def _wait_exec(pid: int) -> None:
+    wait_for(lambda: b"launch" in _cmdline(pid) or not pid_alive(pid), 10, "the launcher's exec")
+
+
 def _kill_scheduler_at_launch(state: Path, timeout: float = 60) -> bool:
     """Freeze the scheduler (SIGSTOP) as soon as it forks its next launcher, let the launcher exec, then
     kill -9 the scheduler: it dies between starting a launcher and anything it does after. False when no
@@ -115,7 +119,7 @@ def _kill_scheduler_at_launch(state: Path, timeout: float = 60) -> bool:
             if _ppid(pid) != sched:
                 continue
             os.kill(sched, signal.SIGSTOP)
-            wait_for(lambda: b"launch" in _cmdline(pid) or not pid_alive(pid), 10, "the launcher's exec")
+            _wait_exec(pid)
             os.kill(sched, signal.SIGKILL)
             return True
     return False
