@@ -18,7 +18,7 @@ import pytest
 from _helpers import pid_alive, wait_for
 from batchai_sdk import JobState, Workspace
 from batchai_sdk._models import parse_time, utcnow
-from batchai_sdk.node import procs
+from batchai_sdk.node.job import procs
 
 pytestmark = pytest.mark.mpi
 

@@ -158,13 +158,14 @@ HOLD = (
     "python3 -c \"import json,os,time; n=os.environ['BATCHAI_JOB_NODES']; "
     "open('{out}/{name}.json','w').write(json.dumps({{'node':n,'pid':os.getpid()}})); time.sleep(300)\""
 )
-CHECK = (
+CHECK = (  # a process of an earlier job still alive on this job's node (a zombie is dead) is a shared node
     "python3 -c \"import json,os,glob; n=os.environ['BATCHAI_JOB_NODES']\n"
     "for p in glob.glob('{out}/*.json'):\n"
     " r=json.load(open(p))\n"
     " if r['node']==n:\n"
-    "  try: os.kill(r['pid'],0); open('{out}/SHARED-{name}','w').write(p)\n"
-    "  except ProcessLookupError: pass\n"
+    "  try: z=open('/proc/%d/stat' % r['pid']).read().rsplit(') ',1)[1].split()[0]\n"
+    "  except OSError: z='gone'\n"
+    "  if z not in ('gone','Z'): open('{out}/SHARED-{name}','w').write(p)\n"
     "open('{out}/ran-{name}','w')\""
 )
 

@@ -44,6 +44,7 @@ from .exceptions import (
     ValidationError,
 )
 from .launch import launch_config, on_node
+from .node.protocol import StatusDoc
 from .share import join
 
 if TYPE_CHECKING:
@@ -360,7 +361,7 @@ class Job:
             status = self.workspace.share.read_json_or_none(self.paths.status) or {}
         except Exception:  # the submit's own error is the one to raise
             status = {}
-        if isinstance(status, dict) and status.get("scheduler"):
+        if isinstance(status, dict) and StatusDoc.from_dict(status).accepted:
             log.warning(
                 "job %s/%s was accepted by its scheduler: its folder is kept", self.experiment.name, self.name
             )

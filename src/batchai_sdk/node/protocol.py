@@ -31,6 +31,7 @@ SIMULATED_EVICTION_PREFIX = "simulate-eviction-"
 # ctl: the request's operations and the error codes of a refused one
 OP_SUBMIT, OP_TERMINATE, OP_PING, OP_NODES, OP_JOB = "submit", "terminate", "ping", "nodes", "job"
 OPS = (OP_SUBMIT, OP_TERMINATE, OP_PING, OP_NODES, OP_JOB)
+HEAD_DISK_ERROR = "head_disk_error"  # in nodes.json while the scheduler's own disk refuses writes
 E_EXISTS, E_CAPACITY, E_INVALID, E_UNAVAILABLE = "exists", "capacity", "invalid", "unavailable"
 
 

@@ -3,15 +3,18 @@ the share, again every heartbeat while a job is active; a failed write is kept a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import sqlite3
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..common import now, write_json_atomic
-from .store import ACTIVE
+from ..protocol import HEAD_DISK_ERROR, Reporter, StatusDoc
+from .store import ACTIVE, STARTING
 
 if TYPE_CHECKING:
     from .daemon import Scheduler
@@ -22,25 +25,42 @@ HEARTBEAT = 10.0
 def status_doc(sched: Scheduler, row: sqlite3.Row) -> dict[str, Any]:
     """The job's ``status.json`` as readers see it (a job being cleaned up is still running)."""
     state = "running" if row["state"] == "cleaning" else row["state"]
-    doc: dict[str, Any] = {
-        "state": state,
-        "creation_time": row["creation_time"],
-        "heartbeat": now(),
-        "scheduler": {"host": socket.gethostname(), "pid": os.getpid(), "job_id": row["id"]},
-    }
+    doc = StatusDoc(
+        state=state,
+        creation_time=row["creation_time"],
+        heartbeat=now(),
+        reporter=Reporter(host=socket.gethostname(), pid=os.getpid(), job_id=row["id"]),
+    )
     if row["start_time"]:
-        doc.update(start_time=row["start_time"], nodes=json.loads(row["nodes"]))
-        doc["preparing"] = state == "running" and row["phase"] == "preparing"
-        doc["attempt"] = row["attempt"]
+        doc = replace(
+            doc,
+            start_time=row["start_time"],
+            nodes=json.loads(row["nodes"]),
+            preparing=state == "running" and row["phase"] in ("preparing", STARTING),
+            attempt=row["attempt"],
+            tag=row["tag"] if state == "running" else None,
+        )
     attempts = json.loads(row["attempts"])
     if attempts:
-        doc["attempts"] = attempts
-        doc["attempt"] = row["attempt"]
+        doc = replace(doc, attempts=attempts, attempt=row["attempt"])
     if state == "queued" and attempts:
-        doc["requeue_reason"] = row["reason"]
+        doc = replace(doc, requeue_reason=row["reason"])
     if state not in ("queued", "running"):
-        doc.update(end_time=row["end_time"], exit_code=row["exit_code"], failure_reason=row["reason"])
-    return doc
+        doc = replace(doc, end_time=row["end_time"], exit_code=row["exit_code"], failure_reason=row["reason"])
+    return doc.to_dict()
+
+
+def report_fault(sched: Scheduler, message: str | None) -> None:
+    """Say on the share (``nodes.json``) that the head node's disk refuses writes, or that it is over."""
+    sched.fault_message = message
+    doc = dict(sched.last_nodes_doc or {})
+    if message is None:
+        doc.pop(HEAD_DISK_ERROR, None)
+    else:
+        doc[HEAD_DISK_ERROR] = message
+    with contextlib.suppress(OSError):
+        write_json_atomic(os.path.join(sched.cfg["cluster_dir"], "nodes.json"), doc, sync=False)
+        sched.last_nodes_doc = doc
 
 
 def deleted(sched: Scheduler, row: sqlite3.Row) -> bool:
@@ -70,6 +90,8 @@ def publish(sched: Scheduler) -> None:
         "down": sorted(sched.down),
         "idle_since": last_end,
     }
+    if sched.fault_message is not None:
+        doc[HEAD_DISK_ERROR] = sched.fault_message
     if doc != sched.last_nodes_doc:
         try:
             write_json_atomic(os.path.join(sched.cfg["cluster_dir"], "nodes.json"), doc, sync=False)
