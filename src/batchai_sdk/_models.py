@@ -695,6 +695,6 @@ class JobStatus:
             f"the job's scheduler{where}{who} stopped reporting at {last.isoformat()} (it was killed, or"
             " its head node went down)"
             if status.heartbeat
-            else f"no scheduler ever reported on the job (submitted at {last.isoformat()})"
+            else f"the job never started: no scheduler reported on it (submitted at {last.isoformat()})"
         )
         return dataclasses.replace(status, state=JobState.FAILED, failure_reason=why, lost=True)

@@ -44,7 +44,7 @@ from .exceptions import (
     ValidationError,
 )
 from .launch import launch_config, on_node
-from .node.protocol import StatusDoc
+from .node.protocol import LAUNCH_CONFIG, StatusDoc
 from .share import join
 
 if TYPE_CHECKING:
@@ -303,7 +303,7 @@ class Job:
             for note in config["notes"]:
                 log.warning("job %s: %s", self.name, note)
             what = "the job's launch configuration"
-            share.write_json(join(self.paths.run_dir, "launch.json"), config)
+            share.write_json(join(self.paths.run_dir, LAUNCH_CONFIG), config)
             created = utcnow().isoformat()
             what = "the job's status record"
             share.write_json(self.paths.status, {"state": "queued", "creation_time": created})
@@ -328,7 +328,7 @@ class Job:
             experiment=self.experiment.name,
             name=self.name,
             node_count=self.spec.node_count,
-            launch_config=join(self.paths.run_dir, "launch.json"),
+            launch_config=join(self.paths.run_dir, LAUNCH_CONFIG),
             max_wall_clock_seconds=self.spec.max_wall_clock_seconds,
             created=str((self._record or {}).get("creation_time")),
             hang_timeout=self.spec.watchdog_seconds,

@@ -21,25 +21,53 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 META = ".batchai"
+WORKSPACE_RECORD = "workspace.json"
+CLUSTER_RECORD = "cluster.json"
+NODES_RECORD = "nodes.json"  # which job holds each node (the scheduler)
+SIZE_RECORD = "size.json"  # with autoscale: the nodes up now (the scheduler)
+EVENTS_RECORD = "events.jsonl"  # every scaling decision (the scheduler)
+CLIENT_EVENTS = "events.d"  # a client's scaling decision, one file each
+EXPERIMENT_RECORD = "experiment.json"
 JOB_RECORD = "job.json"
 STATUS_RECORD = "status.json"
 LAUNCH_CONFIG = "launch.json"
 RESULT_RECORD = "result.json"  # a launcher's outcome; also in its node-local folder on the head node
 EVICTED_PREFIX = "evicted-"
 SIMULATED_EVICTION_PREFIX = "simulate-eviction-"
+HEAD_DISK_ERROR = "head_disk_error"  # in nodes.json while the scheduler's own disk refuses writes
 
 # ctl: the request's operations and the error codes of a refused one
 OP_SUBMIT, OP_TERMINATE, OP_PING, OP_NODES, OP_JOB = "submit", "terminate", "ping", "nodes", "job"
 OPS = (OP_SUBMIT, OP_TERMINATE, OP_PING, OP_NODES, OP_JOB)
-HEAD_DISK_ERROR = "head_disk_error"  # in nodes.json while the scheduler's own disk refuses writes
 E_EXISTS, E_CAPACITY, E_INVALID, E_UNAVAILABLE = "exists", "capacity", "invalid", "unavailable"
+
+
+def eviction_marker(node: str) -> str:
+    """The file name a node's eviction notice gets in the job's run folder."""
+    return f"{EVICTED_PREFIX}{node}.json"
+
+
+def simulated_eviction(node: str) -> str:
+    """The file name of a simulated eviction (``cluster.simulate_eviction``) in the job's run folder."""
+    return f"{SIMULATED_EVICTION_PREFIX}{node}.json"
+
+
+def is_eviction_file(name: str, *, simulated: bool = False) -> bool:
+    prefixes = (EVICTED_PREFIX, SIMULATED_EVICTION_PREFIX) if simulated else (EVICTED_PREFIX,)
+    return name.startswith(prefixes) and name.endswith(".json")
 
 
 @dataclass(frozen=True)
 class SharePaths:
-    """The share's paths under ``root`` (``""``: share-relative, as the client's Share takes them)."""
+    """The share's paths under ``root`` (``""``: share-relative, as the client's Share takes them; on a
+    node, where it mounts the share). Names come validated from the caller."""
 
     root: str = ""
+
+    @classmethod
+    def at_meta(cls, meta_root: str) -> SharePaths:
+        """The paths of a share whose ``.batchai`` folder is ``meta_root`` (as a node sees it)."""
+        return cls(posixpath.dirname(meta_root.rstrip("/")))
 
     def _p(self, *parts: str) -> str:
         return posixpath.join(self.root, META, *parts) if self.root else posixpath.join(META, *parts)
@@ -48,7 +76,7 @@ class SharePaths:
         return self._p()
 
     def workspace_record(self) -> str:
-        return self._p("workspace.json")
+        return self._p(WORKSPACE_RECORD)
 
     def clusters_dir(self) -> str:
         return self._p("clusters")
@@ -57,19 +85,19 @@ class SharePaths:
         return self._p("clusters", cluster)
 
     def cluster_record(self, cluster: str) -> str:
-        return posixpath.join(self.cluster_dir(cluster), "cluster.json")
+        return posixpath.join(self.cluster_dir(cluster), CLUSTER_RECORD)
 
     def nodes_record(self, cluster: str) -> str:
-        return posixpath.join(self.cluster_dir(cluster), "nodes.json")
+        return posixpath.join(self.cluster_dir(cluster), NODES_RECORD)
 
     def size_record(self, cluster: str) -> str:
-        return posixpath.join(self.cluster_dir(cluster), "size.json")
+        return posixpath.join(self.cluster_dir(cluster), SIZE_RECORD)
 
     def events_record(self, cluster: str) -> str:
-        return posixpath.join(self.cluster_dir(cluster), "events.jsonl")
+        return posixpath.join(self.cluster_dir(cluster), EVENTS_RECORD)
 
     def client_events_dir(self, cluster: str) -> str:
-        return posixpath.join(self.cluster_dir(cluster), "events.d")
+        return posixpath.join(self.cluster_dir(cluster), CLIENT_EVENTS)
 
     def node_code_dir(self, digest: str) -> str:
         return self._p("node", digest, "batchai_node")
@@ -78,7 +106,7 @@ class SharePaths:
         return self._p("experiments")
 
     def experiment_record(self, experiment: str) -> str:
-        return self._p("experiments", experiment, "experiment.json")
+        return self._p("experiments", experiment, EXPERIMENT_RECORD)
 
     def jobs_dir(self, experiment: str) -> str:
         return self._p("experiments", experiment, "jobs")
@@ -103,6 +131,11 @@ class SharePaths:
 
     def result_record(self, experiment: str, job: str) -> str:
         return posixpath.join(self.run_dir(experiment, job), RESULT_RECORD)
+
+    def job_output_root(self, prefix: str | None, experiment: str, job: str) -> str:
+        """Where the job's logs and outputs go: under ``prefix`` (share-relative), ``.batchai`` by default."""
+        base = posixpath.join(self.root, prefix or META) if self.root else (prefix or META)
+        return posixpath.join(base, "experiments", experiment, "jobs", job)
 
 
 @dataclass(frozen=True)

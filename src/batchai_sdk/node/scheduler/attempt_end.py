@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..common import load_or_none, now
 from ..job import procs
 from ..policy import retries
-from ..protocol import RESULT_RECORD
+from ..protocol import RESULT_RECORD, is_eviction_file
 
 if TYPE_CHECKING:
     from .daemon import Scheduler
@@ -85,8 +85,7 @@ def launcher_result(sched: Scheduler, row: sqlite3.Row) -> dict[str, Any] | None
     local = load_or_none(os.path.join(sched.job_state_dir(row["id"]), RESULT_RECORD))
     if isinstance(local, dict):
         return local
-    run_dir = os.path.join(sched.job_share_dir(row["experiment"], row["name"]), "run")
-    shared = load_or_none(os.path.join(run_dir, RESULT_RECORD))
+    shared = load_or_none(sched.share_paths().result_record(row["experiment"], row["name"]))
     if isinstance(shared, dict) and row["tag"] and shared.get("tag") == row["tag"]:
         return shared
     return None
@@ -94,9 +93,9 @@ def launcher_result(sched: Scheduler, row: sqlite3.Row) -> dict[str, Any] | None
 
 def evictions(sched: Scheduler, row: sqlite3.Row) -> list[dict[str, Any]]:
     """The eviction notices the job's nodes marked in its run folder during this attempt."""
-    run_dir = os.path.join(sched.job_share_dir(row["experiment"], row["name"]), "run")
+    run_dir = sched.share_paths().run_dir(row["experiment"], row["name"])
     try:
-        names = sorted(n for n in os.listdir(run_dir) if n.startswith("evicted-") and n.endswith(".json"))
+        names = sorted(n for n in os.listdir(run_dir) if is_eviction_file(n))
     except OSError:
         return []
     return [load_or_none(os.path.join(run_dir, n)) or {} for n in names]
@@ -104,10 +103,10 @@ def evictions(sched: Scheduler, row: sqlite3.Row) -> list[dict[str, Any]]:
 
 def clear_evictions(sched: Scheduler, row: sqlite3.Row) -> None:
     """Remove the attempt's eviction notices (and simulated ones) before the job runs again."""
-    run_dir = os.path.join(sched.job_share_dir(row["experiment"], row["name"]), "run")
+    run_dir = sched.share_paths().run_dir(row["experiment"], row["name"])
     with contextlib.suppress(OSError):
         for name in os.listdir(run_dir):
-            if name.startswith(("evicted-", "simulate-eviction-")) and name.endswith(".json"):
+            if is_eviction_file(name, simulated=True):
                 os.unlink(os.path.join(run_dir, name))
 
 

@@ -33,6 +33,7 @@ from ..common import TAG_VAR, load_or_none, now, write_json_atomic
 from ..job import procs
 from ..policy import autoscale, retries, watchdog
 from ..policy.queue import Holding, Waiting, plan
+from ..protocol import OP_JOB, OP_NODES, OP_PING, OP_SUBMIT, OP_TERMINATE, SharePaths
 from . import attempt_end, health, publish, recovery, scaling
 from .store import ACTIVE, NAME, SCHEMA, STARTING, iso, migrate
 
@@ -117,7 +118,11 @@ class Scheduler:
 
     def job_share_dir(self, experiment: str, name: str) -> str:
         """The job's folder on the share (its records, ``run/``)."""
-        return os.path.join(self.cfg["meta_root"], "experiments", experiment, "jobs", name)
+        return self.share_paths().job_dir(experiment, name)
+
+    def share_paths(self) -> SharePaths:
+        """The share's paths as this head node sees them (node/protocol.py)."""
+        return SharePaths.at_meta(self.cfg["meta_root"])
 
     def job_state_dir(self, job_id: int) -> str:
         """The job's folder on this node: assignment, secrets, the launcher's result and log."""
@@ -150,13 +155,13 @@ class Scheduler:
         if request.get("cluster"):
             self.set_cluster(request["cluster"])
         op = request.get("op")
-        if op == "submit":
+        if op == OP_SUBMIT:
             return self.submit(request)
-        if op == "terminate":
+        if op == OP_TERMINATE:
             return self.terminate(request)
-        if op in ("ping", "nodes"):
+        if op in (OP_PING, OP_NODES):
             return {"ok": True, "pid": os.getpid()}
-        if op == "job":
+        if op == OP_JOB:
             return self.job_state(request)
         raise RequestError("invalid", f"unknown request {op!r}")
 
@@ -284,9 +289,8 @@ class Scheduler:
         for stale in ("result.json", "phase.json"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(job_dir, stale))
-        share_dir = self.job_share_dir(row["experiment"], row["name"])
         assignment = {
-            "launch": os.path.join(share_dir, "run", "launch.json"),
+            "launch": self.share_paths().launch_config(row["experiment"], row["name"]),
             "nodes": nodes,
             "tag": tag,
             "attempt": row["attempt"],

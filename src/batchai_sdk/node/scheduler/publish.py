@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..common import now, write_json_atomic
-from ..protocol import HEAD_DISK_ERROR, Reporter, StatusDoc
+from ..protocol import HEAD_DISK_ERROR, NODES_RECORD, Reporter, StatusDoc
 from .store import ACTIVE, STARTING
 
 if TYPE_CHECKING:
@@ -59,13 +59,13 @@ def report_fault(sched: Scheduler, message: str | None) -> None:
     else:
         doc[HEAD_DISK_ERROR] = message
     with contextlib.suppress(OSError):
-        write_json_atomic(os.path.join(sched.cfg["cluster_dir"], "nodes.json"), doc, sync=False)
+        write_json_atomic(os.path.join(sched.cfg["cluster_dir"], NODES_RECORD), doc, sync=False)
         sched.last_nodes_doc = doc
 
 
 def deleted(sched: Scheduler, row: sqlite3.Row) -> bool:
     """Whether the job's folder was removed from a share that is there (nothing to publish to)."""
-    jobs = os.path.join(sched.cfg["meta_root"], "experiments", row["experiment"], "jobs")
+    jobs = sched.share_paths().jobs_dir(row["experiment"])
     return os.path.isdir(jobs) and not os.path.exists(sched.job_share_dir(row["experiment"], row["name"]))
 
 
@@ -94,14 +94,14 @@ def publish(sched: Scheduler) -> None:
         doc[HEAD_DISK_ERROR] = sched.fault_message
     if doc != sched.last_nodes_doc:
         try:
-            write_json_atomic(os.path.join(sched.cfg["cluster_dir"], "nodes.json"), doc, sync=False)
+            write_json_atomic(os.path.join(sched.cfg["cluster_dir"], NODES_RECORD), doc, sync=False)
             sched.last_nodes_doc = doc
         except OSError:
             pass
     t = time.time()
     due = sched.rows(f"published = 0 OR (state IN {ACTIVE} AND beat < ?)", t - HEARTBEAT)
     for row in due:
-        path = os.path.join(sched.job_share_dir(row["experiment"], row["name"]), "status.json")
+        path = sched.share_paths().status_record(row["experiment"], row["name"])
         try:
             write_json_atomic(path, status_doc(sched, row))
         except FileNotFoundError as exc:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from ..common import load_or_none, now
 from ..job import procs
 from ..policy import retries
-from ..protocol import JOB_RECORD, RESULT_RECORD, STATUS_RECORD, StatusDoc
+from ..protocol import RESULT_RECORD, SharePaths, StatusDoc
 from . import attempt_end
 from .store import NAME, STARTING
 
@@ -27,25 +27,24 @@ def rebuild_from_share(sched: Scheduler) -> int:
     flight: its client's, never adopted (its request queues it). Queued jobs without secrets wait again;
     jobs that were running fence their nodes: they are held, being cleaned, until every process with
     their tag is ended, and end with the outcome their launcher left on the share if it left one."""
-    root = os.path.join(sched.cfg.get("meta_root", ""), "experiments")
+    paths = SharePaths.at_meta(sched.cfg.get("meta_root", ""))
     count = 0
     try:
-        experiments = sorted(os.listdir(root))
+        experiments = sorted(os.listdir(paths.experiments_dir()))
     except OSError:
         return 0
     last_id = old_job_ids(sched)
     for exp in experiments:
         try:
-            jobs = sorted(os.listdir(os.path.join(root, exp, "jobs")))
+            jobs = sorted(os.listdir(paths.jobs_dir(exp)))
         except OSError:
             continue
         for name in jobs:
             if not (NAME.match(exp) and NAME.match(name)):
                 continue
-            base = os.path.join(root, exp, "jobs", name)
-            raw = load_or_none(os.path.join(base, STATUS_RECORD))
+            raw = load_or_none(paths.status_record(exp, name))
             status = StatusDoc.from_dict(raw if isinstance(raw, dict) else {})
-            record = load_or_none(os.path.join(base, JOB_RECORD)) or {}
+            record = load_or_none(paths.job_record(exp, name)) or {}
             spec = record.get("spec") or {}
             if (
                 spec.get("cluster") != sched.cfg.get("cluster")
@@ -104,7 +103,7 @@ def old_job_ids(sched: Scheduler) -> int:
 def fence(sched: Scheduler, exp: str, name: str, status: StatusDoc, node_count: int) -> None:
     """A job that ran when the database was lost: its nodes stay held (``cleaning``) until every process
     with its tag is ended; its outcome is the one its launcher left on the share, else lost."""
-    result = load_or_none(os.path.join(sched.job_share_dir(exp, name), "run", RESULT_RECORD))
+    result = load_or_none(sched.share_paths().result_record(exp, name))
     ended = isinstance(result, dict) and status.tag is not None and result.get("tag") == status.tag
     if ended and result.get("exit_code") is not None:
         cause, exit_code, reason = retries.EndCause.EXIT.value, result["exit_code"], result.get("reason")
