@@ -102,15 +102,16 @@ def _wait_exec(pid: int) -> None:
 def _kill_scheduler_at_launch(state: Path, timeout: float = 60) -> bool:
     """Freeze the scheduler (SIGSTOP) as soon as it forks its next launcher, let the launcher exec, then
     kill -9 the scheduler: it dies between starting a launcher and anything it does after. False when no
-    launcher appeared."""
+    launcher appeared. The scheduler is looked up again whenever it changed (one that went idle exits,
+    and the next request starts another)."""
     deadline = time.monotonic() + timeout
-    sched = None
-    while sched is None and time.monotonic() < deadline:
-        sched = _scheduler_pid(state)
-    if sched is None:
-        return False
+    sched: int | None = None
     seen: set[int] = set()
     while time.monotonic() < deadline:
+        if sched is None or not pid_alive(sched):
+            sched, seen = _scheduler_pid(state), set()
+            if sched is None:
+                continue
         for entry in os.listdir("/proc"):
             pid = int(entry) if entry.isdigit() else 0
             if pid <= sched or pid in seen:
@@ -131,7 +132,7 @@ def test_kill_9_of_the_scheduler_in_its_launch_window_never_starts_a_job_twice(
     runs = tmp_path / "runs"
     runs.mkdir()
     exp = ws.create_experiment("e")
-    cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=1)
+    cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=4)  # launches come as fast as submits
     state = _sched_state(ws, "c")
     jobs = []
     killed = 0
@@ -144,13 +145,13 @@ def test_kill_9_of_the_scheduler_in_its_launch_window_never_starts_a_job_twice(
         killer.join()
         killed += sum(hits)
     ws.backend.scheduler(cluster.spec).ensure_running()  # a new scheduler must reconcile the last launch
-    assert killed == 20
     for i, job in enumerate(jobs):
         assert job.wait(timeout=60, poll_interval=0.1) is JobState.FAILED
         lines = (runs / f"k{i}").read_text().splitlines()
         assert len(lines) == 1, (f"k{i}", lines)  # one launcher, one run
         assert job.exit_code == 5, (f"k{i}", job.status.failure_reason)  # the one run's outcome
         assert job.tail("stdout.txt") == [f"out-k{i}"]
+    assert killed == 20  # every launch window was hit
 
 
 # -- R3: fencing after a lost database -------------------------------------------------------------------
