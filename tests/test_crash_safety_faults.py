@@ -168,3 +168,20 @@ def test_a_killed_mpirun_is_named_as_the_culprit(ws: Workspace, tmp_path: Path) 
     reason = job.status.failure_reason or ""
     assert "mpirun was killed by signal 9" in reason and "wrapper" not in reason, reason
     wait_for(lambda: procs.tagged_pids(tag) == [], 30, "every process of the job to end")
+
+
+def test_a_stale_record_of_a_job_that_ended_reads_as_its_scheduler_ended_it(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    exp = ws.create_experiment("e")
+    cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=1)
+    job = exp.create_job("done", cluster=cluster, command_line="exit 4").submit()
+    assert job.wait(timeout=60, poll_interval=0.2) is JobState.FAILED
+    status_json = ws.share.root / ".batchai" / "experiments" / "e" / "jobs" / "done" / "status.json"  # type: ignore[attr-defined]
+    record = json.loads(status_json.read_text())
+    stale = {k: v for k, v in record.items() if k not in ("end_time", "exit_code", "failure_reason")}
+    stale.update(state="running", heartbeat="2026-01-01T00:00:00+00:00")  # as a full share left it
+    status_json.write_text(json.dumps(stale))
+    monkeypatch.setenv("BATCHAI_HEARTBEAT_TIMEOUT", "1")
+    status = job.status  # the scheduler (started again if it went idle) still knows how it ended
+    assert (status.state, status.exit_code, status.lost) == (JobState.FAILED, 4, False), status

@@ -399,13 +399,29 @@ class Job:
         except BatchAIError as exc:
             log.debug("could not ask the scheduler about %s: %s", self.name, exc)
             return status
-        if not known or not known.get("found"):
+        if not known:
+            return status
+        if not known.get("found"):  # its scheduler answers and does not know it: lost for good
+            self._record_lost(status, record)
             return status
         fresh: dict[str, Any] = dict(record)
         fresh.update(
             {k: known[k] for k in ("state", "exit_code", "failure_reason", "end_time") if k in known}
         )
         return JobStatus.from_record(fresh)
+
+    def _record_lost(self, status: JobStatus, record: Mapping[str, Any]) -> None:
+        """Write the lost job's end, so that it reads the same from then on (a final state is final)."""
+        ended = {
+            **record,
+            "state": "failed",
+            "failure_reason": status.failure_reason,
+            "end_time": utcnow().isoformat(),
+        }
+        try:
+            self.workspace.share.write_json(self.paths.status, ended)
+        except (OSError, BatchAIError) as exc:
+            log.debug("could not record the end of lost job %s: %s", self.name, exc)
 
     @property
     def attempts(self) -> list[dict[str, Any]]:

@@ -226,14 +226,18 @@ class NodesDoc:
     down: list[str] = field(default_factory=list)
     idle_since: str | None = None
     has_idle_since: bool = True  # False: written by a scheduler too old to say
+    head_disk_error: str | None = None  # the scheduler's own disk refuses writes (while it lasts)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "nodes": {n: h.to_dict() for n, h in self.nodes.items()},
             "queued": list(self.queued),
             "down": list(self.down),
             "idle_since": self.idle_since,
         }
+        if self.head_disk_error is not None:
+            out[HEAD_DISK_ERROR] = self.head_disk_error
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> NodesDoc:
@@ -248,6 +252,7 @@ class NodesDoc:
             down=[str(d) for d in data.get("down") or []],
             idle_since=_str(data.get("idle_since")),
             has_idle_since="idle_since" in data,
+            head_disk_error=_str(data.get(HEAD_DISK_ERROR)),
         )
 
 

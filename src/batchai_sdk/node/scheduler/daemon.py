@@ -33,7 +33,7 @@ from ..common import TAG_VAR, load_or_none, now, write_json_atomic
 from ..job import procs
 from ..policy import autoscale, retries, watchdog
 from ..policy.queue import Holding, Waiting, plan
-from ..protocol import OP_JOB, OP_NODES, OP_PING, OP_SUBMIT, OP_TERMINATE, SharePaths
+from ..protocol import OP_JOB, OP_NODES, OP_PING, OP_SUBMIT, OP_TERMINATE, RESULT_RECORD, SharePaths
 from . import attempt_end, health, publish, recovery, scaling
 from .store import ACTIVE, NAME, SCHEMA, STARTING, iso, migrate
 
@@ -286,7 +286,7 @@ class Scheduler:
         tag = uuid.uuid4().hex
         job_dir = self.job_state_dir(job_id)
         os.makedirs(job_dir, mode=0o700, exist_ok=True)
-        for stale in ("result.json", "phase.json"):
+        for stale in (RESULT_RECORD, "phase.json"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(job_dir, stale))
         assignment = {

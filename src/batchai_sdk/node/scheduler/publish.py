@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..common import now, write_json_atomic
-from ..protocol import HEAD_DISK_ERROR, NODES_RECORD, Reporter, StatusDoc
+from ..protocol import HEAD_DISK_ERROR, NODES_RECORD, NodeHold, NodesDoc, Reporter, StatusDoc
 from .store import ACTIVE, STARTING
 
 if TYPE_CHECKING:
@@ -84,14 +84,13 @@ def publish(sched: Scheduler) -> None:
     queued = [r["key"] for r in sched.rows("state = 'queued'")]
     # no job held or queued: idle since the last job's end (None: none ended yet), for "is it forgotten?"
     last_end = None if held or queued else sched.db.execute("SELECT MAX(end_time) FROM jobs").fetchone()[0]
-    doc = {
-        "nodes": {node: {"job": keys.get(jid, ""), "phase": phase} for node, (jid, phase) in held.items()},
-        "queued": queued,
-        "down": sorted(sched.down),
-        "idle_since": last_end,
-    }
-    if sched.fault_message is not None:
-        doc[HEAD_DISK_ERROR] = sched.fault_message
+    doc = NodesDoc(
+        nodes={node: NodeHold(keys.get(jid, ""), phase) for node, (jid, phase) in held.items()},
+        queued=queued,
+        down=sorted(sched.down),
+        idle_since=last_end,
+        head_disk_error=sched.fault_message,
+    ).to_dict()
     if doc != sched.last_nodes_doc:
         try:
             write_json_atomic(os.path.join(sched.cfg["cluster_dir"], NODES_RECORD), doc, sync=False)
