@@ -18,6 +18,7 @@ from typing import Any
 
 from .exceptions import BatchAIJsonError, ValidationError
 from .node.policy.autoscale import AutoScaleError, AutoScaleSettings, parse_batchai_autoscale
+from .node.protocol import StatusDoc
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 OUTPUT_ID_RE = re.compile(r"[A-Za-z0-9_]{1,32}")
@@ -651,9 +652,10 @@ def heartbeat_timeout() -> float:
 
 @dataclass(frozen=True)
 class JobStatus:
-    """The status record the job wrapper keeps on the share (``status.json``).
+    """A job's status record on the share (``status.json``, ``node.protocol.StatusDoc``), as read.
 
-    ``lost`` marks a job whose wrapper stopped writing its heartbeat: it is reported as ``failed``.
+    ``lost`` marks a job whose reporter (its scheduler, or the Slurm step) stopped writing its heartbeat:
+    it is reported as ``failed`` (``Job.status`` first asks the scheduler whether it still runs it).
     """
 
     state: JobState
@@ -664,10 +666,20 @@ class JobStatus:
     failure_reason: str | None = None
     nodes: tuple[str, ...] = ()
     preparing: bool = False
-    wrapper_pid: int | None = None
+    reporter_pid: int | None = None
     heartbeat: datetime | None = None
-    wrapper_host: str | None = None
+    reporter_host: str | None = None
     lost: bool = False
+
+    @property
+    def wrapper_pid(self) -> int | None:
+        """Deprecated: ``reporter_pid`` (round 1's job wrapper is gone)."""
+        return self.reporter_pid
+
+    @property
+    def wrapper_host(self) -> str | None:
+        """Deprecated: ``reporter_host``."""
+        return self.reporter_host
 
     @classmethod
     def from_record(
@@ -676,28 +688,31 @@ class JobStatus:
         """The record's status; a job that stopped reporting (see ``heartbeat_timeout``) reads as failed."""
         if not data:
             return cls(state=JobState.QUEUED)
+        doc = StatusDoc.from_dict(dict(data))
         status = cls(
             state=JobState.from_raw(data.get("state")),
-            exit_code=data.get("exit_code"),
-            creation_time=parse_time(data.get("creation_time")),
-            start_time=parse_time(data.get("start_time")),
-            end_time=parse_time(data.get("end_time")),
-            failure_reason=data.get("failure_reason"),
-            nodes=tuple(data.get("nodes") or ()),
-            preparing=bool(data.get("preparing")),
-            wrapper_pid=data.get("wrapper_pid"),
-            heartbeat=parse_time(data.get("heartbeat")),
-            wrapper_host=data.get("wrapper_host"),
+            exit_code=doc.exit_code,
+            creation_time=parse_time(doc.creation_time),
+            start_time=parse_time(doc.start_time),
+            end_time=parse_time(doc.end_time),
+            failure_reason=doc.failure_reason,
+            nodes=tuple(doc.nodes or ()),
+            preparing=bool(doc.preparing),
+            reporter_pid=doc.reporter.pid if doc.reporter else None,
+            heartbeat=parse_time(doc.heartbeat),
+            reporter_host=doc.reporter.host if doc.reporter else None,
         )
         if status.state.ended or timeout is None:
             return status
         last = status.heartbeat or status.creation_time
         if last is None or ((now or utcnow()) - last).total_seconds() <= timeout:
             return status
-        where = f" on {status.wrapper_host}" if status.wrapper_host else ""
+        where = f" on {status.reporter_host}" if status.reporter_host else ""
+        who = f" (pid {status.reporter_pid})" if status.reporter_pid else ""
         why = (
-            f"the job wrapper{where} stopped reporting at {last.isoformat()} (killed, or its node went down)"
+            f"the job's scheduler{where}{who} stopped reporting at {last.isoformat()} (it was killed, or"
+            " its head node went down)"
             if status.heartbeat
-            else f"the job wrapper never started (submitted at {last.isoformat()})"
+            else f"the job never started: no scheduler reported on it (submitted at {last.isoformat()})"
         )
         return dataclasses.replace(status, state=JobState.FAILED, failure_reason=why, lost=True)

@@ -29,6 +29,7 @@ from .backends.base import ClusterStatus
 from .cost import format_cost
 from .exceptions import BatchAITimeoutError, ClusterBusyError, NotFoundError, ValidationError
 from .node.policy.autoscale import DEFAULT_IDLE_SECONDS
+from .node.protocol import simulated_eviction
 from .share import join
 
 GROW_TIMEOUT = 1800.0  # seconds Job.submit waits for an Azure scale set to grow for it
@@ -121,7 +122,7 @@ class Cluster:
             "grace_seconds": grace_seconds,
             "source": "simulate_eviction",
         }
-        path = join(layout.job_run_dir(experiment, job), f"simulate-eviction-{node}.json")
+        path = join(layout.job_run_dir(experiment, job), simulated_eviction(node))
         self.workspace.share.write_json(path, notice)
         return held[node].job
 

@@ -137,6 +137,12 @@ class ClusterScheduler(ABC):
     def ensure_running(self) -> None:  # noqa: B027 - Slurm's daemons are not ours to start
         """Start the scheduler again if it died (it then resumes its queue)."""
 
+    def job_state(self, experiment: str, name: str, *, timeout: float | None = None) -> dict[str, Any] | None:
+        """What the scheduler itself holds of the job (``found``, ``state``, ``exit_code``,
+        ``failure_reason``, ``end_time``), for when its published record went stale; None where the
+        scheduler cannot say (Slurm: its own queue is read by ``refresh``)."""
+        return None
+
     def refresh(self, experiment: str, name: str) -> object:
         """Bring the job's status record up to date where the scheduler does not publish it by itself."""
         return None

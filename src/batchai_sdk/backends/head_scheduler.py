@@ -21,6 +21,7 @@ from .. import _layout as layout
 from .._models import ClusterSpec, Node
 from ..exceptions import AlreadyExistsError, BackendError, CapacityError, ShareError, ValidationError
 from ..launch import node_command, on_node
+from ..node.protocol import E_CAPACITY, E_EXISTS, E_INVALID, NodesDoc
 from ..vm_sizes import health_floors
 from .base import Activity, Assignment, Backend, ClusterScheduler, JobRequest, LaunchTarget
 
@@ -133,9 +134,7 @@ class HeadNodeScheduler(ClusterScheduler):
                 f"the health check of cluster {self.spec.name!r} gave no report: {result.describe()}"
             ) from exc
         name = f"{report.get('started', 0):.0f}-{uuid.uuid4().hex[:8]}.json"
-        self.backend.share.write_json(
-            posixpath.join(layout.cluster_dir(self.spec.name), "health", name), report
-        )
+        self.backend.share.write_json(layout.cluster_health_report(self.spec.name, name), report)
         self.ensure_running()  # the scheduler applies the report; placement follows it once published
         bad = set(report.get("unusable") or {})
         good = set(report.get("nodes") or []) - bad
@@ -190,19 +189,23 @@ class HeadNodeScheduler(ClusterScheduler):
         if reply.get("ok"):
             return
         error, message = reply.get("error"), str(reply.get("message", reply))
-        if error == "exists":
+        if error == E_EXISTS:
             raise AlreadyExistsError(
                 "job", request.name, f"experiment {request.experiment!r} (already running)"
             )
-        if error == "capacity":
+        if error == E_CAPACITY:
             raise CapacityError(self.spec.name, request.node_count, len(self.nodes()))
-        if error == "invalid":
+        if error == E_INVALID:
             raise ValidationError("job", request.key, message)
         raise BackendError(f"the scheduler of cluster {self.spec.name!r} refused the job: {message}")
 
     def terminate(self, experiment: str, name: str, *, timeout: float | None = None) -> bool:
         reply = self.call({"op": "terminate", "experiment": experiment, "name": name}, timeout=timeout)
         return bool(reply.get("found"))
+
+    def job_state(self, experiment: str, name: str, *, timeout: float | None = None) -> dict[str, Any] | None:
+        reply = self.call({"op": "job", "experiment": experiment, "name": name}, timeout=timeout)
+        return reply if reply.get("ok") and "found" in reply else None  # an older scheduler cannot say
 
     def ensure_running(self) -> None:
         """Make sure the scheduler runs (restarting it if it died) and knows the cluster's nodes."""
@@ -213,32 +216,31 @@ class HeadNodeScheduler(ClusterScheduler):
         self.call({"op": "nodes"}, timeout=timeout)
 
     def assignments(self) -> Mapping[str, Assignment]:
-        doc = self.backend.share.read_json_or_none(layout.nodes_record(self.spec.name)) or {}
-        out = {
-            node: Assignment(job=str(held.get("job", "")), phase=str(held.get("phase", "running")))
-            for node, held in (doc.get("nodes") or {}).items()
-        }
-        for node in doc.get("down") or []:  # stopped answering during a job; no job goes there
-            out.setdefault(str(node), Assignment(job="", phase="unusable", reason="stopped answering"))
-        for node, why in (doc.get("unusable") or {}).items():  # failed the health gate
-            out.setdefault(str(node), Assignment(job="", phase="unusable", reason=str(why)))
-        for node in doc.get("checking") or []:  # being checked: preparing, as a node runs its start task
-            out.setdefault(str(node), Assignment(job="", phase="preparing"))
+        raw = self.backend.share.read_json_or_none(layout.nodes_record(self.spec.name))
+        doc = NodesDoc.from_dict(raw if isinstance(raw, dict) else {})
+        out = {node: Assignment(job=held.job, phase=held.phase) for node, held in doc.nodes.items()}
+        for node in doc.down:  # stopped answering during a job; no job goes there
+            out.setdefault(node, Assignment(job="", phase="unusable", reason="stopped answering"))
+        for node, why in doc.unusable.items():  # failed the health gate
+            out.setdefault(node, Assignment(job="", phase="unusable", reason=why))
+        for node in doc.checking:  # being checked: preparing, as a node runs its start task
+            out.setdefault(node, Assignment(job="", phase="preparing"))
         return out
 
     def activity(self) -> Activity | None:
         """From ``nodes.json``: busy while a node is held or a job queued, else idle since the last job's
         end. No record yet: no job was ever queued. A record without ``idle_since`` (written by an older
         scheduler) while nothing runs: unknown."""
-        doc = self.backend.share.read_json_or_none(layout.nodes_record(self.spec.name))
-        if doc is None:
+        raw = self.backend.share.read_json_or_none(layout.nodes_record(self.spec.name))
+        if not isinstance(raw, dict):
             return Activity(busy=False)
-        if doc.get("nodes") or doc.get("queued"):
+        doc = NodesDoc.from_dict(raw)
+        if doc.nodes or doc.queued:
             return Activity(busy=True)
-        if "idle_since" not in doc:
+        if not doc.has_idle_since:
             return None
         try:
-            last = datetime.fromisoformat(doc["idle_since"]) if doc["idle_since"] else None
+            last = datetime.fromisoformat(doc.idle_since) if doc.idle_since else None
         except (TypeError, ValueError):
             return None
         return Activity(busy=False, last_end=last)

@@ -33,9 +33,10 @@ from ..common import TAG_VAR, load_or_none, now, write_json_atomic
 from ..job import procs
 from ..policy import autoscale, retries, watchdog
 from ..policy.queue import Holding, Waiting, plan
+from ..protocol import OP_JOB, OP_NODES, OP_PING, OP_SUBMIT, OP_TERMINATE, RESULT_RECORD, SharePaths
 from . import attempt_end, health, publish, recovery, scaling
 from .gate import NodeGate
-from .store import ACTIVE, NAME, SCHEMA, iso, migrate
+from .store import ACTIVE, NAME, SCHEMA, STARTING, iso, migrate
 
 __all__ = ["Holding", "RequestError", "Scheduler", "Waiting", "plan", "run"]
 
@@ -85,6 +86,7 @@ class Scheduler:
         self.next_review: float | None = None
         self.scaling: concurrent.futures.Future[None] | None = None
         self.gate = NodeGate(self)
+        self.fault_message: str | None = None  # the head node's disk refusing writes, while it lasts
         self.rebuilt = recovery.rebuild_from_share(self) if fresh else 0
 
     # -- helpers ------------------------------------------------------------------------------------
@@ -118,7 +120,11 @@ class Scheduler:
 
     def job_share_dir(self, experiment: str, name: str) -> str:
         """The job's folder on the share (its records, ``run/``)."""
-        return os.path.join(self.cfg["meta_root"], "experiments", experiment, "jobs", name)
+        return self.share_paths().job_dir(experiment, name)
+
+    def share_paths(self) -> SharePaths:
+        """The share's paths as this head node sees them (node/protocol.py)."""
+        return SharePaths.at_meta(self.cfg["meta_root"])
 
     def job_state_dir(self, job_id: int) -> str:
         """The job's folder on this node: assignment, secrets, the launcher's result and log."""
@@ -140,6 +146,7 @@ class Scheduler:
         out: dict[str, tuple[int, str]] = {}
         for row in self.rows("state IN ('running', 'cleaning')"):
             phase = "cleaning" if row["state"] == "cleaning" else (row["phase"] or "preparing")
+            phase = "preparing" if phase == STARTING else phase
             for node in json.loads(row["nodes"]):
                 out[node] = (row["id"], phase)
         return out
@@ -150,12 +157,14 @@ class Scheduler:
         if request.get("cluster"):
             self.set_cluster(request["cluster"])
         op = request.get("op")
-        if op == "submit":
+        if op == OP_SUBMIT:
             return self.submit(request)
-        if op == "terminate":
+        if op == OP_TERMINATE:
             return self.terminate(request)
-        if op in ("ping", "nodes"):
+        if op in (OP_PING, OP_NODES):
             return {"ok": True, "pid": os.getpid()}
+        if op == OP_JOB:
+            return self.job_state(request)
         raise RequestError("invalid", f"unknown request {op!r}")
 
     def set_cluster(self, cfg: dict[str, Any]) -> None:
@@ -232,6 +241,16 @@ class Scheduler:
         self.publish()
         return {"ok": True, "id": job_id}
 
+    def job_state(self, request: dict[str, Any]) -> dict[str, Any]:
+        """What this scheduler holds of a job, whatever the share shows (a full share stops its writes,
+        not its work): found, and the state, exit code, reason and end it would publish."""
+        rows = self.rows("key = ?", f"{request.get('experiment')}/{request.get('name')}")
+        if not rows:
+            return {"ok": True, "found": False}
+        doc = publish.status_doc(self, rows[-1])
+        keys = ("state", "exit_code", "failure_reason", "end_time")
+        return {"ok": True, "found": True, **{k: doc[k] for k in keys if k in doc}}
+
     def terminate(self, request: dict[str, Any]) -> dict[str, Any]:
         """End a queued job now, or stop a running one (its launcher gets SIGTERM)."""
         key = f"{request.get('experiment')}/{request.get('name')}"
@@ -283,12 +302,11 @@ class Scheduler:
         tag = uuid.uuid4().hex
         job_dir = self.job_state_dir(job_id)
         os.makedirs(job_dir, mode=0o700, exist_ok=True)
-        for stale in ("result.json", "phase.json"):
+        for stale in (RESULT_RECORD, "phase.json"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(job_dir, stale))
-        share_dir = self.job_share_dir(row["experiment"], row["name"])
         assignment = {
-            "launch": os.path.join(share_dir, "run", "launch.json"),
+            "launch": self.share_paths().launch_config(row["experiment"], row["name"]),
             "nodes": nodes,
             "tag": tag,
             "attempt": row["attempt"],
@@ -300,6 +318,19 @@ class Scheduler:
         env.update(self.cfg.get("env", {}))
         env[TAG_VAR] = tag
         t = time.time()
+        # Intent before action: the row says which tag this launch uses before the launcher exists, so a
+        # scheduler killed in between finds it by that tag (recovery) instead of starting it again.
+        self.update(
+            job_id,
+            state="running",
+            started=t,
+            start_time=iso(t),
+            nodes=json.dumps([n["id"] for n in nodes]),
+            tag=tag,
+            launcher_pid=None,
+            phase=STARTING,
+            stdouterr=launch.get("stdouterr_dir"),
+        )
         try:
             with open(os.path.join(job_dir, "launcher.log"), "ab") as out:
                 proc = subprocess.Popen(
@@ -314,34 +345,30 @@ class Scheduler:
             self.finish(row, "failed", None, f"could not start the job's launcher: {exc}")
             return
         self.children[job_id] = proc
-        self.update(
-            job_id,
-            state="running",
-            started=t,
-            start_time=iso(t),
-            nodes=json.dumps([n["id"] for n in nodes]),
-            tag=tag,
-            launcher_pid=proc.pid,
-            phase="preparing",
-            stdouterr=launch.get("stdouterr_dir"),
-        )
+        self.update(job_id, launcher_pid=proc.pid, phase="preparing")
         self.trackers[job_id] = watchdog.OutputTracker()
         self.log(f"started {row['key']} on {', '.join(n['id'] for n in nodes)} (launcher pid {proc.pid})")
 
     def stop(self, row: sqlite3.Row, state: str, reason: str, cause: str | None = None) -> None:
         """Ask the job's launcher to stop; the job ends in ``state`` once its nodes are clean."""
         self.update(row["id"], stop_state=state, stop_reason=reason, stop_sent=time.time(), stop_cause=cause)
-        if row["launcher_pid"]:
+        pid = self.launcher_pid(row)
+        if pid:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(row["launcher_pid"], signal.SIGTERM)
+                os.kill(pid, signal.SIGTERM)
+
+    def launcher_pid(self, row: sqlite3.Row) -> int | None:
+        """The job's launcher: as recorded, or this process's child whose pid a failed write left out."""
+        child = self.children.get(row["id"])
+        return int(row["launcher_pid"]) if row["launcher_pid"] else (child.pid if child else None)
 
     def watch(self) -> None:
         """Launchers that ended, stops that take too long, wall clocks, phases."""
         for job_id, proc in list(self.children.items()):
             code = proc.poll()
             if code is not None:
-                del self.children[job_id]
                 attempt_end.launcher_ended(self, job_id, code)
+                del self.children[job_id]  # only once recorded: a write that failed is tried again
         t = time.time()
         for row in self.rows("state = 'running'"):
             pid = row["launcher_pid"]
@@ -362,8 +389,10 @@ class Scheduler:
             elif row["stop_state"] is None and row["hang"] and row["stdouterr"]:
                 health.check_hang(self, row, t)
             elif row["stop_sent"] and t - row["stop_sent"] > TERM_GRACE + 5:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
+                victim = self.launcher_pid(row)
+                if victim:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(victim, signal.SIGKILL)
             if row["phase"] != "running":
                 phase = load_or_none(os.path.join(self.job_state_dir(row["id"]), "phase.json")) or {}
                 if phase.get("phase") and phase["phase"] != row["phase"]:
@@ -421,13 +450,12 @@ class Scheduler:
                     break
             for _key, _ in sel.select(timeout=LOOP):
                 self.accept(listener)
-            self.watch()
-            self.reap_cleaned()
-            health.probe_down_nodes(self)
-            self.gate.tick()
-            scaling.autoscale(self)
-            self.schedule()
-            self.publish()
+            try:
+                self.step()
+            except (sqlite3.Error, OSError) as exc:
+                self.fault(exc)
+                continue
+            self.cleared()
             if self.idle():
                 self.idle_since = self.idle_since or time.monotonic()
                 if time.monotonic() - self.idle_since > float(self.cfg.get("idle_exit_seconds", IDLE_EXIT)):
@@ -436,6 +464,32 @@ class Scheduler:
                 self.idle_since = None
         sel.unregister(listener)
         return 0
+
+    def step(self) -> None:
+        """One pass of the loop's work (requests are taken apart, in ``accept``)."""
+        self.watch()
+        self.reap_cleaned()
+        health.probe_down_nodes(self)
+        self.gate.tick()
+        scaling.autoscale(self)
+        self.schedule()
+        self.publish()
+
+    def fault(self, exc: BaseException) -> None:
+        """The head node's disk or database refused a write: stay up, say so once (in the log and in
+        ``nodes.json`` on the share), keep what is in memory, and try the same step again next pass."""
+        message = f"the scheduler's disk refused a write ({exc}); outcomes are kept in memory and retried"
+        if message != self.fault_message:
+            self.log(message)
+            self.fault_message = message
+            publish.report_fault(self, message)
+
+    def cleared(self) -> None:
+        """A pass went through: a fault reported before is over."""
+        if self.fault_message is not None:
+            self.log("the scheduler's disk takes writes again")
+            self.fault_message = None
+            publish.report_fault(self, None)
 
     def accept(self, listener: socket.socket) -> None:
         """One request on the socket: a JSON line in, a JSON line out."""
@@ -458,6 +512,9 @@ class Scheduler:
                     reply = {"ok": False, "error": exc.code, "message": str(exc)}
                 except (ValueError, KeyError, TypeError) as exc:
                     reply = {"ok": False, "error": "invalid", "message": f"bad request: {exc!r}"}
+                except sqlite3.Error as exc:
+                    self.fault(exc)
+                    reply = {"ok": False, "error": "unavailable", "message": self.fault_message or str(exc)}
                 conn.sendall(json.dumps(reply).encode() + b"\n")
             except OSError as exc:
                 self.log(f"request failed: {exc!r}")

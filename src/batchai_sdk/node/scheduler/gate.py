@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..common import write_json_atomic
 from ..gate.checks import LEVELS
 from ..gate.run import run_gate
+from ..protocol import HEALTH_DIR
 from . import scaling
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ class NodeGate:
 
     @property
     def folder(self) -> str:
-        return os.path.join(self.sched.cfg["cluster_dir"], "health")
+        return os.path.join(self.sched.cfg["cluster_dir"], HEALTH_DIR)
 
     def level(self) -> str:
         level = str((self.sched.cfg.get("health") or {}).get("level") or "off")

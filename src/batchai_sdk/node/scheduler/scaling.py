@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..common import now, write_json_atomic
 from ..policy.autoscale import NodeView, decide
+from ..protocol import EVENTS_RECORD, SIZE_RECORD
 
 if TYPE_CHECKING:
     from .daemon import Scheduler
@@ -79,7 +80,7 @@ def event(sched: Scheduler, fields: dict[str, Any], label: str = "autoscale") ->
     line = json.dumps({"time": now(), **fields}, sort_keys=True)
     sched.log(f"{label}: {line}")
     try:
-        with open(os.path.join(sched.cfg["cluster_dir"], "events.jsonl"), "a", encoding="utf-8") as f:
+        with open(os.path.join(sched.cfg["cluster_dir"], EVENTS_RECORD), "a", encoding="utf-8") as f:
             f.write(line + "\n")
     except OSError as exc:
         sched.log(f"cannot write the event log yet: {exc}")
@@ -89,6 +90,6 @@ def publish_size(sched: Scheduler) -> None:
     """The nodes up now, in the cluster's ``size.json`` on the share."""
     doc = {"nodes": [n["id"] for n in sched.nodes()], "updated": now()}
     try:
-        write_json_atomic(os.path.join(sched.cfg["cluster_dir"], "size.json"), doc)
+        write_json_atomic(os.path.join(sched.cfg["cluster_dir"], SIZE_RECORD), doc)
     except OSError as exc:
         sched.log(f"cannot write the cluster's size yet: {exc}")
