@@ -263,6 +263,10 @@ class Cluster:
         held = self.workspace.backend.scheduler(self._spec).assignments()
         return {node: a.reason or "unusable" for node, a in held.items() if a.phase == "unusable"}
 
+    def failed_health(self) -> dict[str, str]:
+        """The nodes kept out by the health gate, with their failed checks (see ``unusable_nodes``)."""
+        return {n: why for n, why in self.unusable_nodes().items() if why != "stopped answering"}
+
     def check_nodes(self, level: str = "basic", *, timeout: float | None = None) -> HealthReport:
         """Run the health gate on every node now (``"basic"``: seconds; ``"full"``: about a minute, with
         all-reduce bandwidth per node and between nodes). Nodes that fail become ``unusable`` with their

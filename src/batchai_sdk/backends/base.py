@@ -150,6 +150,9 @@ class ClusterScheduler(ABC):
     def update_nodes(self, nodes: tuple[Node, ...], *, timeout: float | None = None) -> None:  # noqa: B027
         """Tell the scheduler the cluster's nodes changed (resize): queued jobs that no longer fit fail."""
 
+    def sync_health(self, *, timeout: float = 15.0) -> None:  # noqa: B027 - no gate of ours to sync
+        """Wait until the scheduler has applied the cluster's health reports (where it is ours)."""
+
     def check_nodes(self, level: str, *, timeout: float | None = None) -> dict[str, Any]:
         """Run the health gate across the cluster's nodes; its report (see ``node/gate/run.py``)."""
         raise BackendError(

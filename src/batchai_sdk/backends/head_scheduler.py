@@ -135,17 +135,24 @@ class HeadNodeScheduler(ClusterScheduler):
             ) from exc
         name = f"{report.get('started', 0):.0f}-{uuid.uuid4().hex[:8]}.json"
         self.backend.share.write_json(layout.cluster_health_report(self.spec.name, name), report)
-        self.ensure_running()  # the scheduler applies the report; placement follows it once published
-        bad = set(report.get("unusable") or {})
-        good = set(report.get("nodes") or []) - bad
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            doc = self.backend.share.read_json_or_none(layout.nodes_record(self.spec.name)) or {}
-            marked = set(doc.get("unusable") or {})
-            if bad <= marked and not good & marked:
-                break
-            time.sleep(0.2)
+        self.sync_health()  # placement follows the report once the scheduler applied it
         return report
+
+    def sync_health(self, *, timeout: float = 15.0) -> None:
+        """Start the scheduler if it sleeps and wait (bounded) until it has applied every report in the
+        cluster's ``health/`` folder: one a health tool wrote while no scheduler ran counts too."""
+        share = self.backend.share
+        folder = posixpath.dirname(layout.cluster_health_report(self.spec.name, "x"))
+        if not share.exists(folder):
+            return
+        count = sum(1 for f in share.list(folder) if f.name.endswith(".json"))
+        self.ensure_running()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            raw = share.read_json_or_none(layout.nodes_record(self.spec.name))
+            if NodesDoc.from_dict(raw if isinstance(raw, dict) else {}).health_reports >= count:
+                return
+            time.sleep(0.2)
 
     def call(self, request: dict[str, Any], *, timeout: float | None = None) -> dict[str, Any]:
         target = self.target()

@@ -230,6 +230,7 @@ class NodesDoc:
     down: list[str] = field(default_factory=list)
     unusable: dict[str, str] = field(default_factory=dict)  # failed the health gate: node -> why
     checking: list[str] = field(default_factory=list)  # the health gate is checking them
+    health_reports: int = 0  # how many of the cluster's health reports the scheduler has applied
     idle_since: str | None = None
     has_idle_since: bool = True  # False: written by a scheduler too old to say
     head_disk_error: str | None = None  # the scheduler's own disk refuses writes (while it lasts)
@@ -245,6 +246,8 @@ class NodesDoc:
             out["unusable"] = dict(self.unusable)
         if self.checking:
             out["checking"] = list(self.checking)
+        if self.health_reports:
+            out["health_reports"] = self.health_reports
         if self.head_disk_error is not None:
             out[HEAD_DISK_ERROR] = self.head_disk_error
         return out
@@ -264,6 +267,9 @@ class NodesDoc:
             if isinstance(data.get("unusable"), dict)
             else {},
             checking=[str(c) for c in data.get("checking") or []],
+            health_reports=int(data.get("health_reports") or 0)
+            if isinstance(data.get("health_reports"), int)
+            else 0,
             idle_since=_str(data.get("idle_since")),
             has_idle_since="idle_since" in data,
             head_disk_error=_str(data.get(HEAD_DISK_ERROR)),

@@ -37,7 +37,8 @@ class NodeGate:
         self.unusable: dict[str, str] = {}  # node -> why
         self.checking: set[str] = set()
         self.running: concurrent.futures.Future[dict[str, Any]] | None = None
-        self.seen: set[str] = set()  # report files already applied
+        self.seen: set[str] = set()  # report files already applied (read, or written by this process)
+        self.applied = 0  # of the reports now in the folder, how many were applied: a client waits on it
 
     @property
     def folder(self) -> str:
@@ -116,9 +117,11 @@ class NodeGate:
 
     def read_reports(self) -> None:
         try:
-            names = sorted(n for n in os.listdir(self.folder) if n.endswith(".json") and n not in self.seen)
+            present = sorted(n for n in os.listdir(self.folder) if n.endswith(".json"))
         except OSError:
             return
+        names = [n for n in present if n not in self.seen]
+        self.applied = len(present)
         for name in names:
             self.seen.add(name)
             try:

@@ -90,6 +90,7 @@ def publish(sched: Scheduler) -> None:
         down=sorted(sched.down),
         unusable=dict(sorted(sched.gate.unusable.items())),
         checking=sorted(sched.gate.checking),
+        health_reports=sched.gate.applied,
         idle_since=last_end,
         head_disk_error=sched.fault_message,
     ).to_dict()
