@@ -17,6 +17,7 @@ from typing import IO, TYPE_CHECKING, Any
 from . import _layout as layout
 from . import _progress
 from ._display import waiting_line
+from ._job_files import confined, list_confined
 from ._layout import JobPaths, share_relative
 from ._models import (
     JobSpec,
@@ -515,7 +516,7 @@ class Job:
     def files(self, path: str = "", *, directory: str | None = None) -> list[FileInfo]:
         """The job's files (name, type, size, modified): its logs by default, or an output directory's."""
         self._require_submitted()
-        return self.workspace.share.list(join(self._dir(directory), path))
+        return list_confined(self.workspace.share, join(self._dir(directory), path), self.file_roots(), path)
 
     def dir_argument(self) -> str | None:
         """The share path of the folder the job's ``--dir`` argument names (the training module's output
@@ -585,6 +586,7 @@ class Job:
                 offset, pending = 0, b""
                 continue
             elif (info.size or 0) > offset:
+                confined(share, path, self.file_roots(), name)  # checked at each read: a link may come later
                 chunk = share.read_bytes(path, offset, (info.size or 0) - offset)
                 offset += len(chunk)
                 pending += chunk
@@ -604,7 +606,7 @@ class Job:
         """The last ``lines`` lines of a job file (reads only its end)."""
         self._require_submitted()
         share = self.workspace.share
-        path = self._locate(name, directory)
+        path = confined(share, self._locate(name, directory), self.file_roots(), name)
         size = share.size(path)
         window = 8192
         while True:
@@ -622,7 +624,8 @@ class Job:
         output directory, then in the folder of the job's ``--dir`` argument, unless ``directory`` says
         where."""
         self._require_submitted()
-        return self.workspace.share.download(self._locate(name, directory), dest)
+        share = self.workspace.share
+        return share.download(confined(share, self._locate(name, directory), self.file_roots(), name), dest)
 
     # -- training metrics -------------------------------------------------------------------------------
     def metrics(self, path: str | None = None) -> Any:
