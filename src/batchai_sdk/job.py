@@ -31,7 +31,7 @@ from ._models import (
 )
 from ._staging import code_files, resolve_local_script, stage_code
 from .backends.base import ClusterScheduler, JobRequest, LaunchTarget
-from .backends.head_scheduler import ensure_node_code
+from .backends.head_scheduler import ensure_node_code, with_cluster_heartbeat
 from .cost import format_cost
 from .exceptions import (
     AlreadyExistsError,
@@ -376,6 +376,7 @@ class Job:
         if self.workspace.backend.kind == "slurm":  # Slurm's own queue says what our records cannot
             self._scheduler().refresh(self.experiment.name, self.name)
         record = self.workspace.share.read_json_or_none(self.paths.status)
+        record = with_cluster_heartbeat(self.workspace.share, self.spec.cluster, record)
         return JobStatus.from_record(record, timeout=heartbeat_timeout())
 
     @property
