@@ -74,6 +74,7 @@ class RequestServer:
             client = Client(conn)
             self.clients[conn] = client
             self.sel.register(conn, selectors.EVENT_READ, client)
+            self.read(client)  # a client usually sends at once: answer it before the loop goes on
 
     def read(self, client: Client) -> None:
         try:
