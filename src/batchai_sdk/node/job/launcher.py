@@ -133,7 +133,8 @@ class Launcher:
         def one(node: dict[str, Any]) -> tuple[str, int, str]:
             if self.cfg.get("ssh_command") is None:  # every node is this machine: no process to start
                 try:
-                    return node["id"], run_prep(self.config_path, node["id"], self.secrets), ""
+                    stop = lambda: self.stopping is not None  # noqa: E731
+                    return node["id"], run_prep(self.config_path, node["id"], self.secrets, stop), ""
                 except PullError as exc:
                     return node["id"], PULL_FAILED, str(exc)
                 except OSError as exc:
