@@ -70,6 +70,8 @@ class Scheduler:
         self.idle_since: float | None = None
         self.publish_errors: dict[str, str] = {}
         self.last_nodes_doc: Any = None
+        self.published_as: tuple[int, tuple[str, ...]] | None = None  # what publish last saw (publish.py)
+        self.next_beat = 0.0
         self.stopping = False
         # autoscale: the nodes up now (a subset of the pool), and since when each free node is idle
         self.active: list[str] | None = None
@@ -410,9 +412,11 @@ class Scheduler:
     # -- the loop -------------------------------------------------------------------------------------
     def idle(self) -> bool:
         """Nothing queued, running, unpublished, being cleaned, scaled or waited for."""
-        busy = self.rows(f"state IN {ACTIVE} OR published = 0")
+        busy = self.db.execute(
+            "SELECT 1 FROM jobs WHERE state IN ('queued', 'running', 'cleaning') OR published = 0 LIMIT 1"
+        )
         return (
-            not busy
+            busy.fetchone() is None
             and not self.cleaning
             and self.next_review is None
             and self.scaling is None
