@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -107,7 +108,7 @@ def scheduler_pid(root: Path) -> int:
 def deep_queue(count: int, cpu_window: float) -> tuple[list[float], float]:
     """Per-submit seconds of ``count`` jobs queued behind one holding the only node; then the scheduler's
     CPU share over ``cpu_window`` seconds with them all queued."""
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         ws = Workspace.local(root=Path(tmp) / "ws")
         exp = ws.create_experiment("bench")
         cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=1)
@@ -124,7 +125,10 @@ def deep_queue(count: int, cpu_window: float) -> tuple[list[float], float]:
         time.sleep(cpu_window)
         share = (cpu_seconds(pid) - c0) / (time.monotonic() - t0)
         holder.terminate()
-        ws.close()  # removing the folder ends its scheduler with the queue
+        os.kill(pid, signal.SIGTERM)  # the queue goes with it; its jobs were only "true"
+        while Path(f"/proc/{pid}").exists() and b"zombie" not in Path(f"/proc/{pid}/status").read_bytes():
+            time.sleep(0.1)
+        ws.close()
     return times, share
 
 
