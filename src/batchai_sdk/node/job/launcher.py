@@ -287,7 +287,15 @@ class Launcher:
     def reachable(self, node: dict[str, Any]) -> bool:
         if self.cfg.get("ssh_command") is None:
             return True
-        argv = [*self.cfg["ssh_command"], "-o", "ConnectTimeout=5", node["address"], "true"]
+        argv = [
+            *self.cfg["ssh_command"],
+            "-o",
+            "ControlPath=none",
+            "-o",
+            "ConnectTimeout=5",
+            node["address"],
+            "true",
+        ]
         try:
             return subprocess.run(argv, capture_output=True, timeout=10, check=False).returncode == 0
         except (OSError, subprocess.TimeoutExpired):

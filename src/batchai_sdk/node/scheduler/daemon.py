@@ -37,6 +37,7 @@ from ..policy.queue import Holding, Waiting, plan
 from . import api, attempt_end, health, prune, publish, quarantine, recovery, scaling
 from .api import RequestError
 from .server import RequestServer
+from .spares import Spares
 from .store import ACTIVE, SCHEMA, iso, migrate
 
 __all__ = ["Holding", "RequestError", "Scheduler", "Waiting", "plan", "run"]
@@ -86,6 +87,7 @@ class Scheduler:
         self.next_review: float | None = None
         self.scaling: concurrent.futures.Future[None] | None = None
         self.server: RequestServer | None = None
+        self.spares = Spares()
         self.pidfds: dict[int, int] = {}  # job id → a descriptor readable once its launcher exits
         self.step_errors: dict[str, str] = {}
         self.pruned_at = 0.0
@@ -276,7 +278,11 @@ class Scheduler:
     def start(self, row: sqlite3.Row, nodes: list[dict[str, Any]]) -> None:
         """Start the job's launcher on ``nodes`` with a fresh tag for this attempt."""
         job_id = row["id"]
-        tag = uuid.uuid4().hex
+        argv = [self.cfg["python"], "-S", self.cfg["node_main"], "launch"]
+        env = dict(os.environ)
+        env.update(self.cfg.get("env", {}))
+        spare = self.spares.take(argv, env) if self.server is not None else None
+        tag = spare.tag if spare is not None else uuid.uuid4().hex
         job_dir = self.job_state_dir(job_id)
         os.makedirs(job_dir, mode=0o700, exist_ok=True)
         for stale in ("result.json", "phase.json"):
@@ -292,20 +298,21 @@ class Scheduler:
         }
         write_json_atomic(os.path.join(job_dir, "assignment.json"), assignment, sync=False)
         launch = load_or_none(assignment["launch"]) or {}
-        env = dict(os.environ)
-        env.update(self.cfg.get("env", {}))
         env[TAG_VAR] = tag
         t = time.time()
         try:
-            with open(os.path.join(job_dir, "launcher.log"), "ab") as out:
-                proc = subprocess.Popen(
-                    [self.cfg["python"], "-S", self.cfg["node_main"], "launch", job_dir],
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=out,
-                    env=env,
-                    start_new_session=True,
-                )
+            if spare is not None and spare.go(job_dir):
+                proc = spare.proc
+            else:
+                with open(os.path.join(job_dir, "launcher.log"), "ab") as out:
+                    proc = subprocess.Popen(
+                        [*argv, job_dir],
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=out,
+                        env=env,
+                        start_new_session=True,
+                    )
         except OSError as exc:
             self.finish(row, "failed", None, f"could not start the job's launcher: {exc}")
             return
@@ -428,6 +435,12 @@ class Scheduler:
         self.server = RequestServer(listener, self.answer)
         signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
         self.adopt()
+        if self.cfg.get("python") and self.cfg.get("node_main"):  # the first job's launcher, started now
+            env = {**os.environ, **self.cfg.get("env", {})}
+            self.spares.take([self.cfg["python"], "-S", self.cfg["node_main"], "launch"], env)
+        if self.cfg.get("ssh_command"):
+            for node in self.nodes():
+                self.pool_exec.submit(health.warm_connection, self, node["address"])
         checked = time.monotonic()
         while not self.stopping:
             if time.monotonic() - checked > 1.0:
@@ -452,6 +465,7 @@ class Scheduler:
             else:
                 self.idle_since = None
         self.server.shutdown()
+        self.spares.close()
         return 0
 
     def step(self, name: str, fn: Callable[[], object]) -> None:
