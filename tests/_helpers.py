@@ -6,6 +6,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 30, what: str = "condition") -> None:
@@ -185,3 +186,23 @@ def check_links_not_followed(job: object) -> None:
     for folder in ("etc", "parent"):
         with pytest.raises(ValidationError, match="leads out through a link"):
             job.files(folder)
+
+
+def local_cluster_config(share: Path, nodes: int, *, idle_exit_seconds: float = 0) -> dict[str, Any]:
+    """A scheduler's cluster configuration for ``nodes`` nodes on this machine, its share at ``share``
+    (as the local backend writes it), for tests that run the node code by hand."""
+    import sys
+
+    import batchai_sdk.node
+
+    return {
+        "cluster": "c",
+        "nodes": [{"id": f"n{i}", "address": "localhost", "machine": "m", "slots": 1} for i in range(nodes)],
+        "ssh_command": None,
+        "python": sys.executable,
+        "node_main": str(Path(batchai_sdk.node.__file__).parent / "__main__.py"),
+        "meta_root": str(share / ".batchai"),
+        "cluster_dir": str(share / ".batchai" / "clusters" / "c"),
+        "env": {},
+        "idle_exit_seconds": idle_exit_seconds,
+    }

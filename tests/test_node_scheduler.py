@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import batchai_sdk.node
+from _helpers import local_cluster_config
 from batchai_sdk.node.job import procs
 from batchai_sdk.node.scheduler.daemon import Holding, RequestError, Scheduler, Waiting, plan
 
@@ -73,19 +74,7 @@ class Harness:
         self.share = root / "share"
         self.state = root / "state"
         self.state.mkdir(parents=True)
-        self.cfg: dict[str, Any] = {
-            "cluster": "c",
-            "nodes": [
-                {"id": f"n{i}", "address": "localhost", "machine": "m", "slots": 1} for i in range(nodes)
-            ],
-            "ssh_command": None,
-            "python": sys.executable,
-            "node_main": NODE_MAIN,
-            "meta_root": str(self.share / ".batchai"),
-            "cluster_dir": str(self.share / ".batchai" / "clusters" / "c"),
-            "env": {},
-            "idle_exit_seconds": 0,
-        }
+        self.cfg: dict[str, Any] = local_cluster_config(self.share, nodes)
         (self.state / "cluster.json").write_text(json.dumps(self.cfg))
         Path(self.cfg["cluster_dir"]).mkdir(parents=True)
         self.sched = Scheduler(str(self.state))

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import batchai_sdk.node
-from _helpers import wait_for
+from _helpers import local_cluster_config, wait_for
 
 NODE_MAIN = str(Path(batchai_sdk.node.__file__).parent / "__main__.py")
 ANSWER_S = 5.0  # a reply must come well before the 10 s a silent client used to stall the loop
@@ -36,19 +36,7 @@ class Daemon:
         self.share = root / "share"
         self.state = root / "state"
         self.state.mkdir(parents=True, exist_ok=True)
-        self.cfg: dict[str, Any] = {
-            "cluster": "c",
-            "nodes": [
-                {"id": f"n{i}", "address": "localhost", "machine": "m", "slots": 1} for i in range(nodes)
-            ],
-            "ssh_command": None,
-            "python": sys.executable,
-            "node_main": NODE_MAIN,
-            "meta_root": str(self.share / ".batchai"),
-            "cluster_dir": str(self.share / ".batchai" / "clusters" / "c"),
-            "env": {},
-            "idle_exit_seconds": 600,
-        }
+        self.cfg: dict[str, Any] = local_cluster_config(self.share, nodes, idle_exit_seconds=600)
         Path(self.cfg["cluster_dir"]).mkdir(parents=True, exist_ok=True)
         (self.state / "cluster.json").write_text(json.dumps(self.cfg))
         self.proc: subprocess.Popen[bytes] | None = None
