@@ -29,7 +29,9 @@ MAX_TEXT = 65_536  # characters of one string
 OPS = ("submit", "terminate", "ping", "nodes")
 REQUEST_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-HOST = re.compile(r"^[A-Za-z0-9_.:%\[\]][A-Za-z0-9_.:%\[\]-]{0,252}$")  # never an ssh option ("-o...")
+# a host name or address, never an ssh option ("-o..."); empty while an Azure node has none yet
+HOST = re.compile(r"^([A-Za-z0-9_.:%\[\]][A-Za-z0-9_.:%\[\]-]{0,252})?$")
+PRINTABLE = re.compile(r"^[^\x00-\x1f]{0,255}$")  # a label: a machine key, a creation time
 NODE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 WEEKS_52 = 52 * 7 * 24 * 3600.0
 
@@ -169,7 +171,7 @@ def check_request(doc: dict[str, Any]) -> dict[str, Any]:
         request_id=text(doc, "request_id", REQUEST_ID, optional=True),
         node_count=integer(doc, "node_count", 1, MAX_ITEMS),
         max_wall_clock_seconds=number(doc, "max_wall_clock_seconds", 0, 100 * WEEKS_52, above=True),
-        created=text(doc, "created", re.compile(r"^[^\x00-\x1f]{1,64}$"), optional=True),
+        created=text(doc, "created", PRINTABLE, optional=True),
         hang_timeout=number(doc, "hang_timeout", 0, 100 * WEEKS_52),
         max_retries=integer(doc, "max_retries", 0, 1000, optional=True) or 0,
         retry_on_exit_codes=sorted(set(codes)),
@@ -192,7 +194,7 @@ def _nodes(value: Any, field: str) -> list[dict[str, Any]]:
                 **node,
                 "id": text(node, "id", NODE_ID),
                 "address": text(node, "address", HOST),
-                "machine": text(node, "machine", NODE_ID),
+                "machine": text(node, "machine", PRINTABLE),
                 "slots": integer(node, "slots", 1, 4096),
             }
         )
