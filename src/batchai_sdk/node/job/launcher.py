@@ -31,6 +31,7 @@ from ..common import (
     write_json_atomic,
 )
 from .containers import PULL_FAILED, PULL_FAILED_PREFIX, PullError
+from .forked import ForkedRank, fork_rank
 from .rank import run_prep
 
 POLL = 0.2
@@ -99,7 +100,7 @@ class Launcher:
         self.cfg: dict[str, Any] = load(self.config_path)
         self.nodes: list[dict[str, Any]] = self.assignment["nodes"]
         self.secrets: dict[str, str] = load_or_none(os.path.join(job_dir, "secrets.json")) or {}
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | ForkedRank | None = None
         self.stopping: int | None = None  # the signal the scheduler sent, once it asks the job to stop
 
     # -- records
@@ -227,15 +228,18 @@ class Launcher:
             open(os.path.join(out_dir, "stderr.txt"), "ab") as err,
         ):
             argv, feed = self.launch_argv(env)
-            self.proc = subprocess.Popen(
-                argv,
-                cwd=self.cfg["wd"],
-                env=env,
-                stdout=out,
-                stderr=err,
-                stdin=subprocess.PIPE if feed is not None else subprocess.DEVNULL,
-                start_new_session=True,
-            )
+            if self.cfg["toolkit"] == "custom" and self.cfg.get("ssh_command") is None:
+                self.proc = fork_rank(self.config_path, env, self.cfg["wd"], out, err)  # no new Python
+            else:
+                self.proc = subprocess.Popen(
+                    argv,
+                    cwd=self.cfg["wd"],
+                    env=env,
+                    stdout=out,
+                    stderr=err,
+                    stdin=subprocess.PIPE if feed is not None else subprocess.DEVNULL,
+                    start_new_session=True,
+                )
             if feed is not None and self.proc.stdin is not None:
                 with contextlib.suppress(OSError):
                     self.proc.stdin.write(feed)
