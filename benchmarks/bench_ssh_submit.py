@@ -7,19 +7,26 @@ and how long until the job's state left ``queued``. The first job of a cluster i
 cluster key installed on both nodes); later jobs find it done and must not run it again — checked and
 printed. Goal: submit → running under 3 s on 2 loopback nodes.
 
+Then the queue over SSH: ``--queue`` jobs of ``--seconds`` each, one node each, submitted at once to the
+2 nodes; each job stamps its first and last instruction on the share. Printed beside the goals: the
+hand-off, a node freed to the next job's first instruction there (goal < 0.3 s median), and the seconds
+per job beyond its own run time. Timings are wall clock: on a loaded machine they are noisy, read medians.
+
     python benchmarks/bench_ssh_submit.py              # a few seconds
-    python benchmarks/bench_ssh_submit.py --jobs 5
+    python benchmarks/bench_ssh_submit.py --jobs 5 --queue 20
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "ssh"))
@@ -29,6 +36,8 @@ from sshd import NODE_ADDRESSES, sshd_available, start_nodes  # noqa: E402
 from batchai_sdk._models import JobState  # noqa: E402
 
 GOAL_S = 3.0
+GOAL_HANDOFF_S = 0.3
+STAMP = 's=$(date +%s.%N); sleep {secs}; e=$(date +%s.%N); echo "$s $e $BATCHAI_JOB_NODES" > {out}/{name}'
 SCRIPT = "import os\nprint('rank', os.environ.get('OMPI_COMM_WORLD_RANK'), flush=True)\n"
 
 
@@ -41,6 +50,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=3, help="jobs to submit one after the other (>= 2)")
     parser.add_argument("--timeout", type=float, default=120, help="seconds a job may take")
+    parser.add_argument("--queue", type=int, default=20, help="1-node jobs queued at once (0: skip)")
+    parser.add_argument("--seconds", type=float, default=0.5, help="run time of each queued job")
     args = parser.parse_args()
     if not sshd_available() or os.geteuid() != 0:
         print("needs root and OpenSSH's sshd (apt-get install openssh-server)", file=sys.stderr)
@@ -97,7 +108,43 @@ def main() -> int:
                 if running_s[0] >= GOAL_S or max(later) >= GOAL_S:
                     print("goal missed", file=sys.stderr)
                     failed = True
+                if args.queue:
+                    failed |= queue(exp, cluster, share, args.queue, args.seconds, args.timeout)
     return 1 if failed else 0
+
+
+def queue(exp: Any, cluster: Any, share: Path, count: int, secs: float, timeout: float) -> bool:
+    """``count`` 1-node jobs at once on the 2 nodes; prints the hand-off and the time per job. True when
+    a job failed."""
+    out = share / "stamps"
+    out.mkdir()
+    t0 = time.time()
+    jobs = [
+        exp.create_job(f"q{i:03d}", cluster=cluster, command_line=STAMP.format(secs=secs, out=out, name=i))
+        for i in range(count)
+    ]
+    for job in jobs:
+        job.submit()
+    states = [job.wait(timeout=timeout * count, poll_interval=0.2) for job in jobs]
+    if any(s is not JobState.SUCCEEDED for s in states):
+        print(f"queued jobs: {[s.value for s in states]}", file=sys.stderr)
+        return True
+    spans: dict[str, list[tuple[float, float]]] = {}
+    last = t0
+    for f in out.iterdir():
+        start, end, node = f.read_text().split()
+        spans.setdefault(node, []).append((float(start), float(end)))
+        last = max(last, float(end))
+    gaps = []
+    for runs in spans.values():
+        runs.sort()
+        gaps += [b[0] - a[1] for a, b in itertools.pairwise(runs)]
+    per_job = (last - t0) * 2 / count - secs  # 2 nodes: each node ran count/2 of them
+    print(
+        f"queue of {count} x {secs:g} s jobs on 2 SSH nodes: hand-off median {statistics.median(gaps):.3f} s,"
+        f" max {max(gaps):.3f} s (goal < {GOAL_HANDOFF_S:g} s); overhead per job {per_job:.2f} s"
+    )
+    return False
 
 
 if __name__ == "__main__":

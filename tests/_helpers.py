@@ -6,6 +6,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 30, what: str = "condition") -> None:
@@ -152,3 +153,56 @@ def engine_calls(log: os.PathLike[str] | str, command: str | None = None) -> lis
     lines = path.read_text().splitlines() if path.exists() else []
     calls = [line.rstrip("\t").split("\t") for line in lines if line]
     return [c for c in calls if c[1:2] != ["info"] and (command is None or c[1:2] == [command])]
+
+
+# A job that plants symbolic links in its own log folder: out of the share, to a folder of the share that
+# is not the job's, and one within its logs (which readers follow).
+PLANT_LINKS = (
+    'cd "$AZ_BATCHAI_STDOUTERR_DIR" && ln -s /etc/passwd passwd.txt && ln -s /etc etc'
+    ' && ln -s "$(dirname "$PWD")" parent && ln -s stdout.txt again.txt && echo hello'
+)
+
+
+def check_links_not_followed(job: object) -> None:
+    """``tail``, ``stream``, ``files`` and ``download`` of a job that ran PLANT_LINKS read only its own
+    files: links out of its folders are refused by name or left out of listings."""
+    import pytest
+
+    from batchai_sdk.exceptions import ValidationError
+    from batchai_sdk.job import Job
+
+    assert isinstance(job, Job)
+    names = [f.name for f in job.files()]
+    assert "stdout.txt" in names and "again.txt" in names
+    assert not {"passwd.txt", "etc", "parent"} & set(names)
+    assert job.tail("again.txt") == ["hello"]
+    for name in ("passwd.txt", "etc/passwd", "parent/job.json"):
+        with pytest.raises(ValidationError, match="leads out through a link"):
+            job.tail(name)
+        with pytest.raises(ValidationError, match="leads out through a link"):
+            list(job.stream(name, follow=False))
+        with pytest.raises(ValidationError, match="leads out through a link"):
+            job.download(name, "/nonexistent-dest")
+    for folder in ("etc", "parent"):
+        with pytest.raises(ValidationError, match="leads out through a link"):
+            job.files(folder)
+
+
+def local_cluster_config(share: Path, nodes: int, *, idle_exit_seconds: float = 0) -> dict[str, Any]:
+    """A scheduler's cluster configuration for ``nodes`` nodes on this machine, its share at ``share``
+    (as the local backend writes it), for tests that run the node code by hand."""
+    import sys
+
+    import batchai_sdk.node
+
+    return {
+        "cluster": "c",
+        "nodes": [{"id": f"n{i}", "address": "localhost", "machine": "m", "slots": 1} for i in range(nodes)],
+        "ssh_command": None,
+        "python": sys.executable,
+        "node_main": str(Path(batchai_sdk.node.__file__).parent / "__main__.py"),
+        "meta_root": str(share / ".batchai"),
+        "cluster_dir": str(share / ".batchai" / "clusters" / "c"),
+        "env": {},
+        "idle_exit_seconds": idle_exit_seconds,
+    }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from _helpers import pid_alive, wait_for
+from _helpers import pid_alive, read_pid, wait_for
 from batchai_sdk import (
     AlreadyExistsError,
     BatchAIError,
@@ -178,6 +179,26 @@ def test_a_failing_rank_fails_the_job_and_keeps_the_logs(ws: Workspace, script: 
     assert err.value.state == "failed"
     # the nodes are free again
     assert cluster.node_counts == NodeCounts(idle=2)
+
+
+def test_terminate_during_job_preparation_is_prompt(ws: Workspace, tmp_path: Path) -> None:
+    """The preparation command is ended with its process group at once: the launcher itself ends (its
+    result.json is there), before the scheduler's kill deadline (its grace + 5 s) would end it."""
+    exp = ws.create_experiment("e")
+    cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=1)
+    marker = tmp_path / "prep.pid"
+    job = exp.create_job(
+        "prep", cluster=cluster, command_line="true", job_preparation=f"echo $$ > {marker}; sleep 300"
+    ).submit()
+    prep_pid = read_pid(marker)
+    wait_for(lambda: job.status.preparing, what="the job to read preparing")
+    t0 = time.monotonic()
+    assert job.terminate(timeout=60) is JobState.TERMINATED
+    took = time.monotonic() - t0
+    assert not pid_alive(prep_pid)
+    results = list((Path(ws.backend.root) / "tmp").rglob("result.json"))  # type: ignore[attr-defined]
+    assert [json.loads(r.read_text())["stopped_by_signal"] for r in results] == [15]
+    assert took < 15, f"terminate took {took:.1f} s: the launcher was killed, not stopped"
 
 
 def test_terminate_stops_every_rank_within_seconds(ws: Workspace, script: Script, tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import batchai_sdk.node
+from _helpers import local_cluster_config
 from batchai_sdk.node.job import procs
 from batchai_sdk.node.scheduler.daemon import Holding, RequestError, Scheduler, Waiting, plan
 
@@ -73,19 +74,7 @@ class Harness:
         self.share = root / "share"
         self.state = root / "state"
         self.state.mkdir(parents=True)
-        self.cfg: dict[str, Any] = {
-            "cluster": "c",
-            "nodes": [
-                {"id": f"n{i}", "address": "localhost", "machine": "m", "slots": 1} for i in range(nodes)
-            ],
-            "ssh_command": None,
-            "python": sys.executable,
-            "node_main": NODE_MAIN,
-            "meta_root": str(self.share / ".batchai"),
-            "cluster_dir": str(self.share / ".batchai" / "clusters" / "c"),
-            "env": {},
-            "idle_exit_seconds": 0,
-        }
+        self.cfg: dict[str, Any] = local_cluster_config(self.share, nodes)
         (self.state / "cluster.json").write_text(json.dumps(self.cfg))
         Path(self.cfg["cluster_dir"]).mkdir(parents=True)
         self.sched = Scheduler(str(self.state))
@@ -275,3 +264,64 @@ def test_a_job_deleted_from_the_share_is_not_published_for_ever(h: Harness) -> N
     shutil.rmtree(h.job_dir("gone"))
     h.pump(lambda: h.row("gone")["state"] != "running" and h.row("gone")["published"] == 1)
     assert h.sched.idle()
+
+
+# -- what the head node keeps (R10) ---------------------------------------------------------------------
+def test_ended_jobs_are_pruned_past_the_limits_and_their_records_stay(h: Harness) -> None:
+    from batchai_sdk.node.scheduler import prune
+
+    for name in ("p1", "p2", "p3", "p4"):
+        h.submit(name, "true")
+        h.pump(h.ended(name))
+    folders = {n: Path(h.sched.job_state_dir(h.row(n)["id"])) for n in ("p1", "p2", "p3", "p4")}
+    assert all(f.is_dir() for f in folders.values())
+    h.sched.cfg["keep_ended_jobs"] = 2
+    assert prune.prune(h.sched) == 2
+    assert [r["key"] for r in h.sched.rows("1 = 1")] == ["e/p3", "e/p4"]
+    assert not folders["p1"].exists() and not folders["p2"].exists() and folders["p4"].is_dir()
+    assert h.status("p1")["state"] == "succeeded"  # the share's record is the lasting one
+    h.sched.cfg["keep_ended_jobs"] = 1000
+    assert prune.prune(h.sched, now=time.time() + 8 * 86400) == 1  # past 7 days: all but the newest
+    assert [r["key"] for r in h.sched.rows("1 = 1")] == ["e/p4"]
+    h.submit("p1", "true")  # a pruned name runs again
+    h.pump(h.ended("p1"))
+
+
+def test_queued_records_are_written_on_change_and_the_queue_beats_in_nodes_json(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from batchai_sdk._models import JobStatus
+    from batchai_sdk.backends.head_scheduler import with_cluster_heartbeat
+    from batchai_sdk.node.scheduler import publish
+    from batchai_sdk.share import LocalShare
+
+    monkeypatch.setattr(publish, "HEARTBEAT", 0.3)
+    h.submit("hold", "sleep 30", nodes=2)
+    for name in ("w1", "w2", "w3"):
+        h.submit(name, "true")
+    h.pump(lambda: h.row("hold")["phase"] == "running")
+    queued = {n: (h.job_dir(n) / "status.json").stat().st_mtime_ns for n in ("w1", "w2", "w3")}
+    running = (h.job_dir("hold") / "status.json").stat().st_mtime_ns
+    nodes_json = Path(h.cfg["cluster_dir"]) / "nodes.json"
+    beat = json.loads(nodes_json.read_text())["heartbeat"]
+    deadline = time.monotonic() + 1.5
+    h.pump(lambda: time.monotonic() > deadline)
+    assert {n: (h.job_dir(n) / "status.json").stat().st_mtime_ns for n in queued} == queued
+    assert (h.job_dir("hold") / "status.json").stat().st_mtime_ns > running  # a running job still beats
+    assert json.loads(nodes_json.read_text())["heartbeat"] > beat
+    # a reader takes the queue's heartbeat: the untouched queued record does not read as lost
+    share = LocalShare(h.share)
+    rel = ".batchai/experiments/e/jobs/w1/status.json"
+    record = share.read_json(rel)
+    assert JobStatus.from_record(record, timeout=0.5, now=_later(record["heartbeat"], 1.0)).lost
+    fresh = with_cluster_heartbeat(share, "c", record)
+    assert fresh is not None and fresh["heartbeat"] > record["heartbeat"]
+    assert not JobStatus.from_record(fresh, timeout=1.4, now=_later(record["heartbeat"], 1.5)).lost
+    h.sched.handle({"op": "terminate", "experiment": "e", "name": "hold"})
+    h.pump(lambda: all(h.ended(n)() for n in ("hold", "w1", "w2", "w3")))
+
+
+def _later(iso: str, seconds: float) -> Any:
+    from datetime import datetime, timedelta
+
+    return datetime.fromisoformat(iso) + timedelta(seconds=seconds)

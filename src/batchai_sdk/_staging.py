@@ -19,13 +19,15 @@ import os
 import posixpath
 from collections.abc import Callable
 from pathlib import Path
-
-import pathspec
+from typing import TYPE_CHECKING
 
 from . import _progress
 from .exceptions import NotFoundError, ValidationError
 from .share import Share, join
 from .train import SCRIPTS, module_path
+
+if TYPE_CHECKING:
+    import pathspec
 
 __all__ = [
     "DEFAULT_IGNORE",
@@ -101,6 +103,8 @@ def default_max_bytes() -> int:
 
 
 def _spec(source: Path) -> pathspec.GitIgnoreSpec:
+    import pathspec  # on first use: it costs ~10 ms at import, and only a submit stages code
+
     lines = list(DEFAULT_IGNORE)
     ignore = source / IGNORE_FILE
     if ignore.is_file():

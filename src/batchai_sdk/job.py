@@ -17,6 +17,7 @@ from typing import IO, TYPE_CHECKING, Any
 from . import _layout as layout
 from . import _progress
 from ._display import waiting_line
+from ._job_files import confined, list_confined
 from ._layout import JobPaths, share_relative
 from ._models import (
     JobSpec,
@@ -30,7 +31,7 @@ from ._models import (
 )
 from ._staging import code_files, resolve_local_script, stage_code
 from .backends.base import ClusterScheduler, JobRequest, LaunchTarget
-from .backends.head_scheduler import ensure_node_code
+from .backends.head_scheduler import ensure_node_code, with_cluster_heartbeat
 from .cost import format_cost
 from .exceptions import (
     AlreadyExistsError,
@@ -396,6 +397,7 @@ class Job:
         if self.workspace.backend.kind == "slurm":  # Slurm's own queue says what our records cannot
             self._scheduler().refresh(self.experiment.name, self.name)
         record = self.workspace.share.read_json_or_none(self.paths.status)
+        record = with_cluster_heartbeat(self.workspace.share, self.spec.cluster, record)
         status = JobStatus.from_record(record, timeout=heartbeat_timeout())
         return self._confirm_lost(status, record or {}) if status.lost else status
 
@@ -570,7 +572,7 @@ class Job:
     def files(self, path: str = "", *, directory: str | None = None) -> list[FileInfo]:
         """The job's files (name, type, size, modified): its logs by default, or an output directory's."""
         self._require_submitted()
-        return self.workspace.share.list(join(self._dir(directory), path))
+        return list_confined(self.workspace.share, join(self._dir(directory), path), self.file_roots(), path)
 
     def dir_argument(self) -> str | None:
         """The share path of the folder the job's ``--dir`` argument names (the training module's output
@@ -640,6 +642,7 @@ class Job:
                 offset, pending = 0, b""
                 continue
             elif (info.size or 0) > offset:
+                confined(share, path, self.file_roots(), name)  # checked at each read: a link may come later
                 chunk = share.read_bytes(path, offset, (info.size or 0) - offset)
                 offset += len(chunk)
                 pending += chunk
@@ -659,7 +662,7 @@ class Job:
         """The last ``lines`` lines of a job file (reads only its end)."""
         self._require_submitted()
         share = self.workspace.share
-        path = self._locate(name, directory)
+        path = confined(share, self._locate(name, directory), self.file_roots(), name)
         size = share.size(path)
         window = 8192
         while True:
@@ -677,7 +680,8 @@ class Job:
         output directory, then in the folder of the job's ``--dir`` argument, unless ``directory`` says
         where."""
         self._require_submitted()
-        return self.workspace.share.download(self._locate(name, directory), dest)
+        share = self.workspace.share
+        return share.download(confined(share, self._locate(name, directory), self.file_roots(), name), dest)
 
     # -- training metrics -------------------------------------------------------------------------------
     def metrics(self, path: str | None = None) -> Any:

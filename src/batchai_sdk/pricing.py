@@ -25,13 +25,6 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from tenacity import (
-    Retrying,
-    retry_if_exception_type,
-    stop_after_attempt,
-    wait_exponential,
-)
-
 from ._models import VmPriority
 from .exceptions import ValidationError
 
@@ -260,6 +253,9 @@ class RetailPrices:
             if not isinstance(data, dict) or not isinstance(data.get("Items"), list):
                 raise ValueError("not a Retail Prices page (no Items list)")
             return data
+
+        # imported here: tenacity pulls in asyncio (tens of ms), and most sessions never ask for a price
+        from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
         retrying = Retrying(
             stop=stop_after_attempt(self.attempts),

@@ -188,13 +188,22 @@ class Share(ABC):
                 out.append((full, entry))
         return out
 
+    def real_path(self, path: str) -> str | None:
+        """``path`` with its symbolic links resolved, as a share path; None when it leads out of the share
+        (or, where the server cannot tell, nowhere). A share without links returns ``path`` as it is."""
+        return normalize(path)
+
+    def link_targets(self, path: str) -> dict[str, str | None]:
+        """The entries of directory ``path`` that are symbolic links: name → ``real_path`` of the link."""
+        return {}
+
     def _escapes(self, path: str) -> bool:
         """Whether ``path`` resolves outside the share (through a symbolic link a job planted)."""
-        return False
+        return self.real_path(path) is None
 
     def _links_out(self, path: str) -> set[str]:
         """Names of the entries of directory ``path`` that are symbolic links leading out of the share."""
-        return set()
+        return {name for name, real in self.link_targets(path).items() if real is None}
 
     # -- primitives ----------------------------------------------------------------------------------
     @abstractmethod
@@ -326,14 +335,15 @@ class LocalShare(Share):
     def _inside(self, real: Path) -> bool:
         return real == self.root or real.is_relative_to(self.root)
 
-    def _escapes(self, path: str) -> bool:
-        return not self._inside(self.local_path(path).resolve())
+    def _share_path(self, real: Path) -> str | None:
+        return normalize(real.relative_to(self.root).as_posix()) if self._inside(real) else None
 
-    def _links_out(self, path: str) -> set[str]:
+    def real_path(self, path: str) -> str | None:
+        return self._share_path(self.local_path(path).resolve())
+
+    def link_targets(self, path: str) -> dict[str, str | None]:
         return {
-            c.name
-            for c in self.local_path(path).iterdir()
-            if c.is_symlink() and not self._inside(c.resolve())
+            c.name: self._share_path(c.resolve()) for c in self.local_path(path).iterdir() if c.is_symlink()
         }
 
     def delete(self, path: str, *, recursive: bool = False) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 from pathlib import Path
@@ -48,8 +49,12 @@ def run_setup(
 
 def test_ssh_config_is_strict() -> None:
     text = setup.ssh_config_text(setup.NodePaths("/h/.batchai/clusters/c"), user="azureuser", port=2222)
+    mux = hashlib.sha256(b"/h/.batchai/clusters/c").hexdigest()[:8]
     assert text.splitlines()[1:] == [
         "Host *",
+        "    ControlMaster auto",  # one shared connection per node and cluster, in a private folder
+        f"    ControlPath %d/.batchai-ssh/{mux}-%C",
+        "    ControlPersist 120",
         "    Port 2222",
         "    User azureuser",
         "    IdentityFile /h/.batchai/clusters/c/id_ed25519",

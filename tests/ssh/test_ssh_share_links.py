@@ -1,4 +1,5 @@
-"""The SFTP share does not follow symbolic links out of the share (a job can plant them on the share)."""
+"""The SFTP share does not follow symbolic links out of the share (a job can plant them on the share),
+and a job's handle does not follow links out of the job's folders."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from pathlib import Path
 import pytest
 from sshd import NODE_ADDRESSES, SSHNodes
 
+from _helpers import PLANT_LINKS, check_links_not_followed
+from batchai_sdk import JobState
 from batchai_sdk.exceptions import ValidationError
 
 pytestmark = pytest.mark.ssh
@@ -50,5 +53,20 @@ def test_sftp_download_and_delete_do_not_follow_links_out_of_the_share(
         assert (outside / "OUT" / "precious.txt").read_text() == "OUTSIDE\n"
         assert (outside / "secret.txt").read_text() == "OUTSIDE\n"
         assert not (share_dir / "jobs" / "j").exists() and (share_dir / "inside.txt").exists()
+    finally:
+        ws.close()
+
+
+def test_job_files_over_sftp_refuse_links_out_of_the_job_folders(ssh_nodes: SSHNodes, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    (root / "mnt" / "share").mkdir(parents=True)
+    ws = ssh_nodes.workspace("joblinks", root, NODE_ADDRESSES[:1])
+    try:
+        cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=1)
+        job = (
+            ws.create_experiment("e").create_job("links", cluster=cluster, command_line=PLANT_LINKS).submit()
+        )
+        assert job.wait(timeout=120) is JobState.SUCCEEDED, job.status.failure_reason
+        check_links_not_followed(job)
     finally:
         ws.close()

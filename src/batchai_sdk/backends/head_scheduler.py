@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import _layout as layout
-from .._models import ClusterSpec, Node
+from .._models import ClusterSpec, Node, parse_time
 from ..exceptions import AlreadyExistsError, BackendError, CapacityError, ShareError, ValidationError
 from ..launch import node_command, on_node
 from ..node.protocol import E_CAPACITY, E_EXISTS, E_INVALID, NodesDoc
+from ..share import Share
 from ..vm_sizes import health_floors
 from .base import Activity, Assignment, Backend, ClusterScheduler, JobRequest, LaunchTarget
 
@@ -53,6 +54,24 @@ def ensure_node_code(backend: Backend) -> str:
     except OSError as exc:
         raise ShareError(f"could not write the node code to share {share.name!r} ({folder}): {exc}") from exc
     return folder
+
+
+def with_cluster_heartbeat(
+    share: Share, cluster: str, record: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """A queued job's record with the cluster's heartbeat when that is newer: the scheduler rewrites a
+    queued job's ``status.json`` only when it changes, and beats once for the whole queue in
+    ``nodes.json`` (a thousand queued jobs are not a thousand writes every few seconds)."""
+    if not record or record.get("state") != "queued" or not record.get("scheduler"):
+        return record
+    doc = share.read_json_or_none(layout.nodes_record(cluster)) or {}
+    try:
+        beat, own = parse_time(doc.get("heartbeat")), parse_time(record.get("heartbeat"))
+    except (TypeError, ValueError):
+        return record
+    if beat is not None and (own is None or beat > own):
+        return {**record, "heartbeat": beat.isoformat()}
+    return record
 
 
 class HeadNodeScheduler(ClusterScheduler):

@@ -3,6 +3,7 @@
 ``scheduler STATE_DIR``   the cluster's scheduler daemon (started by ``ctl``)
 ``ctl STATE_DIR``         one request to the scheduler (JSON on stdin), reply on stdout
 ``launch JOB_DIR``        one job attempt (started by the scheduler)
+``launch -``              the same, started ahead: the job folder comes on stdin (scheduler/spares.py)
 ``prep CONFIG NODE``      job preparation on a node (secrets as JSON on stdin)
 ``rank CONFIG``           one rank (started by mpirun or the launcher)
 ``reap TAG``              end every process of a job on this node; prints how many survived
@@ -36,6 +37,12 @@ def main(argv: list[str]) -> int:
         return int(_mod("scheduler.daemon").run(args[0]))
     if mode == "ctl" and len(args) == 1:
         return int(_mod("scheduler.ctl").main(args[0]))
+    if mode == "launch" and args == ["-"]:  # a spare: its job folder comes on stdin (scheduler/spares.py)
+        launcher = _mod("job.launcher")
+        import concurrent.futures  # noqa: F401 - loaded now, not in the hand-off
+
+        job_dir = _mod("scheduler.spares").wait_for_job()
+        return int(launcher.Launcher(job_dir).main()) if job_dir else 0
     if mode == "launch" and len(args) == 1:
         return int(_mod("job.launcher").Launcher(args[0]).main())
     if mode == "prep" and len(args) == 2:

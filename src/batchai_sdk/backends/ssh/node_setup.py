@@ -43,11 +43,23 @@ class NodePaths:
         return posixpath.join(self.cluster_dir, f"setup-{node}.sha256")
 
 
+MUX_DIR = ".batchai-ssh"  # in the user's home on each node, 0700: the cluster's shared SSH connections
+MUX_PERSIST_S = 120
+
+
 def ssh_config_text(paths: NodePaths, *, user: str, port: int, connect_timeout: float = 10) -> str:
+    """The nodes' ssh configuration. Connections are shared (ControlMaster): the scheduler, launchers and
+    mpirun reuse one connection per node for ``MUX_PERSIST_S`` seconds instead of a handshake per command,
+    through a socket in a private folder of the home directory (a short path, as Unix sockets need)
+    named per cluster, so clusters never share one."""
+    mux = hashlib.sha256(paths.cluster_dir.encode()).hexdigest()[:8]
     return "\n".join(
         [
             "# written by batchai_sdk: how the cluster's nodes reach each other (ssh -F <this file>)",
             "Host *",
+            "    ControlMaster auto",
+            f"    ControlPath %d/{MUX_DIR}/{mux}-%C",
+            f"    ControlPersist {MUX_PERSIST_S}",
             f"    Port {port}",
             f"    User {user}",
             f"    IdentityFile {paths.key}",
@@ -106,6 +118,7 @@ def refresh_script(
         [
             "umask 077",
             f"mkdir -p {q(paths.cluster_dir)} || exit 1",
+            f'mkdir -p "$HOME/{MUX_DIR}" && chmod 700 "$HOME/{MUX_DIR}" || exit 1',
             _PUT,
             f"put {q(paths.ssh_config)} {q(ssh_config.rstrip(chr(10)))} || exit 1",
             f"put {q(paths.known_hosts)} {q(known_hosts.rstrip(chr(10)))} || exit 1",

@@ -52,26 +52,28 @@ class SFTPShare(Share):
             self._resolved_root = sftp.normalize(self.root)
         return self._resolved_root
 
-    def _resolves_inside(self, sftp: paramiko.SFTPClient, remote: str) -> bool:
+    def _real(self, sftp: paramiko.SFTPClient, remote: str) -> str | None:
+        """The share path ``remote`` resolves to on the server; None out of the share or dangling."""
         root = self._real_root(sftp)
         try:
             real = sftp.normalize(remote)
         except OSError:
-            return False  # a dangling link leads nowhere in the share
-        return real == root or real.startswith(root.rstrip("/") + "/")
+            return None  # a dangling link leads nowhere in the share
+        if real == root:
+            return ""
+        return real[len(root.rstrip("/")) + 1 :] if real.startswith(root.rstrip("/") + "/") else None
 
-    def _escapes(self, path: str) -> bool:
-        return not self._call("resolve", path, lambda s: self._resolves_inside(s, self.remote_path(path)))
+    def real_path(self, path: str) -> str | None:
+        return self._call("resolve", path, lambda s: self._real(s, self.remote_path(path)))
 
-    def _links_out(self, path: str) -> set[str]:
+    def link_targets(self, path: str) -> dict[str, str | None]:
         target = self.remote_path(path)
 
-        def links(sftp: paramiko.SFTPClient) -> set[str]:
+        def links(sftp: paramiko.SFTPClient) -> dict[str, str | None]:
             return {
-                a.filename
+                a.filename: self._real(sftp, posixpath.join(target, a.filename))
                 for a in sftp.listdir_attr(target)
                 if stat_mod.S_ISLNK(a.st_mode or 0)
-                and not self._resolves_inside(sftp, posixpath.join(target, a.filename))
             }
 
         return self._call("list", path, links)
@@ -228,7 +230,7 @@ class SFTPShare(Share):
             return
         target = self.remote_path(rel)
         parent = posixpath.dirname(target)
-        if not self._call("resolve", rel, lambda s: self._resolves_inside(s, parent)):
+        if self._call("resolve", rel, lambda s: self._real(s, parent)) is None:
             return  # reached through a symbolic link out of the share: nothing of the share is there
         if info.is_dir and recursive:
             # one command on the head node instead of a round trip per file

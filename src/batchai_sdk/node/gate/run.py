@@ -134,7 +134,7 @@ def run_gate(cfg: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]], level: 
         if value is None:
             notes.append(f"{n['id']}: {note}")
     # Megatron's 10% for GPUs; CPU nodes measured with gloo are noisier: only 3x slower is a sick node
-    tolerance = float(health.get("tolerance", 0.1 if gpus else 0.7))
+    tolerance = float(health.get("tolerance") or (0.1 if gpus else 0.7))
     if level == "full":  # a node that looks slow is measured once more before it is judged
         for c in bandwidth_checks("allreduce", measured, health.get("node_busbw"), tolerance):
             n = next(x for x in up if x["id"] == c.node)

@@ -34,6 +34,7 @@ from ..common import (
 )
 from ..protocol import RESULT_RECORD
 from .containers import PULL_FAILED, PULL_FAILED_PREFIX, PullError
+from .forked import ForkedRank, fork_rank
 from .rank import run_prep
 
 POLL = 0.2
@@ -102,7 +103,7 @@ class Launcher:
         self.cfg: dict[str, Any] = load(self.config_path)
         self.nodes: list[dict[str, Any]] = self.assignment["nodes"]
         self.secrets: dict[str, str] = load_or_none(os.path.join(job_dir, "secrets.json")) or {}
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | ForkedRank | None = None
         self.stopping: int | None = None  # the signal the scheduler sent, once it asks the job to stop
 
     # -- records
@@ -136,7 +137,8 @@ class Launcher:
         def one(node: dict[str, Any]) -> tuple[str, int, str]:
             if self.cfg.get("ssh_command") is None:  # every node is this machine: no process to start
                 try:
-                    return node["id"], run_prep(self.config_path, node["id"], self.secrets), ""
+                    stop = lambda: self.stopping is not None  # noqa: E731
+                    return node["id"], run_prep(self.config_path, node["id"], self.secrets, stop), ""
                 except PullError as exc:
                     return node["id"], PULL_FAILED, str(exc)
                 except OSError as exc:
@@ -229,15 +231,18 @@ class Launcher:
             open(os.path.join(out_dir, "stderr.txt"), "ab") as err,
         ):
             argv, feed = self.launch_argv(env)
-            self.proc = subprocess.Popen(
-                argv,
-                cwd=self.cfg["wd"],
-                env=env,
-                stdout=out,
-                stderr=err,
-                stdin=subprocess.PIPE if feed is not None else subprocess.DEVNULL,
-                start_new_session=True,
-            )
+            if self.cfg["toolkit"] == "custom" and self.cfg.get("ssh_command") is None:
+                self.proc = fork_rank(self.config_path, env, self.cfg["wd"], out, err)  # no new Python
+            else:
+                self.proc = subprocess.Popen(
+                    argv,
+                    cwd=self.cfg["wd"],
+                    env=env,
+                    stdout=out,
+                    stderr=err,
+                    stdin=subprocess.PIPE if feed is not None else subprocess.DEVNULL,
+                    start_new_session=True,
+                )
             if feed is not None and self.proc.stdin is not None:
                 with contextlib.suppress(OSError):
                     self.proc.stdin.write(feed)
@@ -291,7 +296,15 @@ class Launcher:
     def reachable(self, node: dict[str, Any]) -> bool:
         if self.cfg.get("ssh_command") is None:
             return True
-        argv = [*self.cfg["ssh_command"], "-o", "ConnectTimeout=5", node["address"], "true"]
+        argv = [
+            *self.cfg["ssh_command"],
+            "-o",
+            "ControlPath=none",
+            "-o",
+            "ConnectTimeout=5",
+            node["address"],
+            "true",
+        ]
         try:
             return subprocess.run(argv, capture_output=True, timeout=10, check=False).returncode == 0
         except (OSError, subprocess.TimeoutExpired):

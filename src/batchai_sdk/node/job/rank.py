@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..common import expand, job_env, load, load_or_none, try_append, write_json_atomic
@@ -359,9 +360,16 @@ def pull_image(image: str, env: dict[str, str], log: str) -> None:
     try_append(log, f"pulled image {full} in {time.monotonic() - started:.1f} s")
 
 
-def run_prep(config_path: str, node: str, secrets: dict[str, str] | None = None) -> int:
+def run_prep(
+    config_path: str,
+    node: str,
+    secrets: dict[str, str] | None = None,
+    stop: Callable[[], bool] | None = None,
+) -> int:
     """On a node: make the job's node-local directories, pull the job's image, run the job preparation
-    command once. Raises ``containers.PullError`` when the image could not be pulled."""
+    command once. Raises ``containers.PullError`` when the image could not be pulled. ``stop`` is asked
+    while the command runs: once it is true the command's whole process group is ended (terminate during
+    preparation is prompt) and the result is -SIGTERM."""
     cfg = load(config_path)
     make_node_dirs(cfg)
     env = job_env(cfg, secrets)
@@ -376,8 +384,36 @@ def run_prep(config_path: str, node: str, secrets: dict[str, str] | None = None)
         open(os.path.join(out_dir, f"stdout-job_prep-{node}.txt"), "ab") as out,
         open(os.path.join(out_dir, f"stderr-job_prep-{node}.txt"), "ab") as err,
     ):
-        code = subprocess.call(
-            ["/bin/sh", "-c", cfg["job_preparation"]], cwd=cfg["wd"], env=env, stdout=out, stderr=err
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", cfg["job_preparation"]],
+            cwd=cfg["wd"],
+            env=env,
+            stdout=out,
+            stderr=err,
+            start_new_session=stop is not None,  # a group of its own, ended whole on stop
         )
+        code = wait_or_stop(proc, stop)
     try_append(log, f"job preparation exited with code {code}")
     return code
+
+
+def wait_or_stop(proc: subprocess.Popen[bytes], stop: Callable[[], bool] | None, grace: float = 5.0) -> int:
+    """``proc``'s exit status; when ``stop()`` turns true first, its process group gets SIGTERM, then
+    SIGKILL after ``grace`` seconds."""
+    if stop is None:
+        return proc.wait()
+    while True:
+        try:
+            return proc.wait(timeout=0.05)
+        except subprocess.TimeoutExpired:
+            if not stop():
+                continue
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return -signal.SIGTERM

@@ -19,14 +19,15 @@ import contextlib
 import fcntl
 import json
 import os
-import selectors
 import signal
 import socket
 import sqlite3
 import subprocess
 import sys
 import time
+import traceback
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from ..common import TAG_VAR, load_or_none, now, write_json_atomic
@@ -34,9 +35,12 @@ from ..job import procs
 from ..policy import autoscale, retries, watchdog
 from ..policy.queue import Holding, Waiting, plan
 from ..protocol import OP_JOB, OP_NODES, OP_PING, OP_SUBMIT, OP_TERMINATE, RESULT_RECORD, SharePaths
-from . import attempt_end, health, publish, recovery, scaling
+from . import api, attempt_end, health, prune, publish, quarantine, recovery, scaling
+from .api import RequestError
 from .gate import NodeGate
-from .store import ACTIVE, NAME, SCHEMA, STARTING, iso, migrate
+from .server import RequestServer
+from .spares import Spares
+from .store import ACTIVE, SCHEMA, STARTING, iso, migrate
 
 __all__ = ["Holding", "RequestError", "Scheduler", "Waiting", "plan", "run"]
 
@@ -45,25 +49,22 @@ TERM_GRACE = 10.0  # the launcher's own grace for the ranks, plus a margin befor
 IDLE_EXIT = 2.0
 
 
-class RequestError(Exception):
-    """A request the scheduler refuses; ``code`` tells the client which typed error to raise."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
 class Scheduler:
     """The queue's one authority on a head node: its state folder holds ``cluster.json`` and ``sched.db``."""
 
     def __init__(self, state_dir: str) -> None:
         self.state_dir = state_dir
-        self.cfg: dict[str, Any] = load_or_none(os.path.join(state_dir, "cluster.json")) or {}
+        self.cfg: dict[str, Any] = {}
+        try:
+            self.cfg = api.check_cluster(load_or_none(os.path.join(state_dir, "cluster.json")) or {})
+        except RequestError as exc:  # written by an older ctl that did not check it: the next request's
+            self.log(f"ignoring cluster.json: {exc}")  # configuration replaces it
         fresh = not os.path.exists(os.path.join(state_dir, "sched.db"))
         self.db = sqlite3.connect(os.path.join(state_dir, "sched.db"), isolation_level=None)
         self.db.row_factory = sqlite3.Row
         self.db.executescript(SCHEMA)
         migrate(self.db)
+        self.db.execute("CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state)")
         # job id → its launcher, for launchers this process started. Kept referenced: a dropped Popen is
         # reaped by subprocess's own cleanup, and its exit would go unseen.
         self.children: dict[int, subprocess.Popen[bytes]] = {}
@@ -72,6 +73,8 @@ class Scheduler:
         self.idle_since: float | None = None
         self.publish_errors: dict[str, str] = {}
         self.last_nodes_doc: Any = None
+        self.published_as: tuple[object, ...] | None = None  # what publish last saw (publish.py)
+        self.next_beat = 0.0
         self.stopping = False
         # autoscale: the nodes up now (a subset of the pool), and since when each free node is idle
         self.active: list[str] | None = None
@@ -87,6 +90,13 @@ class Scheduler:
         self.scaling: concurrent.futures.Future[None] | None = None
         self.gate = NodeGate(self)
         self.fault_message: str | None = None  # the head node's disk refusing writes, while it lasts
+        self.server: RequestServer | None = None
+        self.spares = Spares()
+        self.pidfds: dict[int, int] = {}  # job id → a descriptor readable once its launcher exits
+        self.step_errors: dict[str, str] = {}
+        self.faulted = False  # a step of this pass met a disk fault
+        self.pruned_at = 0.0
+        quarantine.quarantine_bad_rows(self)
         self.rebuilt = recovery.rebuild_from_share(self) if fresh else 0
 
     # -- helpers ------------------------------------------------------------------------------------
@@ -153,10 +163,11 @@ class Scheduler:
 
     # -- requests -------------------------------------------------------------------------------------
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Answer one request from ``ctl``; a refused one raises ``RequestError``."""
+        """Answer one request from ``ctl``; a refused one raises ``RequestError`` before any change."""
+        request = api.check_request(request)
         if request.get("cluster"):
             self.set_cluster(request["cluster"])
-        op = request.get("op")
+        op = request["op"]
         if op == OP_SUBMIT:
             return self.submit(request)
         if op == OP_TERMINATE:
@@ -190,12 +201,7 @@ class Scheduler:
 
     def submit(self, request: dict[str, Any]) -> dict[str, Any]:
         """Queue a job (once per ``request_id``), keep its secrets here only, and start what can start."""
-        experiment, name = str(request.get("experiment", "")), str(request.get("name", ""))
-        if not NAME.match(experiment) or not NAME.match(name):
-            raise RequestError("invalid", f"invalid job name {experiment!r}/{name!r}")
-        node_count = int(request["node_count"])
-        if node_count < 1:
-            raise RequestError("invalid", f"node_count must be at least 1, not {node_count}")
+        experiment, name, node_count = request["experiment"], request["name"], request["node_count"]
         if node_count > self.capacity():
             raise RequestError(
                 "capacity", f"the job needs {node_count} node(s); the cluster has {self.capacity()}"
@@ -205,11 +211,12 @@ class Scheduler:
         if again:
             return {"ok": True, "id": again[0]["id"], "repeated": True}
         wall = request.get("max_wall_clock_seconds")
-        rebuilt = self.rows("key = ? AND state = 'queued' AND request_id IS NULL", f"{experiment}/{name}")
-        if rebuilt:  # found on the share when this scheduler started: the submit that wrote it adopts it
-            self.db.execute("DELETE FROM jobs WHERE id = ?", (rebuilt[0]["id"],))
-        codes = [int(c) for c in request.get("retry_on_exit_codes") or []]
+        codes = request["retry_on_exit_codes"]
+        self.db.execute("SAVEPOINT submit")  # the row and its secrets file, or neither
         try:
+            rebuilt = self.rows("key = ? AND state = 'queued' AND request_id IS NULL", f"{experiment}/{name}")
+            if rebuilt:  # found on the share when this scheduler started: the submit that wrote it adopts it
+                self.db.execute("DELETE FROM jobs WHERE id = ?", (rebuilt[0]["id"],))
             cur = self.db.execute(
                 "INSERT INTO jobs (key, experiment, name, request_id, node_count, wall, state, creation_time,"
                 " hang, max_retries, retry_codes, max_cost, price)"
@@ -223,19 +230,25 @@ class Scheduler:
                     wall,
                     request.get("created"),
                     request.get("hang_timeout"),
-                    int(request.get("max_retries") or 0),
+                    request["max_retries"],
                     json.dumps(codes),
                     request.get("max_cost"),
                     request.get("price"),
                 ),
             )
-        except sqlite3.IntegrityError as exc:
-            raise RequestError("exists", f"job {experiment}/{name} is already queued or running") from exc
-        job_id = int(cur.lastrowid or 0)
-        secrets = request.get("secrets") or {}
-        os.makedirs(self.job_state_dir(job_id), mode=0o700, exist_ok=True)
-        if secrets:
-            write_json_atomic(os.path.join(self.job_state_dir(job_id), "secrets.json"), secrets, mode=0o600)
+            job_id = int(cur.lastrowid or 0)
+            secrets = request["secrets"]
+            os.makedirs(self.job_state_dir(job_id), mode=0o700, exist_ok=True)
+            if secrets:
+                path = os.path.join(self.job_state_dir(job_id), "secrets.json")
+                write_json_atomic(path, secrets, mode=0o600)
+        except BaseException as exc:
+            self.db.execute("ROLLBACK TO submit")
+            self.db.execute("RELEASE submit")
+            if isinstance(exc, sqlite3.IntegrityError):
+                raise RequestError("exists", f"job {experiment}/{name} is already queued or running") from exc
+            raise
+        self.db.execute("RELEASE submit")
         self.log(f"queued {experiment}/{name} (id {job_id}, {node_count} node(s))")
         self.schedule()
         self.publish()
@@ -275,6 +288,8 @@ class Scheduler:
             for n in self.nodes()
             if n["id"] not in held and n["id"] not in self.down and n["id"] not in blocked
         ]
+        if not free:  # nothing can start: the queue, however long, need not be read
+            return
         rows = {r["id"]: r for r in self.rows("state = 'queued'")}
         queued = [Waiting(r["id"], r["node_count"], r["wall"]) for r in rows.values()]
         running = [
@@ -299,7 +314,11 @@ class Scheduler:
     def start(self, row: sqlite3.Row, nodes: list[dict[str, Any]]) -> None:
         """Start the job's launcher on ``nodes`` with a fresh tag for this attempt."""
         job_id = row["id"]
-        tag = uuid.uuid4().hex
+        argv = [self.cfg["python"], "-S", self.cfg["node_main"], "launch"]
+        env = dict(os.environ)
+        env.update(self.cfg.get("env", {}))
+        spare = self.spares.take(argv, env) if self.server is not None else None
+        tag = spare.tag if spare is not None else uuid.uuid4().hex
         job_dir = self.job_state_dir(job_id)
         os.makedirs(job_dir, mode=0o700, exist_ok=True)
         for stale in (RESULT_RECORD, "phase.json"):
@@ -314,8 +333,6 @@ class Scheduler:
         }
         write_json_atomic(os.path.join(job_dir, "assignment.json"), assignment, sync=False)
         launch = load_or_none(assignment["launch"]) or {}
-        env = dict(os.environ)
-        env.update(self.cfg.get("env", {}))
         env[TAG_VAR] = tag
         t = time.time()
         # Intent before action: the row says which tag this launch uses before the launcher exists, so a
@@ -332,19 +349,23 @@ class Scheduler:
             stdouterr=launch.get("stdouterr_dir"),
         )
         try:
-            with open(os.path.join(job_dir, "launcher.log"), "ab") as out:
-                proc = subprocess.Popen(
-                    [self.cfg["python"], "-S", self.cfg["node_main"], "launch", job_dir],
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=out,
-                    env=env,
-                    start_new_session=True,
-                )
+            if spare is not None and spare.go(job_dir):
+                proc = spare.proc
+            else:
+                with open(os.path.join(job_dir, "launcher.log"), "ab") as out:
+                    proc = subprocess.Popen(
+                        [*argv, job_dir],
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=out,
+                        env=env,
+                        start_new_session=True,
+                    )
         except OSError as exc:
             self.finish(row, "failed", None, f"could not start the job's launcher: {exc}")
             return
         self.children[job_id] = proc
+        self.watch_exit(job_id, proc.pid)
         self.update(job_id, launcher_pid=proc.pid, phase="preparing")
         self.trackers[job_id] = watchdog.OutputTracker()
         self.log(f"started {row['key']} on {', '.join(n['id'] for n in nodes)} (launcher pid {proc.pid})")
@@ -369,6 +390,7 @@ class Scheduler:
             if code is not None:
                 attempt_end.launcher_ended(self, job_id, code)
                 del self.children[job_id]  # only once recorded: a write that failed is tried again
+                self.unwatch_exit(job_id)
         t = time.time()
         for row in self.rows("state = 'running'"):
             pid = row["launcher_pid"]
@@ -398,6 +420,24 @@ class Scheduler:
                 if phase.get("phase") and phase["phase"] != row["phase"]:
                     self.update(row["id"], phase=phase["phase"])
 
+    def watch_exit(self, job_id: int, pid: int) -> None:
+        """Wake the loop the moment the launcher exits (a pidfd in its selector), not a tick later."""
+        if self.server is None or not hasattr(os, "pidfd_open"):
+            return
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
+            return  # an older kernel: the loop's tick finds the exit
+        self.pidfds[job_id] = fd
+        self.server.register(fd, lambda: None)
+
+    def unwatch_exit(self, job_id: int) -> None:
+        fd = self.pidfds.pop(job_id, None)
+        if fd is not None:
+            if self.server is not None:
+                self.server.unregister(fd)
+            os.close(fd)
+
     @staticmethod
     def alive(pid: int | None, tag: str | None) -> bool:
         """Whether the launcher ``pid`` still runs with the job's tag (not a reused pid)."""
@@ -425,9 +465,11 @@ class Scheduler:
     # -- the loop -------------------------------------------------------------------------------------
     def idle(self) -> bool:
         """Nothing queued, running, unpublished, being cleaned, scaled or waited for."""
-        busy = self.rows(f"state IN {ACTIVE} OR published = 0")
+        busy = self.db.execute(
+            "SELECT 1 FROM jobs WHERE state IN ('queued', 'running', 'cleaning') OR published = 0 LIMIT 1"
+        )
         return (
-            not busy
+            busy.fetchone() is None
             and not self.cleaning
             and self.next_review is None
             and self.scaling is None
@@ -437,10 +479,15 @@ class Scheduler:
 
     def serve(self, listener: socket.socket) -> int:
         """The loop: requests, launchers, cleanup, probes, autoscale, placement, publishing; until idle."""
-        sel = selectors.DefaultSelector()
-        sel.register(listener, selectors.EVENT_READ)
+        self.server = RequestServer(listener, self.answer)
         signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
         self.adopt()
+        if self.cfg.get("python") and self.cfg.get("node_main"):  # the first job's launcher, started now
+            env = {**os.environ, **self.cfg.get("env", {})}
+            self.spares.take([self.cfg["python"], "-S", self.cfg["node_main"], "launch"], env)
+        if self.cfg.get("ssh_command"):
+            for node in self.nodes():
+                self.pool_exec.submit(health.warm_connection, self, node["address"])
         checked = time.monotonic()
         while not self.stopping:
             if time.monotonic() - checked > 1.0:
@@ -448,13 +495,20 @@ class Scheduler:
                 if not os.path.exists(os.path.join(self.state_dir, "sched.db")):
                     self.log("this scheduler's folder was removed: exiting")
                     break
-            for _key, _ in sel.select(timeout=LOOP):
-                self.accept(listener)
-            try:
-                self.step()
-            except (sqlite3.Error, OSError) as exc:
-                self.fault(exc)
-                continue
+            self.faulted = False
+            self.step("requests", lambda: self.server.poll(LOOP) if self.server else None)
+            self.step("watch", self.watch)
+            self.step("cleanup", self.reap_cleaned)
+            self.step("probes", lambda: health.probe_down_nodes(self))
+            self.step("health gate", self.gate.tick)
+            self.step("autoscale", lambda: scaling.autoscale(self))
+            self.step("placement", self.schedule)
+            self.step("publish", self.publish)
+            if time.monotonic() - self.pruned_at > prune.EVERY_S:
+                self.pruned_at = time.monotonic()
+                self.step("prune", lambda: prune.prune(self))
+            if self.faulted:
+                continue  # outcomes wait in memory; never exit idle while the disk refuses them
             self.cleared()
             if self.idle():
                 self.idle_since = self.idle_since or time.monotonic()
@@ -462,18 +516,31 @@ class Scheduler:
                     break
             else:
                 self.idle_since = None
-        sel.unregister(listener)
+        self.server.shutdown()
+        self.spares.close()
         return 0
 
-    def step(self) -> None:
-        """One pass of the loop's work (requests are taken apart, in ``accept``)."""
-        self.watch()
-        self.reap_cleaned()
-        health.probe_down_nodes(self)
-        self.gate.tick()
-        scaling.autoscale(self)
-        self.schedule()
-        self.publish()
+    def step(self, name: str, fn: Callable[[], object]) -> None:
+        """One step of the loop; a failure is logged (once per distinct error), bad rows are quarantined,
+        and the loop goes on: no request or record can end the scheduler. A disk or database that
+        refuses writes is a fault (``fault``): reported, and the step tried again next pass."""
+        try:
+            fn()
+            self.step_errors.pop(name, None)
+        except (sqlite3.Error, OSError) as exc:
+            if self.db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    self.db.execute("ROLLBACK")
+            self.faulted = True
+            self.fault(exc)
+        except Exception as exc:
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
+            if self.step_errors.get(name) != repr(exc):
+                self.step_errors[name] = repr(exc)
+                self.log(f"{name} failed: {exc!r}\n{traceback.format_exc()}")
+            with contextlib.suppress(Exception):
+                quarantine.quarantine_bad_rows(self)
 
     def fault(self, exc: BaseException) -> None:
         """The head node's disk or database refused a write: stay up, say so once (in the log and in
@@ -491,33 +558,23 @@ class Scheduler:
             self.fault_message = None
             publish.report_fault(self, None)
 
-    def accept(self, listener: socket.socket) -> None:
-        """One request on the socket: a JSON line in, a JSON line out."""
+    def answer(self, line: bytes) -> dict[str, Any]:
+        """The reply to one request line from the socket; never raises."""
         try:
-            conn, _ = listener.accept()
-        except BlockingIOError:
-            return
-        with conn:
-            conn.settimeout(10)
-            data = b""
-            try:
-                while not data.endswith(b"\n"):
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        break
-                    data += chunk
-                try:
-                    reply = self.handle(json.loads(data))
-                except RequestError as exc:
-                    reply = {"ok": False, "error": exc.code, "message": str(exc)}
-                except (ValueError, KeyError, TypeError) as exc:
-                    reply = {"ok": False, "error": "invalid", "message": f"bad request: {exc!r}"}
-                except sqlite3.Error as exc:
-                    self.fault(exc)
-                    reply = {"ok": False, "error": "unavailable", "message": self.fault_message or str(exc)}
-                conn.sendall(json.dumps(reply).encode() + b"\n")
-            except OSError as exc:
-                self.log(f"request failed: {exc!r}")
+            return self.handle(api.parse(line))
+        except RequestError as exc:
+            return {"ok": False, "error": exc.code, "message": str(exc)}
+        except sqlite3.Error as exc:
+            if self.db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    self.db.execute("ROLLBACK")
+            self.fault(exc)
+            return {"ok": False, "error": "unavailable", "message": self.fault_message or str(exc)}
+        except Exception as exc:
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
+            self.log(f"request failed: {exc!r}\n{traceback.format_exc()}")
+            return {"ok": False, "error": "internal", "message": f"the scheduler could not answer: {exc!r}"}
 
 
 def run(state_dir: str) -> int:

@@ -61,11 +61,22 @@ def answers(sched: Scheduler, address: str) -> bool:
     """Whether the node at ``address`` runs a command over SSH (always, without SSH)."""
     if sched.cfg.get("ssh_command") is None:
         return True
-    argv = [*sched.cfg["ssh_command"], "-o", "ConnectTimeout=5", address, "true"]
+    # a new connection, not the shared one: the probe is of the node and its network
+    argv = [*sched.cfg["ssh_command"], "-o", "ControlPath=none", "-o", "ConnectTimeout=5", address, "true"]
     try:
         return subprocess.run(argv, capture_output=True, timeout=15, check=False).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
+
+
+def warm_connection(sched: Scheduler, address: str) -> None:
+    """Open the shared SSH connection to a node from the scheduler (whose environment carries no job's
+    tag, so no job's cleanup ends it): launchers, mpirun and cleanups then reuse it."""
+    argv = [*sched.cfg["ssh_command"], "-o", "ConnectTimeout=5", address, "true"]
+    try:
+        subprocess.run(argv, capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
 
 
 def check_hang(sched: Scheduler, row: sqlite3.Row, t: float) -> None:

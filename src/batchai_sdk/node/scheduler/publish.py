@@ -1,5 +1,9 @@
 """What readers see: the scheduler writes each job's ``status.json`` and the cluster's ``nodes.json`` to
-the share, again every heartbeat while a job is active; a failed write is kept and retried."""
+the share. A job's record is written when it changes, and again every heartbeat while the job runs; the
+queue's heartbeat is ``nodes.json``'s, written every heartbeat, so a thousand queued jobs are not a
+thousand writes (readers take it for a queued job, ``head_scheduler.with_cluster_heartbeat``). Nothing is
+read from the database while nothing changed and no heartbeat is due. A failed write is kept and retried.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..common import now, write_json_atomic
-from ..protocol import HEAD_DISK_ERROR, NODES_RECORD, NodeHold, NodesDoc, Reporter, StatusDoc
+from ..protocol import HEAD_DISK_ERROR, HEARTBEAT_KEY, NODES_RECORD, NodeHold, NodesDoc, Reporter, StatusDoc
 from .store import ACTIVE, STARTING
 
 if TYPE_CHECKING:
@@ -76,8 +80,28 @@ def note_publish_error(sched: Scheduler, row: sqlite3.Row, path: str, exc: OSErr
         sched.publish_errors[row["key"]] = str(exc)
 
 
+def observed(sched: Scheduler) -> tuple[object, ...]:
+    """What publish's records are made of, short of reading the jobs: unchanged, nothing is written."""
+    gate = sched.gate
+    return (
+        sched.db.total_changes,
+        tuple(sorted(sched.down)),
+        tuple(sorted(gate.unusable.items())),
+        tuple(sorted(gate.checking)),
+        gate.applied,
+        sched.fault_message,
+    )
+
+
 def publish(sched: Scheduler) -> None:
     """Write changed job records and node assignments to the share; a failed write is retried later."""
+    t = time.time()
+    unchanged = observed(sched)
+    if unchanged == sched.published_as and not sched.publish_errors and t < sched.next_beat:
+        return
+    beat = t >= sched.next_beat
+    if beat:
+        sched.next_beat = t + HEARTBEAT
     # Node assignments first: a reader that sees a job's end then sees its nodes free as well.
     held = sched.held()
     keys = {r["id"]: r["key"] for r in sched.rows(f"state IN {ACTIVE}")}
@@ -94,18 +118,18 @@ def publish(sched: Scheduler) -> None:
         idle_since=last_end,
         head_disk_error=sched.fault_message,
     ).to_dict()
-    if doc != sched.last_nodes_doc:
+    if doc != sched.last_nodes_doc or beat:
         try:
-            write_json_atomic(os.path.join(sched.cfg["cluster_dir"], NODES_RECORD), doc, sync=False)
+            path = os.path.join(sched.cfg["cluster_dir"], NODES_RECORD)
+            write_json_atomic(path, {**doc, HEARTBEAT_KEY: now()}, sync=False)
             sched.last_nodes_doc = doc
         except OSError:
             pass
-    t = time.time()
-    due = sched.rows(f"published = 0 OR (state IN {ACTIVE} AND beat < ?)", t - HEARTBEAT)
+    due = sched.rows("published = 0 OR (state IN ('running', 'cleaning') AND beat < ?)", t - HEARTBEAT / 2)
     for row in due:
         path = sched.share_paths().status_record(row["experiment"], row["name"])
-        try:
-            write_json_atomic(path, status_doc(sched, row))
+        try:  # a change is made durable; a running job's heartbeat alone need not be
+            write_json_atomic(path, status_doc(sched, row), sync=not row["published"])
         except FileNotFoundError as exc:
             if deleted(sched, row):  # the job's folder was removed from a share that is there
                 sched.db.execute("UPDATE jobs SET published = 1, beat = ? WHERE id = ?", (t, row["id"]))
@@ -117,3 +141,4 @@ def publish(sched: Scheduler) -> None:
             continue
         sched.publish_errors.pop(row["key"], None)
         sched.db.execute("UPDATE jobs SET published = 1, beat = ? WHERE id = ?", (t, row["id"]))
+    sched.published_as = observed(sched)

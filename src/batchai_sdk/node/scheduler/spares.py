@@ -1,0 +1,98 @@
+"""A launcher started ahead of its job, so that a node freed is a node busy again at once: Python's
+start-up and the launcher's imports are paid while the previous job runs, not in the hand-off.
+
+The spare is started with the environment the next job's launcher gets, its tag included (a process's
+tag must be in the environment it was started with: ``procs`` finds it there), and waits on its standard
+input. ``take()`` gives the job that spare (its tag becomes the attempt's tag) and starts the next one;
+the job's folder is then written to the spare's stdin and it runs as ``launch JOB_DIR`` would. A spare
+whose environment no longer matches the cluster's is let go (its stdin closed: it exits at once), as is
+every spare when the scheduler exits or dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import uuid
+from dataclasses import dataclass
+
+from ..common import TAG_VAR
+
+
+@dataclass
+class Spare:
+    tag: str
+    proc: subprocess.Popen[bytes]
+    key: tuple[str, ...]
+
+    def go(self, job_dir: str) -> bool:
+        """Hand the spare its job; False when it is gone (the caller starts a launcher itself)."""
+        if self.proc.poll() is not None or self.proc.stdin is None:
+            return False
+        try:
+            self.proc.stdin.write(job_dir.encode() + b"\n")
+            self.proc.stdin.close()
+        except OSError:
+            return False
+        return True
+
+    def release(self) -> None:
+        with contextlib.suppress(OSError):
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=2)
+
+
+class Spares:
+    """At most one spare launcher at a time."""
+
+    def __init__(self) -> None:
+        self.spare: Spare | None = None
+
+    def take(self, argv: list[str], env: dict[str, str]) -> Spare | None:
+        """The spare for a launcher of ``argv`` (without its job folder) and ``env`` (without a tag), or
+        None when there is none that fits; a fitting one is started for the next job either way."""
+        key = (*argv, *sorted(f"{k}={v}" for k, v in env.items()))
+        spare, self.spare = self.spare, None
+        if spare is not None and (spare.key != key or spare.proc.poll() is not None):
+            spare.release()
+            spare = None
+        self.spare = start(argv, env, key)
+        return spare
+
+    def close(self) -> None:
+        if self.spare is not None:
+            self.spare.release()
+            self.spare = None
+
+
+def start(argv: list[str], env: dict[str, str], key: tuple[str, ...]) -> Spare | None:
+    tag = uuid.uuid4().hex
+    try:
+        proc = subprocess.Popen(
+            [*argv, "-"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**env, TAG_VAR: tag},
+            start_new_session=True,
+        )
+    except OSError:
+        return None
+    return Spare(tag, proc, key)
+
+
+def wait_for_job() -> str | None:
+    """In the spare: the job folder the scheduler hands over (None: let go); output goes to its log."""
+    import sys
+
+    line = sys.stdin.readline().strip()
+    if not line:
+        return None
+    fd = os.open(os.path.join(line, "launcher.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    return line
