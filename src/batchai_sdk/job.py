@@ -214,6 +214,8 @@ class Job:
     def _pick_nodes(self, cluster: Cluster) -> tuple[Node, ...]:
         """The cluster's usable nodes; a typed error when too few of them are up for the job."""
         backend = self.workspace.backend
+        if backend.queues_for_nodes:  # the service places the job once nodes exist
+            return ()
         spec = cluster.spec
         scale_set = spec.autoscale is not None and backend.scale_set(spec) is not None
         if spec.autoscale is not None and not scale_set:
@@ -372,7 +374,7 @@ class Job:
     def status(self) -> JobStatus:
         """The job's current ``JobStatus``, read fresh each time: state, exit code, times, failure reason."""
         self._require_submitted()
-        if self.workspace.backend.kind == "slurm":  # Slurm's own queue says what our records cannot
+        if self.workspace.backend.status_from_scheduler:  # its queue says what our records cannot
             self._scheduler().refresh(self.experiment.name, self.name)
         record = self.workspace.share.read_json_or_none(self.paths.status)
         return JobStatus.from_record(record, timeout=heartbeat_timeout())

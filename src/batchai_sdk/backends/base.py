@@ -149,6 +149,10 @@ class Backend(ABC):
     kind: ClassVar[str]
     workspace: str
     share: Share
+    # The platform's own queue holds a job until nodes exist (Azure Batch): submit picks no nodes.
+    queues_for_nodes: ClassVar[bool] = False
+    # Job records are brought up to date by the scheduler's refresh() when read (Slurm, Azure Batch).
+    status_from_scheduler: ClassVar[bool] = False
 
     def describe(self) -> dict[str, Any]:
         """Facts for reprs and ``workspace show`` (never secrets)."""
