@@ -6,6 +6,11 @@ Task files are read with a ranged GET sent through the client's own pipeline (au
 ``download_task_file`` of azure-batch 15.1 sends only ``ocp-range`` and accepts nothing but ``200``, so a
 service or proxy that honours the range with ``206 Partial Content`` would fail it. We send the standard
 ``Range`` header too and take ``200`` (whole file: sliced here), ``206`` and ``416`` (past the end).
+
+Resize, delete and terminate are sent as the single REST call (``202 Accepted``) through the client's
+``_..._internal`` operations: the public ``begin_...`` wrappers start a polling thread that lives until the
+service finishes (minutes for a pool deletion), long after the call returned. Like the scale-set engine's
+ARM operations, we return once the service accepted the request and read the outcome on later calls.
 """
 
 from __future__ import annotations
@@ -89,8 +94,7 @@ class BatchService:
     ) -> None:
         self.endpoint = endpoint.rstrip("/")
         kwargs = options.kwargs()
-        kwargs.pop("polling_interval", None)  # the Batch client's own LROs poll per call
-        self.polling_interval = options.polling_interval if options.polling_interval is not None else 5
+        kwargs.pop("polling_interval", None)  # no LRO is polled (see above)
         self.client = _sdk.batch().BatchClient(self.endpoint, credential, **kwargs)
         self._secrets = secrets
 
@@ -155,7 +159,7 @@ class BatchService:
             "nodeDeallocationOption": "taskcompletion",
         }
         with self.call(f"resize pool {pool_id} to {nodes}"):
-            self.client.begin_resize_pool(pool_id, body, polling_interval=self.polling_interval)
+            self.client._resize_pool_internal(pool_id, body)
 
     def disable_autoscale(self, pool_id: str) -> None:
         with self.call(f"turn autoscale off on pool {pool_id}"):
@@ -169,7 +173,7 @@ class BatchService:
     def delete_pool(self, pool_id: str) -> None:
         try:
             with self.call(f"delete pool {pool_id}"):
-                self.client.begin_delete_pool(pool_id, polling_interval=self.polling_interval)
+                self.client._delete_pool_internal(pool_id)
         except AzureError as exc:
             if exc.status != 404:
                 raise
@@ -186,7 +190,7 @@ class BatchService:
     def delete_job(self, job_id: str) -> None:
         try:
             with self.call(f"delete Batch job {job_id}"):
-                self.client.begin_delete_job(job_id, polling_interval=self.polling_interval)
+                self.client._delete_job_internal(job_id)
         except AzureError as exc:
             if exc.status != 404:
                 raise
@@ -195,9 +199,7 @@ class BatchService:
         """Terminate the job and its running task; False when it is gone or had completed."""
         try:
             with self.call(f"terminate Batch job {job_id}"):
-                self.client.begin_terminate_job(
-                    job_id, {"terminateReason": reason}, polling_interval=self.polling_interval
-                )
+                self.client._terminate_job_internal(job_id, options={"terminateReason": reason})
         except AzureError as exc:
             if exc.status == 404 or exc.code in ("JobCompleted", "JobNotFound"):
                 return False
@@ -238,11 +240,15 @@ class BatchService:
         request = rest.HttpRequest(
             "GET", url, headers={"Range": f"bytes={offset}-{end}", "ocp-range": f"bytes={offset}-{end}"}
         )
+        ex = _sdk.core_exceptions()
         with self.call(f"read {path} of task {task_id} of Batch job {job_id}"):
-            response = self.client.send_request(request)
-            if response.status_code == 416:
-                return b""
-            response.raise_for_status()
+            try:  # the client's error policy raises for a 4xx before we see the response
+                response = self.client.send_request(request, stream=True)
+                response.raise_for_status()
+            except ex.HttpResponseError as exc:
+                if getattr(exc.response, "status_code", None) == 416:  # the range starts past the end
+                    return b""
+                raise
             data: bytes = response.read()
         if response.status_code == 206:
             found = _RANGE_RE.match(response.headers.get("Content-Range", ""))

@@ -114,8 +114,9 @@ def _get(mount: Any, name: str) -> Any:
 
 
 def cluster_mounts(spec: ClusterSpec) -> list[Any]:
-    """The cluster's typed mount list (``mounts`` of the spec, or ``mounts=`` passed to create_cluster)."""
-    mounts = getattr(spec, "mounts", None) or spec.extra.get("mounts") or ()
+    """The cluster's typed mount list (``ClusterSpec.mounts`` where the spec has one: the "as used"
+    storage work; never read from ``extra``, which is recorded on the share with any key in it)."""
+    mounts = getattr(spec, "mounts", None) or ()
     if not isinstance(mounts, (list, tuple)):
         raise ValidationError("mounts", mounts, "a list of mounts")
     return list(mounts)

@@ -171,9 +171,14 @@ class BatchScheduler(ClusterScheduler):
             record["state"] = "queued"
         else:
             if state is JobState.FAILED:
-                reason = result.get("reason") or reason or self._stderr_tail(job_id)
                 if code is None and isinstance(result.get("exit_code"), int):
                     code = int(result["exit_code"])
+                reason = (
+                    result.get("reason")
+                    or reason
+                    or self._stderr_tail(job_id)
+                    or (f"the task exited with code {code}" if code is not None else "the task failed")
+                )
             record.update(
                 state=state.value,
                 exit_code=code,

@@ -210,8 +210,7 @@ def job_state(task: Mapping[str, Any]) -> tuple[JobState, int | None, str | None
     message = failure.get("message") or failure.get("code")
     if failure.get("code") == "TaskEnded" or "terminat" in str(message).lower():
         return JobState.TERMINATED, code, str(message) if message else None
-    reason = f"Batch: {message}" if message else (f"exit code {code}" if code is not None else None)
-    return JobState.FAILED, None if code is None else int(code), reason
+    return JobState.FAILED, None if code is None else int(code), f"Batch: {message}" if message else None
 
 
 def requeues(task: Mapping[str, Any]) -> int:
