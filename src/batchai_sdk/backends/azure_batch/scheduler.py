@@ -55,6 +55,8 @@ class BatchScheduler(ClusterScheduler):
         service = backend.service
         cfg: dict[str, Any] = share.read_json(request.launch_config)
         record = dict(share.read_json_or_none(layout.status_record(request.experiment, request.name)) or {})
+        job_record = share.read_json_or_none(layout.job_record(request.experiment, request.name)) or {}
+        spec = dict(job_record.get("spec") or {})  # schedulingPriority, where the job spec has it
         job_id = job_id_for(request.experiment, request.name, request.created)
         node_main = posixpath.join(backend.share_root(), ensure_node_code(backend), "__main__.py")
         config_on_node = posixpath.join(backend.share_root(), request.launch_config)
@@ -63,7 +65,9 @@ class BatchScheduler(ClusterScheduler):
             job_id=job_id,
             pool_id=backend.pool_id(self.spec),
             key=request.key,
-            priority=int(self.spec.extra.get("job_priority", 0) or 0),
+            priority=tasks.batch_priority(
+                spec.get("scheduling_priority") or self.spec.extra.get("job_priority")
+            ),
         )
         task = tasks.task_body(
             node_count=request.node_count,
@@ -173,12 +177,13 @@ class BatchScheduler(ClusterScheduler):
             if state is JobState.FAILED:
                 if code is None and isinstance(result.get("exit_code"), int):
                     code = int(result["exit_code"])
-                reason = (
-                    result.get("reason")
-                    or reason
-                    or self._stderr_tail(job_id)
-                    or (f"the task exited with code {code}" if code is not None else "the task failed")
-                )
+                if not result.get("reason"):  # the launcher never ran: Batch's word and the task's stderr
+                    found = [r for r in (reason, self._stderr_tail(job_id)) if r]
+                    reason = "; ".join(found) or (
+                        f"the task exited with code {code}" if code is not None else "the task failed"
+                    )
+                else:
+                    reason = str(result["reason"])
             record.update(
                 state=state.value,
                 exit_code=code,

@@ -146,6 +146,19 @@ def batch_job_id(experiment: str, name: str) -> str:
     return ident[:47] + "-" + hashlib.sha256(ident.encode()).hexdigest()[:16]
 
 
+_PRIORITIES = {"low": -100, "normal": 0, "high": 100}
+
+
+def batch_priority(value: object) -> int:
+    """Batch AI's ``schedulingPriority`` (``low``/``normal``/``high``, or a number) as a Batch job
+    priority (-1000..1000; higher runs first). Anything else is ``normal``."""
+    if isinstance(value, str):
+        return _PRIORITIES.get(value.strip().lower(), 0)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return max(-MAX_PRIORITY, min(MAX_PRIORITY, int(value)))
+    return 0
+
+
 def job_body(
     *, job_id: str, pool_id: str, key: str, priority: int = 0, max_wall_clock_seconds: float | None = None
 ) -> dict[str, Any]:
