@@ -6,6 +6,7 @@ subtask states, task files read by range, a preempted node and the requeued task
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,12 @@ from fake_batch import FakeBatchArm, FakeBatchService
 
 from batchai_sdk import Workspace
 from batchai_sdk import _layout as layout
-from batchai_sdk._models import ClusterSpec, JobState, NodeState, autoscale_settings
+from batchai_sdk._models import ClusterSpec, JobState, NodeState, autoscale_settings, utcnow
 from batchai_sdk.backends.azure.preflight import QuotaShortError
 from batchai_sdk.backends.azure_batch import pool as pools
-from batchai_sdk.exceptions import AzureQuotaError
+from batchai_sdk.backends.azure_batch import task as tasks
+from batchai_sdk.backends.azure_batch.scheduler import SUBMIT_GRACE
+from batchai_sdk.exceptions import AzureError, AzureQuotaError
 
 pytest.importorskip("azure.batch")
 
@@ -417,3 +420,56 @@ def test_resize_turns_the_formula_off_and_delete_is_idempotent(env: Any) -> None
     ws.delete_cluster("nc")
     assert "nc" not in service.pools
     ws.backend.delete_cluster(cluster.spec)  # gone already: no error
+
+
+def test_a_refused_task_takes_its_batch_job_away_and_frees_the_name(env: Any, tmp_path: Path) -> None:
+    ws, _arm, service, _ = env
+    ws.create_cluster("nc", vm_size=T4, nodes=2, idle_seconds_before_scaledown=None)
+    service.inject(
+        "POST", r"^/jobs/[^/]+/tasks$", 400, "InvalidPropertyValue", "The value provided is invalid."
+    )
+    with pytest.raises(AzureError, match="InvalidPropertyValue"):
+        _submit(ws, tmp_path)
+    assert service.job_ids() == [] and service.count("DELETE", r"^/jobs/") == 1
+    job = _submit(ws, tmp_path)  # the name is free again
+    assert job.state is JobState.QUEUED and len(service.job_ids()) == 1
+
+
+def test_a_submit_killed_between_the_job_and_its_task_is_reconciled(env: Any, tmp_path: Path) -> None:
+    """What a client killed (-9) after adding the Batch job and before its task leaves: the record's
+    intent names the job; within the grace it is taken as a submit under way, then the job is removed."""
+    ws, _arm, service, _ = env
+    ws.create_cluster("nc", vm_size=T4, nodes=2, idle_seconds_before_scaledown=None)
+    job = _submit(ws, tmp_path)
+    (job_id,) = service.job_ids()
+    del service.tasks[job_id]["job"]  # as if the task had never been added
+    status_rel = layout.status_record("cifar", job.name)
+    record = ws.share.read_json(status_rel)
+    record["batch_submitting"] = utcnow().isoformat()
+    ws.share.write_json(status_rel, record)
+    assert job.state is JobState.QUEUED and job_id in service.jobs  # a submit may still be adding it
+    record["batch_submitting"] = (utcnow() - timedelta(seconds=SUBMIT_GRACE + 1)).isoformat()
+    ws.share.write_json(status_rel, record)
+    status = job.status
+    assert status.state is JobState.FAILED and "interrupted" in (status.failure_reason or "")
+    assert job_id not in service.jobs
+
+
+def test_priorities_and_task_states_map_in_one_place() -> None:
+    assert [tasks.batch_priority(v) for v in ("high", "Normal", "low", 5000, -3, None, True)] == [
+        100,
+        0,
+        -100,
+        1000,
+        -3,
+        0,
+        0,
+    ]
+    assert tasks.job_state({"state": "active", "executionInfo": {"requeueCount": 2}})[0] is JobState.QUEUED
+    assert tasks.job_state({"state": "preparing"})[0] is JobState.RUNNING
+    done = {"state": "completed", "executionInfo": {"result": "success", "exitCode": 0}}
+    assert tasks.job_state(done) == (JobState.SUCCEEDED, 0, None)
+    ended = {"state": "completed", "executionInfo": {"result": "failure", "exitCode": 137,
+             "failureInfo": {"code": "TaskEnded", "message": "Task Was Ended by User Request"}}}  # fmt: skip
+    assert tasks.job_state(ended)[0] is JobState.TERMINATED
+    assert tasks.requeues({"executionInfo": {"requeueCount": 1, "retryCount": 2}}) == 3

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ... import _layout as layout
-from ..._models import JobState, utcnow
+from ..._models import JobState, parse_time, utcnow
 from ...exceptions import AlreadyExistsError
 from ...share import join
 from ..base import Assignment, ClusterScheduler, JobRequest
@@ -27,6 +27,7 @@ from . import task as tasks
 if TYPE_CHECKING:
     from .backend import AzureBatchBackend
 
+SUBMIT_GRACE = 120.0  # seconds a submit may take between recording its Batch job and adding the task
 STDERR_TAIL = 2048  # bytes of the task's own stderr.txt quoted in a failure reason
 SCHEDULER = "azure-batch"
 
@@ -85,20 +86,25 @@ class BatchScheduler(ClusterScheduler):
             max_retries=request.max_retries,
             max_wall_clock_seconds=request.max_wall_clock_seconds,
         )
+        status_rel = layout.status_record(request.experiment, request.name)
+        # Intent before effect: the record names the Batch job before it exists, so a client killed
+        # between the job and its task leaves a job that refresh() finds and ends (SUBMIT_GRACE).
+        record.update(batch_job_id=job_id, scheduler=SCHEDULER, batch_submitting=utcnow().isoformat())
+        record.setdefault("state", "queued")
+        share.write_json(status_rel, record)
         try:
             service.create_job(job)
         except AlreadyExistsError:
-            raise AlreadyExistsError(
-                "job", request.name, f"Batch account {backend.batch_account} ({job_id})"
-            ) from None
+            where = f"Batch account {backend.batch_account} ({job_id})"
+            raise AlreadyExistsError("job", request.name, where) from None
         try:
             service.create_task(job_id, task)
         except BaseException:
             service.delete_job(job_id)
             raise
-        record.update(batch_job_id=job_id, scheduler=SCHEDULER, heartbeat=utcnow().isoformat())
-        record.setdefault("state", "queued")
-        share.write_json(layout.status_record(request.experiment, request.name), record)
+        record.pop("batch_submitting", None)
+        record["heartbeat"] = utcnow().isoformat()
+        share.write_json(status_rel, record)
 
     def _record(self, experiment: str, name: str) -> dict[str, Any] | None:
         return self.backend.share.read_json_or_none(layout.status_record(experiment, name))  # type: ignore[no-any-return]
@@ -157,9 +163,14 @@ class BatchScheduler(ClusterScheduler):
         record = dict(record)
         now = utcnow().isoformat()
         if task is None:
-            record.update(
-                state="failed", end_time=now, failure_reason=f"Azure Batch no longer knows job {job_id}"
-            )
+            since = parse_time(record.get("batch_submitting"))
+            if since is not None and (utcnow() - since).total_seconds() < SUBMIT_GRACE:
+                return record  # its submit is still adding the job and the task
+            why = f"Azure Batch no longer knows job {job_id}"
+            if since is not None:  # the submitting client died between the job and its task
+                service.delete_job(job_id)
+                why = f"its submit was interrupted before the task was added (Batch job {job_id} removed)"
+            record.update(state="failed", end_time=now, failure_reason=why)
             share.write_json(status_rel, record)
             return record
         state, code, reason = tasks.job_state(task)
