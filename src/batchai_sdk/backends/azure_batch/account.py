@@ -25,7 +25,7 @@ from ...exceptions import AzureError, ValidationError
 from ..azure.clients import AzureClients
 from ..azure.errors import azure_call, call_or_none
 from ..azure.preflight import QuotaShortError, SkuInfo
-from ..azure.provision import WorkspaceNames
+from ..azure.provision import WorkspaceNames, _dict
 
 BATCH_SERVICE = "BatchService"
 DEDICATED = "dedicatedCoreQuota"
@@ -45,14 +45,6 @@ def validate_batch_account(name: str) -> str:
     if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9]{3,24}", name):
         raise ValidationError("batch_account", name, "3-24 lowercase letters and digits")
     return name
-
-
-def _dict(model: Any) -> dict[str, Any]:
-    if model is None:
-        return {}
-    if hasattr(model, "as_dict"):
-        return dict(model.as_dict())
-    return dict(model)
 
 
 @dataclass(frozen=True)

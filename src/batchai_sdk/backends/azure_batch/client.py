@@ -26,6 +26,7 @@ from ...exceptions import AlreadyExistsError, AzureError, AzureQuotaError, Batch
 from ..azure import _sdk
 from ..azure.clients import ClientOptions
 from ..azure.errors import scrub, translate
+from ..azure.provision import _dict  # the REST JSON of an SDK model
 
 _QUOTA_CODES = {
     "PoolQuotaReached": "the Batch account's pool quota is reached: delete a cluster, or request a larger "
@@ -71,14 +72,6 @@ def quota_error(code: str, message: str, operation: str) -> AzureQuotaError | No
     return AzureQuotaError(
         f"{operation} failed: {code}: {message} — {hint}", code=code, status=None, hint=hint
     )
-
-
-def _as_dict(model: Any) -> dict[str, Any]:
-    if model is None:
-        return {}
-    if hasattr(model, "as_dict"):
-        return dict(model.as_dict())
-    return dict(model)
 
 
 class BatchService:
@@ -131,13 +124,13 @@ class BatchService:
     # -- pools -------------------------------------------------------------------------------------------
     def list_pools(self) -> list[dict[str, Any]]:
         with self.call("list the Batch account's pools"):
-            return [_as_dict(p) for p in self.client.list_pools()]
+            return [_dict(p) for p in self.client.list_pools()]
 
     def get_pool(self, pool_id: str) -> dict[str, Any] | None:
         ex = _sdk.core_exceptions()
         try:
             with self.call(f"read pool {pool_id}"):
-                return _as_dict(self.client.get_pool(pool_id))
+                return _dict(self.client.get_pool(pool_id))
         except AzureError as exc:
             if exc.status == 404 or isinstance(exc.__cause__, ex.ResourceNotFoundError):
                 return None
@@ -180,7 +173,7 @@ class BatchService:
 
     def list_nodes(self, pool_id: str) -> list[dict[str, Any]]:
         with self.call(f"list the nodes of pool {pool_id}"):
-            return [_as_dict(n) for n in self.client.list_nodes(pool_id)]
+            return [_dict(n) for n in self.client.list_nodes(pool_id)]
 
     # -- jobs and tasks ----------------------------------------------------------------------------------
     def create_job(self, body: Mapping[str, Any]) -> None:
@@ -208,7 +201,7 @@ class BatchService:
 
     def list_jobs(self) -> list[dict[str, Any]]:
         with self.call("list the Batch account's active jobs"):
-            return [_as_dict(j) for j in self.client.list_jobs(filter="state eq 'active'")]
+            return [_dict(j) for j in self.client.list_jobs(filter="state eq 'active'")]
 
     def create_task(self, job_id: str, body: Mapping[str, Any]) -> None:
         with self.call(f"add the task of Batch job {job_id}", exists="task"):
@@ -217,7 +210,7 @@ class BatchService:
     def get_task(self, job_id: str, task_id: str) -> dict[str, Any] | None:
         try:
             with self.call(f"read task {task_id} of Batch job {job_id}"):
-                return _as_dict(self.client.get_task(job_id, task_id))
+                return _dict(self.client.get_task(job_id, task_id))
         except AzureError as exc:
             if exc.status == 404:
                 return None
@@ -225,7 +218,7 @@ class BatchService:
 
     def list_subtasks(self, job_id: str, task_id: str) -> list[dict[str, Any]]:
         with self.call(f"list the subtasks of task {task_id} of Batch job {job_id}"):
-            return [_as_dict(s) for s in self.client.list_subtasks(job_id, task_id)]
+            return [_dict(s) for s in self.client.list_subtasks(job_id, task_id)]
 
     def read_task_file(self, job_id: str, task_id: str, path: str, offset: int, length: int) -> bytes:
         """Up to ``length`` bytes of a task file from ``offset`` (b"" past its end)."""
