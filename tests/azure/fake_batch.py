@@ -257,6 +257,16 @@ class FakeBatchService:
         pool["currentDedicatedNodes"] = 0 if spot else target
         pool["currentLowPriorityNodes"] = target if spot else 0
 
+    @staticmethod
+    def _first_evaluation(pool: dict[str, Any]) -> None:
+        """The service evaluates a formula when it is set, before it has any sample: this fake reads only
+        what our formula gives then (``$wanted``'s no-sample branch, ``... : N;``) and its target."""
+        formula = pool["autoScaleFormula"]
+        wanted = re.search(r"^\$wanted = .* : (\d+);$", formula, re.M)
+        count = int(wanted.group(1)) if wanted else 0
+        spot = "$TargetLowPriorityNodes = max" in formula
+        pool.update(targetDedicatedNodes=0 if spot else count, targetLowPriorityNodes=count if spot else 0)
+
     def _pools(self, method: str, rest: list[str], data: Any) -> Reply:
         if not rest:
             if method == "POST":
@@ -275,7 +285,7 @@ class FakeBatchService:
                     allocationState="steady",
                 )
                 if pool.get("enableAutoScale"):
-                    pool.update(targetDedicatedNodes=0, targetLowPriorityNodes=0)
+                    self._first_evaluation(pool)
                 self.pools[data["id"]] = pool
                 self._grow(data["id"])
                 return self._accepted(201)
@@ -313,6 +323,8 @@ class FakeBatchService:
         if action == "enableautoscale" and method == "POST":
             pool.update(enableAutoScale=True, autoScaleFormula=data["autoScaleFormula"])
             pool["autoScaleEvaluationInterval"] = data.get("autoScaleEvaluationInterval", "PT15M")
+            self._first_evaluation(pool)
+            self._grow(pool_id)
             return self._accepted(200)
         raise KeyError("InvalidUri")
 
