@@ -26,6 +26,7 @@ class Workspace:
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
+        engine = getattr(backend, "engine", None)  # Azure: "vmss" or "batch"
         if not self.share.exists(layout.workspace_record()):
             self.share.write_json(
                 layout.workspace_record(),
@@ -33,8 +34,15 @@ class Workspace:
                     "name": backend.workspace,
                     "backend": backend.kind,
                     "created": utcnow().isoformat(),
+                    **({"engine": engine} if engine else {}),
                 },
             )
+        elif engine is not None:  # its clusters are the resources of the engine it was created with
+            made = (self.share.read_json_or_none(layout.workspace_record()) or {}).get("engine") or "vmss"
+            if made != engine:
+                raise ValidationError(
+                    "engine", engine, f"{made!r}, the engine workspace {backend.workspace!r} was created with"
+                )
 
     # -- constructors ---------------------------------------------------------------------------------
     @classmethod

@@ -23,7 +23,7 @@ from batchai_sdk.backends.azure.preflight import QuotaShortError
 from batchai_sdk.backends.azure_batch import pool as pools
 from batchai_sdk.backends.azure_batch import task as tasks
 from batchai_sdk.backends.azure_batch.scheduler import SUBMIT_GRACE
-from batchai_sdk.exceptions import AzureError, AzureQuotaError
+from batchai_sdk.exceptions import AzureError, AzureQuotaError, ValidationError
 
 pytest.importorskip("azure.batch")
 
@@ -473,3 +473,24 @@ def test_priorities_and_task_states_map_in_one_place() -> None:
              "failureInfo": {"code": "TaskEnded", "message": "Task Was Ended by User Request"}}}  # fmt: skip
     assert tasks.job_state(ended)[0] is JobState.TERMINATED
     assert tasks.requeues({"executionInfo": {"requeueCount": 1, "retryCount": 2}}) == 3
+
+
+def test_a_workspace_opens_only_with_the_engine_it_was_created_with(
+    mock: responses.RequestsMock, tmp_path: Path
+) -> None:
+    ws, _arm, _service, _files = batch_workspace(mock, tmp_path)
+    options = {k: v for k, v in ws.backend.describe().items() if k in ("subscription_id", "location")}
+    with pytest.raises(ValidationError, match="'batch', the engine workspace 'batchaidev' was created with"):
+        Workspace.azure(
+            "batchaidev",
+            resource_group="batchai.horovod",
+            credential=FakeCredential(),
+            storage_account=ACCOUNT,
+            state_dir=tmp_path / "state2",
+            polling_interval=0,
+            ssh_source_cidr="203.0.113.7/32",
+            **options,
+        )
+    assert Workspace.azure("batchaidev", engine="batch", resource_group="batchai.horovod",
+                           credential=FakeCredential(), storage_account=ACCOUNT, state_dir=tmp_path / "s3",
+                           polling_interval=0, **options).backend.engine == "batch"  # fmt: skip
