@@ -255,6 +255,7 @@ def test_a_job_is_a_batch_job_with_a_multi_instance_task(env: Any, tmp_path: Pat
     assert task["multiInstanceSettings"]["numberOfInstances"] == 2
     assert task["multiInstanceSettings"]["coordinationCommandLine"].startswith("/bin/bash -c ")
     assert "/batchai_node/__main__.py launch " in task["commandLine"]  # our launcher on the primary
+    assert task["commandLine"].count("python3 -S") == 3  # no stack installed: the image's python3
     assert task["constraints"] == {"maxTaskRetryCount": 2, "maxWallClockTime": "PT3600S"}
     assert task["userIdentity"] == {"userName": "batchai"}
     settings = {e["name"]: e["value"] for e in task["environmentSettings"]}

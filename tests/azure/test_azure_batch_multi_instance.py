@@ -149,7 +149,6 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Workspace, F
         responses.RequestsMock(assert_all_requests_are_fired=False) as mock,
         start_nodes(root / "sshd", ADDRESSES) as nodes,
     ):
-        mock.add_passthru("http://127.0.0.")  # nothing of ours goes there over HTTP; kept explicit
         config = ssh_config(nodes, root)
         ws, _arm, service, _files = batch_workspace(
             mock,

@@ -90,14 +90,16 @@ class AzureBatchBackend(AzureBackend):
         pools.image_reference(image)
         env = NodeEnvironment()
         self.node_agent_sku = node_agent_sku
-        self.node_python = node_python or env.python
-        self.node_mpirun = node_mpirun or env.mpirun
+        # the stack the start task installs; without it, the image's own (python3, mpirun on PATH)
+        stack = self.install_stack
+        self.node_python = node_python or (env.python if stack else "python3")
+        self.node_mpirun = node_mpirun or (env.mpirun if stack else "mpirun")
         self.node_ssh_command = tuple(node_ssh_command)
         rsh = " ".join(self.node_ssh_command)
         self.node_mpi_args = (
             tuple(node_mpi_args)
             if node_mpi_args is not None
-            else ("--prefix", env.mpi_prefix or "/usr", "--mca", "plm_rsh_agent", rsh)
+            else (("--prefix", env.mpi_prefix or "/usr") if stack else ()) + ("--mca", "plm_rsh_agent", rsh)
         )
         self.node_mounts_dir = node_mounts_dir
         self.node_temp_root = node_temp_root
