@@ -44,7 +44,7 @@ from .exceptions import (
     ValidationError,
 )
 from .launch import launch_config, on_node
-from .share import join
+from .share import Share, join
 
 if TYPE_CHECKING:
     from ._models import FileInfo
@@ -514,10 +514,20 @@ class Job:
             f"({', '.join(sorted(self.paths.outputs)) or 'none'})",
         )
 
+    def _source(self, directory: str | None) -> tuple[Share, str]:
+        """The share and folder a directory id names: the logs or an output directory on the workspace
+        share, or files the backend keeps elsewhere (Azure Batch: ``"batch"``, the task's own files)."""
+        if directory is not None and directory != STDOUTERR and directory not in self.paths.outputs:
+            other = self.workspace.backend.job_files(self.experiment.name, self.name, directory)
+            if other is not None:
+                return other, ""
+        return self.workspace.share, self._dir(directory)
+
     def files(self, path: str = "", *, directory: str | None = None) -> list[FileInfo]:
         """The job's files (name, type, size, modified): its logs by default, or an output directory's."""
         self._require_submitted()
-        return self.workspace.share.list(join(self._dir(directory), path))
+        share, root = self._source(directory)
+        return share.list(join(root, path) if root or path else "")
 
     def dir_argument(self) -> str | None:
         """The share path of the folder the job's ``--dir`` argument names (the training module's output
@@ -546,14 +556,15 @@ class Job:
             roots.append(out_dir)
         return roots
 
-    def _locate(self, name: str, directory: str | None) -> str:
-        share = self.workspace.share
+    def _locate(self, name: str, directory: str | None) -> tuple[Share, str]:
         if directory is not None:
-            return join(self._dir(directory), name)
+            share, root = self._source(directory)
+            return share, join(root, name)
+        share = self.workspace.share
         for candidate in self.file_roots():
             if share.exists(join(candidate, name)):
-                return join(candidate, name)
-        return join(self.paths.stdouterr, name)
+                return share, join(candidate, name)
+        return share, join(self.paths.stdouterr, name)
 
     def stream(
         self,
@@ -570,8 +581,7 @@ class Job:
         the file is drained; each poll reads only the bytes added since the last one.
         """
         self._require_submitted()
-        share = self.workspace.share
-        path = self._locate(name, directory)
+        share, path = self._locate(name, directory)
         offset = 0
         pending = b""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -605,8 +615,7 @@ class Job:
     def tail(self, name: str = "stdout.txt", lines: int = 20, *, directory: str | None = None) -> list[str]:
         """The last ``lines`` lines of a job file (reads only its end)."""
         self._require_submitted()
-        share = self.workspace.share
-        path = self._locate(name, directory)
+        share, path = self._locate(name, directory)
         size = share.size(path)
         window = 8192
         while True:
@@ -624,7 +633,8 @@ class Job:
         output directory, then in the folder of the job's ``--dir`` argument, unless ``directory`` says
         where."""
         self._require_submitted()
-        return self.workspace.share.download(self._locate(name, directory), dest)
+        share, path = self._locate(name, directory)
+        return share.download(path, dest)
 
     # -- training metrics -------------------------------------------------------------------------------
     def metrics(self, path: str | None = None) -> Any:

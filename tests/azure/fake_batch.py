@@ -414,6 +414,23 @@ class FakeBatchService:
             return self._json(200, tasks[task_id])
         if rest[1] == "subtasksinfo" and method == "GET":
             return self._json(200, {"value": self.subtasks.get(job_id, [])})
+        if rest[1] == "files" and len(rest) == 2 and method == "GET":  # Tasks_ListTaskFiles
+            listing = [
+                {
+                    "name": name,
+                    "url": f"https://{self.host}/jobs/{job_id}/tasks/{task_id}/files/{name}",
+                    "isDirectory": False,
+                    "properties": {
+                        "creationTime": now(),
+                        "lastModified": now(),
+                        "contentLength": str(len(data)),
+                        "contentType": "application/octet-stream",
+                    },
+                }
+                for (j, t, name), data in self.files.items()
+                if (j, t) == (job_id, task_id)
+            ]
+            return self._json(200, {"value": listing})
         if rest[1] == "files" and len(rest) > 2:
             return self._file(request, method, job_id, task_id, "/".join(rest[2:]))
         raise KeyError("InvalidUri")

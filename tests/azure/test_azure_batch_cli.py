@@ -120,5 +120,9 @@ def test_cluster_and_job_commands_run_on_the_batch_engine(
     assert batchai(
         capsys, "job", "wait", *job, "--query", "[executionState, exitCode]", "-o", "tsv"
     ).split() == ["succeeded", "0"]
+    service.files[(job_id, "job", "stdout.txt")] = b"node ready\n"
+    files = json.loads(batchai(capsys, "job", "file", "list", *RG, "--experiment", "cifar", "--job", "j1",
+                               "--output-directory-id", "batch"))  # fmt: skip
+    assert [(f["name"], f["type"], f["size"]) for f in files] == [("stdout.txt", "file", 11)]
     batchai(capsys, "cluster", "resize", *RG, "--name", "nc", "--target", "0")
     assert service.body_of("POST", r"^/pools/nc/resize$")["targetDedicatedNodes"] == 0

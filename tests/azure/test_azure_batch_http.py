@@ -495,3 +495,31 @@ def test_a_workspace_opens_only_with_the_engine_it_was_created_with(
     assert Workspace.azure("batchaidev", engine="batch", resource_group="batchai.horovod",
                            credential=FakeCredential(), storage_account=ACCOUNT, state_dir=tmp_path / "s3",
                            polling_interval=0, **options).backend.engine == "batch"  # fmt: skip
+
+
+def test_the_task_files_list_stream_tail_and_download_by_range(env: Any, tmp_path: Path) -> None:
+    ws, _arm, service, _ = env
+    ws.create_cluster("nc", vm_size=T4, nodes=2, idle_seconds_before_scaledown=None)
+    job = _submit(ws, tmp_path)
+    (job_id,) = service.job_ids()
+    service.set_task(job_id, state="running")
+    service.files[(job_id, "job", "stdout.txt")] = b"a\nb\n"
+    service.files[(job_id, "job", "stderr.txt")] = b""
+    listed = {f.name: f.size for f in job.files(directory="batch")}
+    assert listed == {"stdout.txt": 4, "stderr.txt": 0}
+    lines = job.stream("stdout.txt", directory="batch", poll_interval=0.01)
+    assert [next(lines), next(lines)] == ["a", "b"]
+    service.files[(job_id, "job", "stdout.txt")] += b"c\n"  # the file grows while followed
+    assert next(lines) == "c"
+    service.set_task(job_id, state="completed", executionInfo={"result": "success", "exitCode": 0})
+    assert list(lines) == []
+    ranges = [h["Range"] for h in service.range_headers]
+    assert ranges == ["bytes=0-3", "bytes=4-5"]  # each poll read only what was added
+    service.files[(job_id, "job", "stdout.txt")] = b"".join(b"line %d\n" % i for i in range(3000))
+    assert job.tail("stdout.txt", 2, directory="batch") == ["line 2998", "line 2999"]
+    size = len(service.files[(job_id, "job", "stdout.txt")])
+    assert service.range_headers[-1]["Range"] == f"bytes={size - 8192}-{size - 1}"  # only the end
+    path = job.download("stdout.txt", tmp_path / "out.txt", directory="batch")
+    assert path.read_bytes() == service.files[(job_id, "job", "stdout.txt")]
+    with pytest.raises(ValidationError, match="directory"):
+        job.files(directory="nope")

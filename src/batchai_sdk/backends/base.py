@@ -205,6 +205,11 @@ class Backend(ABC):
         computer."""
         return []
 
+    def job_files(self, experiment: str, job: str, directory: str) -> Share | None:
+        """Files of a job kept outside the workspace share under a directory id of their own (Azure
+        Batch: ``"batch"``, the task's files on its node), or None."""
+        return None
+
     def scale_set(self, spec: ClusterSpec) -> dict[str, str] | None:
         """Where the head node can change the cluster's capacity itself (Azure: the scale set), or None."""
         return None

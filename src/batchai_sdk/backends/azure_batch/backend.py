@@ -19,9 +19,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
+from ... import _layout as layout
 from ..._models import ClusterSpec, Node, VmPriority
-from ...exceptions import NotSupportedError, ValidationError
+from ...exceptions import NotFoundError, NotSupportedError, ValidationError
 from ...remote.base import Runner
+from ...share import Share
 from ..azure.backend import AzureBackend
 from ..azure.errors import azure_call, is_not_found
 from ..azure.node_setup import NodeEnvironment
@@ -31,6 +33,10 @@ from ..base import ClusterScheduler, ClusterStatus, LaunchTarget
 from . import account as acct
 from . import pool as pools
 from .client import BatchService
+from .task import TASK_ID
+from .task_files import BatchTaskFiles
+
+TASK_FILES = "batch"  # the directory id of a job's Batch task files
 
 log = logging.getLogger(__name__)
 
@@ -281,6 +287,19 @@ class AzureBatchBackend(AzureBackend):
         skus = self._skus
         sku = skus.get(spec.vm_size.lower()) if skus else None
         return sku.gpus if sku is not None else 0
+
+    def job_files(self, experiment: str, job: str, directory: str) -> Share | None:
+        """``directory="batch"``: the job's Batch task files (its commands' stdout.txt and stderr.txt,
+        read by range from the primary node while the node is there)."""
+        if directory != TASK_FILES:
+            return None
+        record = self.share.read_json_or_none(layout.status_record(experiment, job)) or {}
+        job_id = record.get("batch_job_id")
+        if not job_id:
+            raise NotFoundError(
+                "Batch task files", f"{experiment}/{job}", "the Batch account (not submitted)"
+            )
+        return BatchTaskFiles(self.service, str(job_id), TASK_ID)
 
     def head_runner(self, spec: ClusterSpec, nodes: tuple[Node, ...]) -> Runner:
         raise NotSupportedError(

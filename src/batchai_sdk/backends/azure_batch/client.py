@@ -220,6 +220,11 @@ class BatchService:
         with self.call(f"list the subtasks of task {task_id} of Batch job {job_id}"):
             return [_dict(s) for s in self.client.list_subtasks(job_id, task_id)]
 
+    def list_task_files(self, job_id: str, task_id: str) -> list[dict[str, Any]]:
+        """Every file and folder of the task's directory on its node (``recursive=true``)."""
+        with self.call(f"list the files of task {task_id} of Batch job {job_id}"):
+            return [_dict(f) for f in self.client.list_task_files(job_id, task_id, recursive=True)]
+
     def read_task_file(self, job_id: str, task_id: str, path: str, offset: int, length: int) -> bytes:
         """Up to ``length`` bytes of a task file from ``offset`` (b"" past its end)."""
         if length <= 0:
