@@ -25,7 +25,7 @@ from ...exceptions import NotFoundError, NotSupportedError, ValidationError
 from ...remote.base import Runner
 from ...share import Share
 from ..azure.backend import AzureBackend
-from ..azure.errors import azure_call, is_not_found
+from ..azure.errors import is_not_found
 from ..azure.node_setup import NodeEnvironment
 from ..azure.preflight import SkuInfo, check_size_and_quota, list_skus
 from ..azure.provision import max_nodes
@@ -176,14 +176,16 @@ class AzureBatchBackend(AzureBackend):
         )
 
     def check_cluster(self, spec: ClusterSpec, *, in_use: int | None = None) -> SkuInfo:
-        """Preflight, creating nothing but the account: the VM size is offered in the region (the
-        region's SKU list, as on the scale-set engine), and the Batch account's core quota for the size's
-        family (Spot: its Spot cores) holds the cluster at its largest next to the account's other pools.
+        """Preflight, creating nothing: the VM size is offered in the region (the region's SKU list, as
+        on the scale-set engine), and the Batch account's core quota for the size's family (Spot: its Spot
+        cores), read afresh, holds the cluster at its largest next to the account's other pools.
         Raises ``SkuNotAvailableError`` / ``QuotaShortError`` (both ``AzureQuotaError``)."""
         sku = self._sku(spec)
-        account = self._account(create=False)
+        account = acct.get_account(self.clients, self.names, self.batch_account)
         if account is None:  # made by create_cluster, which checks again once it exists
             return sku
+        with self._batch_lock:
+            self._account_info = account
         others = [p for p in self._service_of(account).list_pools() if p.get("id") != self.pool_id(spec)]
         used = acct.cores_in_use(others, self._skus or {}, sku, spec.vm_priority, account.properties)
         acct.check_account_quota(
@@ -328,5 +330,3 @@ class AzureBatchBackend(AzureBackend):
             service.close()
         super().close()
 
-
-__all__ = ["AzureBatchBackend", "azure_call"]
