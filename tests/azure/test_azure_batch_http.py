@@ -256,6 +256,10 @@ def test_a_job_is_a_batch_job_with_a_multi_instance_task(env: Any, tmp_path: Pat
     assert task["multiInstanceSettings"]["coordinationCommandLine"].startswith("/bin/bash -c ")
     assert "/batchai_node/__main__.py launch " in task["commandLine"]  # our launcher on the primary
     assert task["commandLine"].count("python3 -S") == 3  # no stack installed: the image's python3
+    launch = ws.share.read_json(f"{layout.job_run_dir('cifar', job.name)}/launch.json")
+    assert launch["env"]["AZ_BATCHAI_NUM_GPUS"] == "1"  # Standard_NC4as_T4_v3: one T4
+    assert launch["env"]["AZ_BATCHAI_MOUNT_ROOT"] == "/mnt/batch/tasks/fsmounts"  # $AZ_BATCH_NODE_MOUNTS_DIR
+    assert launch["ssh_command"][0] == "ssh" and "plm_rsh_agent" in launch["mpirun_argv"]
     assert task["constraints"] == {"maxTaskRetryCount": 2, "maxWallClockTime": "PT3600S"}
     assert task["userIdentity"] == {"userName": "batchai"}
     settings = {e["name"]: e["value"] for e in task["environmentSettings"]}

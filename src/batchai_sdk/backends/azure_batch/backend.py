@@ -286,9 +286,8 @@ class AzureBatchBackend(AzureBackend):
         )
 
     def _gpus(self, spec: ClusterSpec) -> int:
-        skus = self._skus
-        sku = skus.get(spec.vm_size.lower()) if skus else None
-        return sku.gpus if sku is not None else 0
+        """GPUs per node of the pool's size (AZ_BATCHAI_NUM_GPUS), from the region's SKU list."""
+        return self._sku(spec).gpus
 
     def job_files(self, experiment: str, job: str, directory: str) -> Share | None:
         """``directory="batch"``: the job's Batch task files (its commands' stdout.txt and stderr.txt,
@@ -329,4 +328,3 @@ class AzureBatchBackend(AzureBackend):
         if service is not None:
             service.close()
         super().close()
-
