@@ -47,7 +47,7 @@ from .exceptions import (
 )
 from .launch import launch_config, on_node
 from .node.protocol import LAUNCH_CONFIG, StatusDoc
-from .share import join
+from .share import Share, join
 
 if TYPE_CHECKING:
     from ._models import FileInfo
@@ -217,6 +217,8 @@ class Job:
     def _pick_nodes(self, cluster: Cluster) -> tuple[Node, ...]:
         """The cluster's usable nodes; a typed error when too few of them are up for the job."""
         backend = self.workspace.backend
+        if backend.queues_for_nodes:  # the service places the job once nodes exist
+            return ()
         spec = cluster.spec
         scale_set = spec.autoscale is not None and backend.scale_set(spec) is not None
         if spec.autoscale is not None and not scale_set:
@@ -394,7 +396,7 @@ class Job:
     def status(self) -> JobStatus:
         """The job's current ``JobStatus``, read fresh each time: state, exit code, times, failure reason."""
         self._require_submitted()
-        if self.workspace.backend.kind == "slurm":  # Slurm's own queue says what our records cannot
+        if self.workspace.backend.status_from_scheduler:  # its queue says what our records cannot
             self._scheduler().refresh(self.experiment.name, self.name)
         record = self.workspace.share.read_json_or_none(self.paths.status)
         record = with_cluster_heartbeat(self.workspace.share, self.spec.cluster, record)
@@ -569,10 +571,22 @@ class Job:
             f"({', '.join(sorted(self.paths.outputs)) or 'none'})",
         )
 
+    def _source(self, directory: str | None) -> tuple[Share, str]:
+        """The share and folder a directory id names: the logs or an output directory on the workspace
+        share, or files the backend keeps elsewhere (Azure Batch: ``"batch"``, the task's own files)."""
+        if directory is not None and directory != STDOUTERR and directory not in self.paths.outputs:
+            other = self.workspace.backend.job_files(self.experiment.name, self.name, directory)
+            if other is not None:
+                return other, ""
+        return self.workspace.share, self._dir(directory)
+
     def files(self, path: str = "", *, directory: str | None = None) -> list[FileInfo]:
         """The job's files (name, type, size, modified): its logs by default, or an output directory's."""
         self._require_submitted()
-        return list_confined(self.workspace.share, join(self._dir(directory), path), self.file_roots(), path)
+        share, root = self._source(directory)
+        if share is not self.workspace.share:  # files the backend keeps elsewhere, through its API
+            return share.list(join(root, path) if root or path else "")
+        return list_confined(share, join(root, path), self.file_roots(), path)
 
     def dir_argument(self) -> str | None:
         """The share path of the folder the job's ``--dir`` argument names (the training module's output
@@ -601,14 +615,22 @@ class Job:
             roots.append(out_dir)
         return roots
 
-    def _locate(self, name: str, directory: str | None) -> str:
-        share = self.workspace.share
+    def _locate(self, name: str, directory: str | None) -> tuple[Share, str]:
         if directory is not None:
-            return join(self._dir(directory), name)
+            share, root = self._source(directory)
+            return share, join(root, name)
+        share = self.workspace.share
         for candidate in self.file_roots():
             if share.exists(join(candidate, name)):
-                return join(candidate, name)
-        return join(self.paths.stdouterr, name)
+                return share, join(candidate, name)
+        return share, join(self.paths.stdouterr, name)
+
+    def _reachable(self, name: str, directory: str | None) -> tuple[Share, str]:
+        """``_locate``, refusing a path on the workspace share that leads out of the job's folders."""
+        share, path = self._locate(name, directory)
+        if share is self.workspace.share:
+            path = confined(share, path, self.file_roots(), name)
+        return share, path
 
     def stream(
         self,
@@ -625,8 +647,7 @@ class Job:
         the file is drained; each poll reads only the bytes added since the last one.
         """
         self._require_submitted()
-        share = self.workspace.share
-        path = self._locate(name, directory)
+        share, path = self._locate(name, directory)
         offset = 0
         pending = b""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -642,7 +663,8 @@ class Job:
                 offset, pending = 0, b""
                 continue
             elif (info.size or 0) > offset:
-                confined(share, path, self.file_roots(), name)  # checked at each read: a link may come later
+                if share is self.workspace.share:  # checked at each read: a link may come later
+                    confined(share, path, self.file_roots(), name)
                 chunk = share.read_bytes(path, offset, (info.size or 0) - offset)
                 offset += len(chunk)
                 pending += chunk
@@ -661,8 +683,7 @@ class Job:
     def tail(self, name: str = "stdout.txt", lines: int = 20, *, directory: str | None = None) -> list[str]:
         """The last ``lines`` lines of a job file (reads only its end)."""
         self._require_submitted()
-        share = self.workspace.share
-        path = confined(share, self._locate(name, directory), self.file_roots(), name)
+        share, path = self._reachable(name, directory)
         size = share.size(path)
         window = 8192
         while True:
@@ -680,8 +701,8 @@ class Job:
         output directory, then in the folder of the job's ``--dir`` argument, unless ``directory`` says
         where."""
         self._require_submitted()
-        share = self.workspace.share
-        return share.download(confined(share, self._locate(name, directory), self.file_roots(), name), dest)
+        share, path = self._reachable(name, directory)
+        return share.download(path, dest)
 
     # -- training metrics -------------------------------------------------------------------------------
     def metrics(self, path: str | None = None) -> Any:

@@ -26,6 +26,7 @@ class Workspace:
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
+        engine = getattr(backend, "engine", None)  # Azure: "vmss" or "batch"
         if not self.share.exists(layout.workspace_record()):
             self.share.write_json(
                 layout.workspace_record(),
@@ -33,8 +34,15 @@ class Workspace:
                     "name": backend.workspace,
                     "backend": backend.kind,
                     "created": utcnow().isoformat(),
+                    **({"engine": engine} if engine else {}),
                 },
             )
+        elif engine is not None:  # its clusters are the resources of the engine it was created with
+            made = (self.share.read_json_or_none(layout.workspace_record()) or {}).get("engine") or "vmss"
+            if made != engine:
+                raise ValidationError(
+                    "engine", engine, f"{made!r}, the engine workspace {backend.workspace!r} was created with"
+                )
 
     # -- constructors ---------------------------------------------------------------------------------
     @classmethod
@@ -127,13 +135,22 @@ class Workspace:
         resource_group: str,
         location: str,
         credential: Any = None,
+        engine: Literal["vmss", "batch"] = "vmss",
         **options: Any,
     ) -> Workspace:
-        """A resource group with a storage account, a file share and a network; clusters are VM scale sets."""
-        from .backends.azure import AzureBackend
+        """A resource group with a storage account and a file share. ``engine`` says what runs clusters:
+        ``"vmss"`` (default) VM scale sets with our scheduler on each cluster's head node; ``"batch"`` the
+        Azure Batch service (a pool per cluster, a multi-instance task per job). docs/azure.md compares them.
+        """
+        if engine == "batch":
+            from .backends.azure_batch import AzureBatchBackend as backend_class
+        elif engine == "vmss":
+            from .backends.azure import AzureBackend as backend_class  # type: ignore[assignment]
+        else:
+            raise ValidationError("engine", engine, "'vmss' (VM scale sets) or 'batch' (Azure Batch)")
 
         return cls(
-            AzureBackend(
+            backend_class(
                 validate_name(name, "workspace name"),
                 subscription_id=subscription_id,
                 resource_group=resource_group,

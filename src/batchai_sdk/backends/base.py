@@ -167,6 +167,10 @@ class Backend(ABC):
     kind: ClassVar[str]
     workspace: str
     share: Share
+    # The platform's own queue holds a job until nodes exist (Azure Batch): submit picks no nodes.
+    queues_for_nodes: ClassVar[bool] = False
+    # Job records are brought up to date by the scheduler's refresh() when read (Slurm, Azure Batch).
+    status_from_scheduler: ClassVar[bool] = False
 
     def describe(self) -> dict[str, Any]:
         """Facts for reprs and ``workspace show`` (never secrets)."""
@@ -218,6 +222,11 @@ class Backend(ABC):
         what was skipped, each with how to allow it. Only the local backend's nodes are the user's own
         computer."""
         return []
+
+    def job_files(self, experiment: str, job: str, directory: str) -> Share | None:
+        """Files of a job kept outside the workspace share under a directory id of their own (Azure
+        Batch: ``"batch"``, the task's files on its node), or None."""
+        return None
 
     def scale_set(self, spec: ClusterSpec) -> dict[str, str] | None:
         """Where the head node can change the cluster's capacity itself (Azure: the scale set), or None."""

@@ -32,6 +32,11 @@ def register(commands: Commands) -> None:
     workspace_arg(p, "--name", "-n")
     p.add_argument("--location", "-l", help="default: the resource group's")
     p.add_argument("--backend", choices=BACKENDS, help="default: the profile's backend (local if none)")
+    p.add_argument(
+        "--engine",
+        choices=("vmss", "batch"),
+        help="azure only: what runs clusters, VM scale sets (default) or the Azure Batch service",
+    )
     p = w.command("show", workspace_show, "show a workspace")
     resource_group_arg(p)
     workspace_arg(p, "--name", "-n")
@@ -45,7 +50,12 @@ def register(commands: Commands) -> None:
 
 
 def _new_workspace_entry(
-    ctx: Context, kind: str, group: dict[str, Any], name: str, location: str | None
+    ctx: Context,
+    kind: str,
+    group: dict[str, Any],
+    name: str,
+    location: str | None,
+    engine: str | None = None,
 ) -> dict[str, Any]:
     options = ctx.profile.options(kind)
     if kind == "local":
@@ -70,6 +80,8 @@ def _new_workspace_entry(
         options["hosts"] = list(options["hosts"])
     elif kind == "azure":
         options["location"] = location or options.get("location") or group.get("location")
+        if engine is not None:
+            options["engine"] = engine
     elif kind == "slurm":
         if not options.get("share_root"):
             raise UsageError(
@@ -89,7 +101,9 @@ def workspace_create(ctx: Context, args: argparse.Namespace) -> Result | None:
     entry = group.setdefault("workspaces", {}).get(name)
     if entry is None:
         kind = args.backend or ctx.profile.backend
-        entry = _new_workspace_entry(ctx, kind, group, name, args.location)
+        if args.engine is not None and kind != "azure":
+            raise UsageError("--engine applies to the azure backend only")
+        entry = _new_workspace_entry(ctx, kind, group, name, args.location, args.engine)
         try:
             ws = ctx.open_workspace(group_name, name, entry=entry)
         except NotFoundError as exc:

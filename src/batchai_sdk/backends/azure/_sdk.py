@@ -20,6 +20,8 @@ _PACKAGES = {
     "azure.mgmt.storage": "azure-mgmt-storage",
     "azure.mgmt.authorization": "azure-mgmt-authorization",
     "azure.storage.fileshare": "azure-storage-file-share",
+    "azure.mgmt.batch": "azure-mgmt-batch",
+    "azure.batch": "azure-batch",
 }
 
 
@@ -66,3 +68,11 @@ def authorization() -> ModuleType:
 
 def fileshare() -> ModuleType:
     return load("azure.storage.fileshare")
+
+
+def batch_mgmt() -> ModuleType:
+    return load("azure.mgmt.batch")
+
+
+def batch() -> ModuleType:
+    return load("azure.batch")

@@ -16,7 +16,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import paramiko
 
@@ -78,6 +78,7 @@ class AzureBackend(Backend):
     """
 
     kind = "azure"
+    engine: ClassVar[str] = "vmss"  # what runs the clusters (AzureBatchBackend: "batch")
 
     def __init__(
         self,

@@ -112,8 +112,13 @@ class AzureClients:
     def authorization(self) -> Any:
         return self._make(_sdk.authorization().AuthorizationManagementClient)
 
+    @cached_property
+    def batch(self) -> Any:
+        """Batch accounts and their quotas (azure-mgmt-batch): the Azure Batch engine only."""
+        return self._make(_sdk.batch_mgmt().BatchManagementClient)
+
     def close(self) -> None:
-        for name in ("resource", "compute", "network", "storage", "authorization"):
+        for name in ("resource", "compute", "network", "storage", "authorization", "batch"):
             client = self.__dict__.pop(name, None)
             if client is not None:
                 client.close()

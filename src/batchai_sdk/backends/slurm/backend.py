@@ -40,6 +40,7 @@ RESIZE_HINT = (
 
 class SlurmBackend(Backend):
     kind = "slurm"
+    status_from_scheduler = True
 
     def __init__(
         self,

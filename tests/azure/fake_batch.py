@@ -1,0 +1,473 @@
+"""A stateful fake of Azure Batch, served through ``responses`` to the real ``azure-batch`` 15.x and
+``azure-mgmt-batch`` clients.
+
+- ``FakeBatchArm``: the fake ARM plus ``Microsoft.Batch/batchAccounts`` (get, create, delete), answering in
+  the shape of the ``BatchAccountGet``/``BatchAccountCreate_Default`` examples (2024-07-01), with the
+  account's core quotas settable (``account_properties``).
+- ``FakeBatchService``: the account's data plane, ``https://<account>.eastus.batch.azure.com``: pools
+  (add, get, list, resize, enable/disable autoscale, delete), their nodes, jobs (add, list, terminate,
+  delete), tasks (add, get, subtasks) and task files (HEAD; GET with ``ocp-range``/``Range`` answering
+  ``206`` with ``Content-Range``, ``416`` past the end, or ``200`` with the whole file as the
+  ``Tasks_GetTaskFile`` example shows). Shapes follow the data-plane examples of
+  ``specification/batch/data-plane/Azure.Batch/stable/2025-06-01/examples``. Errors are Batch's
+  ``{"code", "message": {"lang", "value"}}``. Tests move state on: node states, a task's state and
+  execution info, files — ``inject`` queues canned answers (quota refusals).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from email.utils import formatdate
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import responses
+from fake_arm import FakeArm, now
+
+Reply = tuple[int, dict[str, str], Any]
+
+
+def batch_error(status: int, code: str, message: str) -> Reply:
+    body = {
+        "odata.metadata": "https://account.region.batch.azure.com/$metadata#Microsoft.Azure.Batch.Protocol.Entities.Container.errors/@Element",
+        "code": code,
+        "message": {"lang": "en-US", "value": message},
+    }
+    return status, {"Content-Type": "application/json;odata=minimalmetadata"}, json.dumps(body)
+
+
+DEFAULT_ACCOUNT_PROPERTIES: dict[str, Any] = {
+    "activeJobAndJobScheduleQuota": 100,
+    "dedicatedCoreQuota": 500,
+    "dedicatedCoreQuotaPerVMFamily": [
+        {"name": "standardDSv5Family", "coreQuota": 100},
+        {"name": "standardNCASv3_T4Family", "coreQuota": 64},
+        {"name": "standardNCADSA100v4Family", "coreQuota": 0},
+    ],
+    "dedicatedCoreQuotaPerVMFamilyEnforced": True,
+    "lowPriorityCoreQuota": 32,
+    "poolAllocationMode": "BatchService",
+    "poolQuota": 20,
+    "provisioningState": "Succeeded",
+    "publicNetworkAccess": "Enabled",
+}
+
+
+class FakeBatchArm(FakeArm):
+    """The fake ARM with Batch accounts (``batch_accounts``: lower-case name → REST JSON)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.batch_accounts: dict[str, dict[str, Any]] = {}
+        self.account_properties: dict[str, Any] = copy.deepcopy(DEFAULT_ACCOUNT_PROPERTIES)
+
+    def _route(self, method: str, path: str, query: dict[str, str], data: Any) -> Reply:
+        m = re.match(
+            r"^/subscriptions/[^/]+/resourceGroups/([^/]+)/providers/Microsoft\.Batch/batchAccounts/([^/]+)$",
+            path,
+            re.I,
+        )
+        if not m:
+            return super()._route(method, path, query, data)
+        name = m.group(2).lower()
+        if method == "GET":
+            if name not in self.batch_accounts:
+                return self._error(404, "ResourceNotFound", f"The Resource '{path}' was not found.")
+            account = copy.deepcopy(self.batch_accounts[name])
+            account["properties"].update(copy.deepcopy(self.account_properties))
+            return self._json(200, account)
+        if method == "PUT":
+            account = {
+                "id": path,
+                "name": name,
+                "type": "Microsoft.Batch/batchAccounts",
+                "location": data["location"],
+                "tags": data.get("tags") or {},
+                "identity": {"type": "None"},
+                "properties": {
+                    "accountEndpoint": f"{name}.{data['location']}.batch.azure.com",
+                    "autoStorage": {
+                        "storageAccountId": data["properties"]["autoStorage"]["storageAccountId"],
+                        "lastKeySync": now(),
+                    },
+                    "poolAllocationMode": data["properties"].get("poolAllocationMode", "BatchService"),
+                    **copy.deepcopy(self.account_properties),
+                },
+            }
+            self.batch_accounts[name] = account
+            return self._json(200, account)
+        if method == "DELETE":
+            self.batch_accounts.pop(name, None)
+            return 200, {}, ""
+        raise KeyError(path)
+
+
+@dataclass
+class Injected:
+    method: str
+    pattern: re.Pattern[str]
+    reply: Reply
+    times: int = 1
+
+
+@dataclass
+class FakeBatchService:
+    """The data plane of one Batch account. ``addresses(pool, i)`` gives node ``i``'s ``ipAddress``."""
+
+    account: str = "batchaitest"
+    region: str = "eastus"
+    addresses: Callable[[str, int], str] = lambda pool, i: f"10.0.0.{4 + i}"
+    answer_ranges_with_206: bool = True
+    pools: dict[str, dict[str, Any]] = field(default_factory=dict)
+    nodes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    tasks: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    subtasks: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    files: dict[tuple[str, str, str], bytes] = field(default_factory=dict)
+    calls: list[tuple[str, str]] = field(default_factory=list)
+    bodies: list[tuple[str, str, Any]] = field(default_factory=list)
+    range_headers: list[dict[str, str]] = field(default_factory=list)
+    auth_headers: list[str | None] = field(default_factory=list)
+    injected: list[Injected] = field(default_factory=list)
+    on_task_added: Callable[[str, dict[str, Any]], None] | None = None
+    _lock: threading.RLock = field(default_factory=threading.RLock)
+
+    @property
+    def host(self) -> str:
+        return f"{self.account}.{self.region}.batch.azure.com"
+
+    def register(self, mock: responses.RequestsMock) -> None:
+        pattern = re.compile(rf"https://{re.escape(self.host)}/.*")
+        for method in ("GET", "PUT", "PATCH", "DELETE", "POST", "HEAD"):
+            mock.add_callback(method, pattern, callback=self._handle)
+
+    def inject(self, method: str, path_regex: str, status: int, code: str, message: str) -> None:
+        self.injected.append(Injected(method, re.compile(path_regex), batch_error(status, code, message)))
+
+    def count(self, method: str, path_regex: str) -> int:
+        rx = re.compile(path_regex)
+        return sum(1 for m, p in self.calls if m == method and rx.search(p))
+
+    def body_of(self, method: str, path_regex: str) -> Any:
+        rx = re.compile(path_regex)
+        found = [b for m, p, b in self.bodies if m == method and rx.search(p)]
+        assert found, f"no {method} {path_regex} was sent"
+        return found[-1]
+
+    # -- state changes made by tests ------------------------------------------------------------------
+    def set_node(self, pool: str, index: int, **fields: Any) -> None:
+        with self._lock:
+            self.nodes[pool][index].update(fields)
+
+    def set_task(self, job: str, task: str = "job", **fields: Any) -> None:
+        with self._lock:
+            entry = self.tasks[job][task]
+            info = fields.pop("executionInfo", None)
+            entry.update(fields)
+            if info is not None:
+                entry["executionInfo"] = {**entry.get("executionInfo", {}), **info}
+            entry["stateTransitionTime"] = now()
+
+    def job_ids(self) -> list[str]:
+        return list(self.jobs)
+
+    # -- plumbing --------------------------------------------------------------------------------------
+    def _handle(self, request: Any) -> Reply:
+        url = urlsplit(request.url)
+        path = unquote(url.path.rstrip("/"))
+        query = {k: v[0] for k, v in parse_qs(url.query).items()}
+        body = request.body
+        if isinstance(body, bytes):
+            body = body.decode()
+        data = json.loads(body) if body else None
+        with self._lock:
+            self.calls.append((request.method, path))
+            self.bodies.append((request.method, path, data))
+            self.auth_headers.append(request.headers.get("Authorization"))
+            if "api-version" not in query:
+                return batch_error(400, "MissingRequiredQueryParameter", "api-version is missing")
+            for inj in list(self.injected):
+                if inj.method == request.method and inj.pattern.search(path):
+                    inj.times -= 1
+                    if inj.times <= 0:
+                        self.injected.remove(inj)
+                    return inj.reply
+            if not str(request.headers.get("Authorization", "")).startswith("Bearer "):
+                return batch_error(401, "AuthenticationFailed", "Server failed to authenticate the request.")
+            try:
+                return self._route(request, path, query, data)
+            except KeyError as exc:
+                return batch_error(404, str(exc.args[0]) if exc.args else "NotFound", f"{path} not found")
+
+    def _json(self, status: int, body: Any) -> Reply:
+        return status, {"Content-Type": "application/json;odata=minimalmetadata"}, json.dumps(body)
+
+    def _accepted(self, status: int = 202) -> Reply:
+        return status, {"ETag": "0x8D45765A6A2DC04", "Last-Modified": formatdate(usegmt=True)}, ""
+
+    def _route(self, request: Any, path: str, query: dict[str, str], data: Any) -> Reply:
+        method = request.method
+        parts = [p for p in path.split("/") if p]
+        if parts[0] == "pools":
+            return self._pools(method, parts[1:], data)
+        if parts[0] == "jobs":
+            return self._jobs(request, method, parts[1:], query, data)
+        raise KeyError("InvalidUri")
+
+    # -- pools -----------------------------------------------------------------------------------------
+    def _grow(self, pool_id: str) -> None:
+        pool = self.pools[pool_id]
+        spot = int(pool.get("targetLowPriorityNodes") or 0)
+        target = int(pool.get("targetDedicatedNodes") or 0) + spot
+        nodes = self.nodes.setdefault(pool_id, [])
+        live = [n for n in nodes if n["state"] not in ("leavingpool",)]
+        while len(live) < target:
+            i = len(nodes)
+            node = {
+                "id": f"tvm-1695681911_{i + 1}-20161122t193202z",
+                "url": f"https://{self.host}/pools/{pool_id}/nodes/tvm-1695681911_{i + 1}-20161122t193202z",
+                "state": "idle",
+                "schedulingState": "enabled",
+                "stateTransitionTime": now(),
+                "allocationTime": now(),
+                "ipAddress": self.addresses(pool_id, i),
+                "affinityId": f"TVM:tvm-1695681911_{i + 1}-20161122t193202z",
+                "vmSize": pool["vmSize"],
+                "totalTasksRun": 0,
+                "runningTasksCount": 0,
+                "runningTaskSlotsCount": 0,
+                "isDedicated": not spot,
+                "startTaskInfo": {
+                    "state": "completed",
+                    "startTime": now(),
+                    "endTime": now(),
+                    "exitCode": 0,
+                    "retryCount": 0,
+                },
+            }
+            nodes.append(node)
+            live.append(node)
+        for node in live[target:]:
+            node["state"] = "leavingpool"
+        pool["currentDedicatedNodes"] = 0 if spot else target
+        pool["currentLowPriorityNodes"] = target if spot else 0
+
+    @staticmethod
+    def _first_evaluation(pool: dict[str, Any]) -> None:
+        """The service evaluates a formula when it is set, before it has any sample: this fake reads only
+        what our formula gives then (``$wanted``'s no-sample branch, ``... : N;``) and its target."""
+        formula = pool["autoScaleFormula"]
+        wanted = re.search(r"^\$wanted = .* : (\d+);$", formula, re.M)
+        count = int(wanted.group(1)) if wanted else 0
+        spot = "$TargetLowPriorityNodes = max" in formula
+        pool.update(targetDedicatedNodes=0 if spot else count, targetLowPriorityNodes=count if spot else 0)
+
+    def _pools(self, method: str, rest: list[str], data: Any) -> Reply:
+        if not rest:
+            if method == "POST":
+                if data["id"] in self.pools:
+                    return batch_error(409, "PoolExists", "The specified pool already exists.")
+                pool = copy.deepcopy(data)
+                for entry in pool.get("mountConfiguration") or ():
+                    for conf in entry.values():
+                        conf.pop("accountKey", None)  # the service never returns keys
+                pool.pop("userAccounts", None)
+                pool.update(
+                    url=f"https://{self.host}/pools/{data['id']}",
+                    eTag="0x8D4123BEF87D233",
+                    creationTime=now(),
+                    state="active",
+                    allocationState="steady",
+                )
+                if pool.get("enableAutoScale"):
+                    self._first_evaluation(pool)
+                self.pools[data["id"]] = pool
+                self._grow(data["id"])
+                return self._accepted(201)
+            if method == "GET":
+                return self._json(200, {"value": list(self.pools.values())})
+        pool_id = rest[0]
+        if pool_id not in self.pools:
+            raise KeyError("PoolNotFound")
+        pool = self.pools[pool_id]
+        if len(rest) == 1:
+            if method == "GET":
+                return self._json(200, pool)
+            if method == "DELETE":
+                del self.pools[pool_id]
+                self.nodes.pop(pool_id, None)
+                return self._accepted()
+        action = rest[1]
+        if action == "nodes" and method == "GET":
+            return self._json(200, {"value": self.nodes.get(pool_id, [])})
+        if action == "resize" and method == "POST":
+            if pool.get("enableAutoScale"):
+                return batch_error(
+                    409, "AutoScalingEnabled", "The specified pool has automatic scaling enabled."
+                )
+            pool.update(
+                targetDedicatedNodes=data.get("targetDedicatedNodes", 0),
+                targetLowPriorityNodes=data.get("targetLowPriorityNodes", 0),
+            )
+            self._grow(pool_id)
+            return self._accepted()
+        if action == "disableautoscale" and method == "POST":
+            pool["enableAutoScale"] = False
+            pool.pop("autoScaleFormula", None)
+            return self._accepted(200)
+        if action == "enableautoscale" and method == "POST":
+            pool.update(enableAutoScale=True, autoScaleFormula=data["autoScaleFormula"])
+            pool["autoScaleEvaluationInterval"] = data.get("autoScaleEvaluationInterval", "PT15M")
+            self._first_evaluation(pool)
+            self._grow(pool_id)
+            return self._accepted(200)
+        raise KeyError("InvalidUri")
+
+    # -- jobs and tasks --------------------------------------------------------------------------------
+    def _jobs(self, request: Any, method: str, rest: list[str], query: dict[str, str], data: Any) -> Reply:
+        if not rest:
+            if method == "POST":
+                if data["id"].lower() in {j.lower() for j in self.jobs}:
+                    return batch_error(409, "JobExists", "The specified job already exists.")
+                if data["poolInfo"]["poolId"] not in self.pools:
+                    pass  # Batch accepts a job for a pool that does not exist yet
+                job = {
+                    **copy.deepcopy(data),
+                    "state": "active",
+                    "creationTime": now(),
+                    "url": f"https://{self.host}/jobs/{data['id']}",
+                }
+                self.jobs[data["id"]] = job
+                self.tasks[data["id"]] = {}
+                return self._accepted(201)
+            if method == "GET":
+                wanted = "active" if "state eq 'active'" in query.get("$filter", "") else None
+                found = [j for j in self.jobs.values() if wanted is None or j["state"] == wanted]
+                return self._json(200, {"value": found})
+        job_id = rest[0]
+        if job_id not in self.jobs:
+            raise KeyError("JobNotFound")
+        job = self.jobs[job_id]
+        if len(rest) == 1:
+            if method == "GET":
+                return self._json(200, job)
+            if method == "DELETE":
+                del self.jobs[job_id]
+                self.tasks.pop(job_id, None)
+                return self._accepted()
+        if rest[1] == "terminate" and method == "POST":
+            if job["state"] == "completed":
+                return batch_error(409, "JobCompleted", "The specified job is already in a completed state.")
+            job["state"] = "completed"
+            job["executionInfo"] = {"terminateReason": (data or {}).get("terminateReason")}
+            for task in self.tasks[job_id].values():
+                if task["state"] != "completed":
+                    task["state"] = "completed"
+                    task.setdefault("executionInfo", {}).update(
+                        result="failure",
+                        endTime=now(),
+                        failureInfo={
+                            "category": "usererror",
+                            "code": "TaskEnded",
+                            "message": "Task Was Ended by User Request",
+                        },
+                    )
+            return self._accepted()
+        if rest[1] == "tasks":
+            return self._tasks(request, method, job_id, rest[2:], data)
+        raise KeyError("InvalidUri")
+
+    def _tasks(self, request: Any, method: str, job_id: str, rest: list[str], data: Any) -> Reply:
+        tasks = self.tasks[job_id]
+        if not rest:
+            if method == "POST":
+                if self.jobs[job_id]["state"] != "active":
+                    return batch_error(
+                        409, "JobCompleted", "The specified job is already in a completed state."
+                    )
+                if data["id"] in tasks:
+                    return batch_error(409, "TaskExists", "The specified task already exists.")
+                task = {
+                    **copy.deepcopy(data),
+                    "url": f"https://{self.host}/jobs/{job_id}/tasks/{data['id']}",
+                    "eTag": "0x8D4125FD1A825A4",
+                    "creationTime": now(),
+                    "state": "active",
+                    "stateTransitionTime": now(),
+                    "executionInfo": {"retryCount": 0, "requeueCount": 0},
+                }
+                tasks[data["id"]] = task
+                if self.on_task_added is not None:
+                    self.on_task_added(job_id, task)
+                return self._accepted(201)
+            if method == "GET":
+                return self._json(200, {"value": list(tasks.values())})
+        task_id = rest[0]
+        if task_id not in tasks:
+            raise KeyError("TaskNotFound")
+        if len(rest) == 1 and method == "GET":
+            return self._json(200, tasks[task_id])
+        if rest[1] == "subtasksinfo" and method == "GET":
+            return self._json(200, {"value": self.subtasks.get(job_id, [])})
+        if rest[1] == "files" and len(rest) == 2 and method == "GET":  # Tasks_ListTaskFiles
+            listing = [
+                {
+                    "name": name,
+                    "url": f"https://{self.host}/jobs/{job_id}/tasks/{task_id}/files/{name}",
+                    "isDirectory": False,
+                    "properties": {
+                        "creationTime": now(),
+                        "lastModified": now(),
+                        "contentLength": str(len(data)),
+                        "contentType": "application/octet-stream",
+                    },
+                }
+                for (j, t, name), data in self.files.items()
+                if (j, t) == (job_id, task_id)
+            ]
+            return self._json(200, {"value": listing})
+        if rest[1] == "files" and len(rest) > 2:
+            return self._file(request, method, job_id, task_id, "/".join(rest[2:]))
+        raise KeyError("InvalidUri")
+
+    def _file(self, request: Any, method: str, job_id: str, task_id: str, name: str) -> Reply:
+        data = self.files.get((job_id, task_id, name))
+        if data is None:
+            raise KeyError("FileNotFound")
+        headers = {
+            "ocp-creation-time": formatdate(usegmt=True),
+            "Last-Modified": formatdate(usegmt=True),
+            "ocp-batch-file-isdirectory": "false",
+            "ocp-batch-file-url": f"https://{self.host}/jobs/{job_id}/tasks/{task_id}/files/{name}",
+            "ocp-batch-file-mode": "0o100644",
+            "Content-Type": "application/octet-stream",
+        }
+        if method == "HEAD":
+            return 200, {**headers, "Content-Length": str(len(data))}, b""
+        wanted = request.headers.get("Range") or request.headers.get("ocp-range")
+        self.range_headers.append(
+            {k: v for k, v in request.headers.items() if k.lower() in ("range", "ocp-range")}
+        )
+        if wanted and self.answer_ranges_with_206:
+            m = re.fullmatch(r"bytes=(\d+)-(\d*)", wanted)
+            assert m, wanted
+            start = int(m.group(1))
+            end = min(int(m.group(2)) if m.group(2) else len(data) - 1, len(data) - 1)
+            if start >= len(data):
+                return 416, {"Content-Range": f"bytes */{len(data)}"}, b""
+            part = data[start : end + 1]
+            return (
+                206,
+                {
+                    **headers,
+                    "Content-Range": f"bytes {start}-{end}/{len(data)}",
+                    "Content-Length": str(len(part)),
+                },
+                part,
+            )
+        return 200, {**headers, "Content-Length": str(len(data))}, data
