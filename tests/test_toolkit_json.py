@@ -108,6 +108,12 @@ def test_tensorflow_settings_batchai_recipe() -> None:
             Toolkit.CNTK,
             {"language_type": "Python"},
         ),
+        (  # Microsoft's BrainScript recipes leave languageType out: Batch AI inferred it
+            "cntkSettings",
+            {"configFilePath": "$X/ConvNet_MNIST.cntk", "commandLineArgs": "a=1"},
+            Toolkit.CNTK,
+            {"language_type": "BrainScript", "config_file": "$X/ConvNet_MNIST.cntk"},
+        ),
         (
             "caffeSettings",
             {"configFilePath": "solver.prototxt", "processCount": 2},

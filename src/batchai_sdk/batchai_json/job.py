@@ -9,10 +9,11 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from .._models import CNTK_LANGUAGES, OUTPUT_ID_RE, TORCH_BACKENDS, JobSpec, Toolkit
-from ..exceptions import BatchAIJsonError, ValidationError
+from .._models import CNTK_LANGUAGES, OUTPUT_ID_RE, SCHEDULING_PRIORITIES, TORCH_BACKENDS, JobSpec, Toolkit
 from .mounts import _parse_mount_volumes
-from .reading import _error, _invalid, _load, _missing, _Reader
+from .older import JOB_PROPERTIES_IGNORED, JOB_PROPERTIES_REFUSED, OUTPUT_DIRECTORY_IGNORED, TOP_IGNORED
+from .paths import json_paths
+from .reading import _error, _invalid, _join, _load, _missing, _Reader
 from .values import parse_duration
 
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -28,14 +29,9 @@ _TOOLKITS = (
     "caffeSettings",
     "caffe2Settings",
 )
-_NO_PRIORITY = "not supported; a queued job starts as soon as enough of the cluster's nodes are free"
-_PROPERTIES_UNSUPPORTED = {
-    "cluster": "not supported in job.json; the cluster is given separately (--cluster / cluster=)",
-    "priority": _NO_PRIORITY,
-    "schedulingPriority": _NO_PRIORITY,
-    "experimentName": "not supported in job.json; the experiment is given separately (--experiment)",
-}
 _PROPERTIES_KNOWN = (
+    "cluster",
+    "schedulingPriority",
     "nodeCount",
     *_TOOLKITS,
     "stdOutErrPathPrefix",
@@ -68,46 +64,33 @@ def parse_job_json(
     placeholders. Raises ``BatchAIJsonError`` (its ``field`` is the JSON path) for anything malformed,
     unknown or not supported, NotFoundError when the file does not exist.
     """
-    document, _ = _load(source)
+    document, where = _load(source)
     reader = _Reader(storage_account, storage_key)
-    fields = _parse_document(reader, document)
-    try:
+    fields = _parse_document(reader, document, cluster)
+    reader.warn_ignored(where)
+    with json_paths(fields):
         return JobSpec(name=name, experiment=experiment, cluster=cluster, **fields)
-    except BatchAIJsonError:
-        raise
-    except ValidationError as exc:
-        # The checks above cover every JobSpec rule; this keeps the promise if JobSpec gains one.
-        if exc.field in ("job name", "experiment name", "cluster name"):
-            raise
-        where = _SPEC_FIELD_PATHS.get(exc.field.split(".")[0].split("[")[0], "properties")
-        raise _error(where, None, exc.expected, f"invalid {where}: expected {exc.expected}") from exc
 
 
-_SPEC_FIELD_PATHS = {
-    "node_count": "properties.nodeCount",
-    "python_script": "properties.horovodSettings.pythonScriptFilePath",
-    "args": "properties.horovodSettings.commandLineArgs",
-    "command_line": "properties",
-    "process_count": "properties",
-    "environment": "properties.environmentVariables",
-    "input_directories": "properties.inputDirectories",
-    "output_directories": "properties.outputDirectories",
-    "max_wall_clock_seconds": "properties.constraints.maxWallClockTime",
-    "hang_timeout": "batchaiSdk.hangTimeoutSeconds",
-    "max_retries": "batchaiSdk.maxRetries",
-    "retry_on_exit_codes": "batchaiSdk.retryOnExitCodes",
-}
-
-
-def _parse_document(r: _Reader, document: Any) -> dict[str, Any]:
-    top = r.obj(document, "", ("$schema", "properties", SDK_EXTENSION))
+def _parse_document(r: _Reader, document: Any, cluster: str) -> dict[str, Any]:
+    top = r.obj(document, "", ("$schema", "properties", SDK_EXTENSION), ignored=TOP_IGNORED)
     if "$schema" in top:
         r.string(top["$schema"], "$schema")
     if "properties" not in top:
         _missing("properties", "an object with the job's settings (nodeCount, horovodSettings, ...)")
-    props = r.obj(top["properties"], "properties", _PROPERTIES_KNOWN, _PROPERTIES_UNSUPPORTED)
+    props = r.obj(
+        top["properties"], "properties", _PROPERTIES_KNOWN, JOB_PROPERTIES_REFUSED, JOB_PROPERTIES_IGNORED
+    )
 
     fields: dict[str, Any] = {}
+    if "cluster" in props:
+        _check_cluster(r, props["cluster"], "properties.cluster", cluster)
+    if "schedulingPriority" in props:
+        where = "properties.schedulingPriority"
+        priority = r.string(props["schedulingPriority"], where)
+        if priority.lower() not in SCHEDULING_PRIORITIES:
+            _invalid(where, r.shown(priority), "'low', 'normal' or 'high'")
+        fields["scheduling_priority"] = priority.lower()
     if "nodeCount" in props:
         fields["node_count"] = r.integer(props["nodeCount"], "properties.nodeCount")
     fields.update(_parse_toolkit(r, props))
@@ -152,6 +135,34 @@ def _parse_document(r: _Reader, document: Any) -> dict[str, Any]:
                 )
     fields.update(_parse_sdk_extension(r, top))
     return fields
+
+
+_CLUSTER_ID_RE = re.compile(
+    r"^/subscriptions/[^/]+/resourceGroups/[^/]+/providers/Microsoft\.BatchAI/"
+    r"(?:workspaces/[^/]+/)?clusters/([^/]+)/?$",
+    re.IGNORECASE,
+)
+
+
+def _check_cluster(r: _Reader, value: Any, path: str, cluster: str) -> None:
+    """``cluster``: the resource id (a string, or 2017-09-01-preview's ``{"id": ...}``) of the cluster the
+    job is created on; it must name that cluster, as Batch AI refused a job whose id named another."""
+    if isinstance(value, Mapping):
+        ref = r.obj(value, path, ("id",))
+        if "id" not in ref:
+            _missing(_join(path, "id"), "the cluster's resource id")
+        path, value = _join(path, "id"), ref["id"]
+    text = r.string(value, path)
+    match = _CLUSTER_ID_RE.fullmatch(text)
+    if match is None:
+        _invalid(
+            path,
+            r.shown(text),
+            "a cluster resource id: /subscriptions/<id>/resourceGroups/<group>/providers/"
+            "Microsoft.BatchAI/workspaces/<workspace>/clusters/<cluster>",
+        )
+    if match.group(1) != cluster:
+        _invalid(path, r.shown(text), f"the id of cluster {cluster!r}, the cluster the job is created on")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -285,6 +296,12 @@ def _parse_script_toolkit(r: _Reader, key: str, value: Any, path: str) -> dict[s
         settings["language_type"] = canonical
     if "configFilePath" in doc:
         settings["config_file"] = r.string(doc["configFilePath"], f"{path}.configFilePath")
+    if (
+        toolkit is Toolkit.CNTK
+        and "config_file" in settings
+        and not ({"languageType", "pythonScriptFilePath"} & set(doc))
+    ):
+        settings["language_type"] = "BrainScript"  # as Batch AI inferred from configFilePath
     # which of script and config file each toolkit needs
     script, config = "python_script" in fields, "config_file" in settings
     if toolkit is Toolkit.CAFFE:
@@ -406,7 +423,7 @@ def _parse_directories(r: _Reader, value: Any, path: str, *, output: bool) -> di
     known: tuple[str, ...] = ("id", "pathPrefix", "pathSuffix") if output else ("id", "path")
     for i, raw in enumerate(r.array(value, path)):
         ipath = f"{path}[{i}]"
-        item = r.obj(raw, ipath, known)
+        item = r.obj(raw, ipath, known, ignored=OUTPUT_DIRECTORY_IGNORED if output else ())
         if "id" not in item:
             _missing(f"{ipath}.id", "the directory's id (AZ_BATCHAI_INPUT_<id> / AZ_BATCHAI_OUTPUT_<id>)")
         ident = r.string(item["id"], f"{ipath}.id")

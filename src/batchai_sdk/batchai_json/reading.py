@@ -10,11 +10,12 @@ import difflib
 import json
 import os
 import re
+import warnings
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ..exceptions import BatchAIJsonError, NotFoundError
+from ..exceptions import BatchAIJsonError, BatchAIJsonWarning, NotFoundError
 
 SCHEMA_URL = "https://raw.githubusercontent.com/Azure/BatchAI/master/schemas/2018-05-01/job.json"
 ACCOUNT_PLACEHOLDER = "<AZURE_BATCHAI_STORAGE_ACCOUNT>"
@@ -79,6 +80,7 @@ class _Reader:
     def __init__(self, storage_account: str | None, storage_key: str | None) -> None:
         self.storage_account = storage_account
         self.storage_key = storage_key
+        self.ignored: list[str] = []  # JSON paths of obsolete or read-only fields passed over (one warning)
 
     def obj(
         self,
@@ -86,7 +88,10 @@ class _Reader:
         path: str,
         known: Collection[str],
         unsupported: Mapping[str, str] | None = None,
+        ignored: Collection[str] = (),
     ) -> Mapping[str, Any]:
+        """``value`` as an object of ``known`` fields. A key in ``unsupported`` is refused with its reason;
+        a key in ``ignored`` (an older API's or a read-only field) is dropped and its path remembered."""
         if not isinstance(value, Mapping):
             _invalid(path, value, "an object")
         unsupported = unsupported or {}
@@ -95,9 +100,21 @@ class _Reader:
                 where = _join(path, key)
                 raise _error(where, None, unsupported[key], f"{where} is {unsupported[key]}")
         for key in value:
-            if not isinstance(key, str) or key not in known:
+            if isinstance(key, str) and key in ignored and key not in known:
+                self.ignored.append(_join(path, key))
+            elif not isinstance(key, str) or key not in known:
                 self._unknown(_join(path, key), key, path, known)
-        return value
+        return {k: v for k, v in value.items() if k in known}
+
+    def warn_ignored(self, document: str) -> None:
+        """One warning naming every field passed over, as the az CLI of 2018 passed over them silently."""
+        if self.ignored:
+            warnings.warn(
+                f"{document}: ignored {', '.join(self.ignored)} (read-only, or of an older Batch AI API; "
+                "they change nothing)",
+                BatchAIJsonWarning,
+                stacklevel=4,
+            )
 
     @staticmethod
     def _unknown(where: str, key: object, parent: str, known: Collection[str]) -> NoReturn:

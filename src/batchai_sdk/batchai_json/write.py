@@ -36,6 +36,8 @@ def to_job_json(spec: JobSpec, *, storage_account: str | None = None, redact: bo
     for a spec the schema cannot express (e.g. ``process_count`` on a custom toolkit job).
     """
     props: dict[str, Any] = {"nodeCount": spec.node_count}
+    if spec.scheduling_priority != "normal":
+        props["schedulingPriority"] = spec.scheduling_priority
     props.update(_toolkit_json(spec))
     if spec.std_out_err_path_prefix is not None:
         props["stdOutErrPathPrefix"] = spec.std_out_err_path_prefix
