@@ -147,6 +147,7 @@ def test_environment_holds_batchai_variables_but_no_secrets() -> None:
     assert env["AZ_BATCHAI_MOUNT_ROOT"] == "/mnt"
     assert env["AZ_BATCHAI_JOB_MOUNT_ROOT"] == "/mnt/share"
     assert env["AZ_BATCHAI_JOB_TEMP"] == "/tmp/batchai/cifar/job1/tmp"
+    assert env["AZ_BATCHAI_JOB_TEMP_DIR"] == "/tmp/batchai"  # the root of every job's temp directory
     assert env["AZ_BATCHAI_STDOUTERR_DIR"] == "/mnt/share/.batchai/experiments/cifar/jobs/job1/stdouterr"
     assert env["AZ_BATCHAI_MPI_HOST_FILE"] == "/mnt/share/.batchai/experiments/cifar/jobs/job1/run/hostfile"
     assert env["AZ_BATCHAI_NUM_GPUS"] == "1"

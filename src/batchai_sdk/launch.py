@@ -62,6 +62,8 @@ def job_environment(
         "AZ_BATCHAI_MOUNT_ROOT": target.mount_root,
         "AZ_BATCHAI_JOB_MOUNT_ROOT": job_mount_root,
         "AZ_BATCHAI_JOB_TEMP": posixpath.join(temp, "tmp"),
+        # Batch AI: "the root directory of all temporary job directories"
+        "AZ_BATCHAI_JOB_TEMP_DIR": target.temp_root,
         "AZ_BATCHAI_SHARED_JOB_TEMP": on_node(target, posixpath.join(paths.job_dir, "shared_tmp")),
         "AZ_BATCHAI_STDOUTERR_DIR": on_node(target, paths.stdouterr),
         "AZ_BATCHAI_MPI_HOST_FILE": on_node(target, posixpath.join(paths.run_dir, "hostfile")),
