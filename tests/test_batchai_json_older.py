@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from batchai_sdk import Job, Workspace
-from batchai_sdk.batchai_json import json_path_of, parse_job_json, to_job_json
+from batchai_sdk.batchai_json import parse_job_json, to_job_json
 from batchai_sdk.exceptions import BatchAIJsonError, BatchAIJsonWarning
 
 NAMES = {"name": "j", "experiment": "e", "cluster": "gpu"}
@@ -101,20 +101,6 @@ def test_scheduling_priority_is_kept_and_written_back(given: str, kept: str) -> 
     doc = to_job_json(spec)
     assert doc["properties"].get("schedulingPriority") == (None if kept == "normal" else kept)
     assert parse_job_json(doc, **NAMES) == spec
-
-
-def test_json_path_of_names_the_file_s_fields() -> None:
-    spec = parse_job_json(
-        with_props(
-            inputDirectories=[{"id": "A", "path": "x"}, {"id": "B", "path": "y"}],
-            horovodSettings={"pythonScriptFilePath": "t.py", "commandLineArgs": "a b"},
-        ),
-        **NAMES,
-    )
-    assert json_path_of(spec, "std_out_err_path_prefix") == "properties.stdOutErrPathPrefix"
-    assert json_path_of(spec, "input_directories.B") == "properties.inputDirectories[1].path"
-    assert json_path_of(spec, "output_directories.MODEL") == "properties.outputDirectories[0].pathPrefix"
-    assert json_path_of(spec, "args[1]") == "properties.horovodSettings.commandLineArgs"
 
 
 def test_a_path_refused_at_job_creation_is_named_as_the_file_names_it(tmp_path: Path) -> None:

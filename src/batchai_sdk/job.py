@@ -107,7 +107,7 @@ class Job:
         storage_key: str | None = None,
     ) -> Job:
         """A job from a Batch AI 2018-05-01 job.json (a path, JSON text or a dict); not yet submitted."""
-        from .batchai_json import json_paths, parse_job_json
+        from .batchai_json import parse_job_json
 
         spec = parse_job_json(
             source,
@@ -117,8 +117,7 @@ class Job:
             storage_account=storage_account,
             storage_key=storage_key,
         )
-        with json_paths(spec):  # a path refused on the share is named as the file names it
-            return experiment.job_from_spec(spec)
+        return experiment.job_from_spec(spec)
 
     def to_batchai_json(self, *, storage_account: str | None = None, redact: bool = True) -> dict[str, Any]:
         """The job as a Batch AI 2018-05-01 job.json; secret values read ``"***"`` unless ``redact=False``."""

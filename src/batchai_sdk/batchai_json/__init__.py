@@ -31,7 +31,6 @@ Choices where the schema and this SDK differ:
 from __future__ import annotations
 
 from .job import SDK_EXTENSION, parse_job_json
-from .paths import json_path_of, json_paths
 from .reading import ACCOUNT_PLACEHOLDER, KEY_PLACEHOLDER, SCHEMA_URL
 from .values import format_duration, join_args, parse_duration
 from .write import to_job_json
@@ -43,8 +42,6 @@ __all__ = [
     "SDK_EXTENSION",
     "format_duration",
     "join_args",
-    "json_path_of",
-    "json_paths",
     "parse_duration",
     "parse_job_json",
     "to_job_json",

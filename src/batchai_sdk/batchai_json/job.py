@@ -12,7 +12,6 @@ from typing import Any
 from .._models import CNTK_LANGUAGES, OUTPUT_ID_RE, SCHEDULING_PRIORITIES, TORCH_BACKENDS, JobSpec, Toolkit
 from .mounts import _parse_mount_volumes
 from .older import JOB_PROPERTIES_IGNORED, JOB_PROPERTIES_REFUSED, OUTPUT_DIRECTORY_IGNORED, TOP_IGNORED
-from .paths import json_paths
 from .reading import _error, _invalid, _join, _load, _missing, _Reader
 from .values import parse_duration
 
@@ -68,8 +67,33 @@ def parse_job_json(
     reader = _Reader(storage_account, storage_key)
     fields = _parse_document(reader, document, cluster)
     reader.warn_ignored(where)
-    with json_paths(fields):
+    try:
         return JobSpec(name=name, experiment=experiment, cluster=cluster, **fields)
+    except BatchAIJsonError:
+        raise
+    except ValidationError as exc:
+        # The checks above cover every JobSpec rule; this keeps the promise if JobSpec gains one.
+        if exc.field in ("job name", "experiment name", "cluster name"):
+            raise
+        where = _SPEC_FIELD_PATHS.get(exc.field.split(".")[0].split("[")[0], "properties")
+        raise _error(where, None, exc.expected, f"invalid {where}: expected {exc.expected}") from exc
+
+
+_SPEC_FIELD_PATHS = {
+    "node_count": "properties.nodeCount",
+    "scheduling_priority": "properties.schedulingPriority",
+    "python_script": "properties.horovodSettings.pythonScriptFilePath",
+    "args": "properties.horovodSettings.commandLineArgs",
+    "command_line": "properties",
+    "process_count": "properties",
+    "environment": "properties.environmentVariables",
+    "input_directories": "properties.inputDirectories",
+    "output_directories": "properties.outputDirectories",
+    "max_wall_clock_seconds": "properties.constraints.maxWallClockTime",
+    "hang_timeout": "batchaiSdk.hangTimeoutSeconds",
+    "max_retries": "batchaiSdk.maxRetries",
+    "retry_on_exit_codes": "batchaiSdk.retryOnExitCodes",
+}
 
 
 def _parse_document(r: _Reader, document: Any, cluster: str) -> dict[str, Any]:

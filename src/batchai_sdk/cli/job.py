@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._models import JobState
-from ..batchai_json import json_paths, parse_job_json
+from ..batchai_json import parse_job_json
 from ..exceptions import NotFoundError
 from ..experiment import unique_job_name
 from ..share import join
@@ -197,9 +197,7 @@ def job_create(ctx: Context, args: argparse.Namespace) -> Result | None:
         if args.nodes is not None:
             spec = spec.replace(node_count=args.nodes)
         spec = spec.replace(**_survive_options(args))
-        with json_paths(spec):
-            job = exp.job_from_spec(spec)
-            job.submit()
+        job = exp.job_from_spec(spec)
     else:
         if args.python_script is None and args.command_line is None:
             raise UsageError(
@@ -219,7 +217,7 @@ def job_create(ctx: Context, args: argparse.Namespace) -> Result | None:
             source_dir=args.source_dir,
             **_survive_options(args),
         )
-        job.submit()
+    job.submit()
     if args.stream:
         return _follow(job, group, "stdout.txt")
     return Result(job_view(job, group), job_table)
