@@ -2,9 +2,10 @@
 
 ``$AZ_BATCHAI_JOB_MOUNT_ROOT/<relativeMountPath>/...`` names one of the job's mounts (or the workspace
 share at the job's ``mount_path``; a job with neither mounts nor ``mount_path`` sees the share itself at its
-job mount root). ``$AZ_BATCHAI_MOUNT_ROOT/<relativeMountPath>/...`` names one of the cluster's mounts (or the workspace
-share under its own name). Everything that reads such a path — the script lookup, stdOutErrPathPrefix,
-output directories, the job-create check of the cluster's mounts, the links the rank shim makes — asks here.
+job mount root). ``$AZ_BATCHAI_MOUNT_ROOT/<relativeMountPath>/...`` names one of the cluster's mounts (or
+the workspace share under its own name). Everything that reads such a path — the script lookup,
+stdOutErrPathPrefix, output directories, the job-create check of the cluster's mounts, the links the rank
+shim makes — asks here.
 """
 
 from __future__ import annotations
