@@ -47,6 +47,7 @@ from .exceptions import (
 )
 from .experiment import Experiment
 from .job import Job
+from .mounts import AzureBlobContainer, AzureFileShare, FileServer, Mount, UnmanagedFileSystem
 from .share import Share
 from .workspace import Workspace
 
@@ -69,7 +70,9 @@ def sweep(subscription_id: str | None = None, **kwargs: Any) -> list[TaggedResou
 
 __all__ = [
     "AlreadyExistsError",
+    "AzureBlobContainer",
     "AzureError",
+    "AzureFileShare",
     "AzureQuotaError",
     "BackendError",
     "BatchAIError",
@@ -81,6 +84,7 @@ __all__ = [
     "ClusterState",
     "Experiment",
     "FileInfo",
+    "FileServer",
     "HostKeyError",
     "Job",
     "JobFailedError",
@@ -88,6 +92,7 @@ __all__ = [
     "JobState",
     "JobStatus",
     "MissingExtraError",
+    "Mount",
     "NodeCounts",
     "NodeError",
     "NodeState",
@@ -101,6 +106,7 @@ __all__ = [
     "SlurmRejectedError",
     "TimeoutError",
     "Toolkit",
+    "UnmanagedFileSystem",
     "ValidationError",
     "VmPriority",
     "Workspace",
