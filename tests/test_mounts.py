@@ -22,8 +22,8 @@ from batchai_sdk import (
     Workspace,
 )
 from batchai_sdk._layout import JobPaths
-from batchai_sdk._mount_paths import Resolved, cluster_mounts_named, resolve
 from batchai_sdk._models import ClusterSpec
+from batchai_sdk._mount_paths import Resolved, cluster_mounts_named, resolve
 from batchai_sdk.batchai_json import parse_job_json, parse_mount_volumes, to_job_json
 
 KEY = "S3CRET-account-key=="
