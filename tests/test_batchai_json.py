@@ -424,9 +424,13 @@ def _delete(doc: dict[str, Any], dotted: str) -> dict[str, Any]:
             ["horovodSettings, pyTorchSettings", "exactly one of"],
         ),
         (
-            _set(tutorial_doc(), "properties.mountVolumes.azureBlobFileSystems", []),
-            "properties.mountVolumes.azureBlobFileSystems",
-            ["not supported"],
+            _set(
+                tutorial_doc(),
+                "properties.mountVolumes.azureBlobFileSystems",
+                [{"accountName": "acct", "relativeMountPath": "data"}],
+            ),
+            "properties.mountVolumes.azureBlobFileSystems[0].containerName",
+            ["missing"],
         ),
         (
             _set(
@@ -434,8 +438,32 @@ def _delete(doc: dict[str, Any], dotted: str) -> dict[str, Any]:
                 "properties.mountVolumes.azureFileShares",
                 [{"relativeMountPath": "a"}, {"relativeMountPath": "b"}],
             ),
-            "properties.mountVolumes.azureFileShares[1]",
-            ["only one file share"],
+            "properties.mountVolumes.azureFileShares[1].azureFileUrl",
+            ["missing", "file.core.windows.net"],
+        ),
+        (
+            _set(
+                tutorial_doc(),
+                "properties.mountVolumes.unmanagedFileSystems",
+                [{"mountCommand": "mount -t nfs 10.0.0.4:/x", "relativeMountPath": "myshare"}],
+            ),
+            "properties.mountVolumes.unmanagedFileSystems[0].relativeMountPath",
+            ["no other mount uses", "azureFileShares[0]"],
+        ),
+        (
+            _set(
+                tutorial_doc(),
+                "properties.mountVolumes.fileServers",
+                [
+                    {
+                        "fileServer": {"id": "/subscriptions/s/fileservers/nfs"},
+                        "relativeMountPath": "n",
+                        "mountOptions": "rw; rm -rf /",
+                    }
+                ],
+            ),
+            "properties.mountVolumes.fileServers[0].mountOptions",
+            ["comma-separated mount options"],
         ),
         (
             _set(

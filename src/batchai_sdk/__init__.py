@@ -48,6 +48,7 @@ from .exceptions import (
 )
 from .experiment import Experiment
 from .job import Job
+from .mounts import AzureBlobContainer, AzureFileShare, FileServer, Mount, UnmanagedFileSystem
 from .share import Share
 from .workspace import Workspace
 
@@ -70,7 +71,9 @@ def sweep(subscription_id: str | None = None, **kwargs: Any) -> list[TaggedResou
 
 __all__ = [
     "AlreadyExistsError",
+    "AzureBlobContainer",
     "AzureError",
+    "AzureFileShare",
     "AzureQuotaError",
     "BackendError",
     "BatchAIError",
@@ -83,6 +86,7 @@ __all__ = [
     "ClusterState",
     "Experiment",
     "FileInfo",
+    "FileServer",
     "HostKeyError",
     "Job",
     "JobFailedError",
@@ -90,6 +94,7 @@ __all__ = [
     "JobState",
     "JobStatus",
     "MissingExtraError",
+    "Mount",
     "NodeCounts",
     "NodeError",
     "NodeState",
@@ -103,6 +108,7 @@ __all__ = [
     "SlurmRejectedError",
     "TimeoutError",
     "Toolkit",
+    "UnmanagedFileSystem",
     "ValidationError",
     "VmPriority",
     "Workspace",

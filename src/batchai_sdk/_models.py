@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .exceptions import BatchAIJsonError, ValidationError
+from .mounts import Mount, mount_to_dict, validate_mounts
 from .node.autoscale import AutoScaleError, AutoScaleSettings, parse_batchai_autoscale
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
@@ -192,9 +193,11 @@ class ClusterSpec:
     extra: Mapping[str, Any] = field(default_factory=dict)
     price_per_hour: float | None = None  # per node, set by the user (local/SSH: 0 when unset)
     autoscale: AutoScaleSettings | None = None
+    mounts: tuple[Mount, ...] = ()  # nodeSetup.mountVolumes: under AZ_BATCHAI_MOUNT_ROOT (mounts.py)
 
     def __post_init__(self) -> None:
         validate_name(self.name, "cluster name")
+        object.__setattr__(self, "mounts", validate_mounts(self.mounts))
         if not isinstance(self.vm_size, str) or not self.vm_size.strip():
             raise ValidationError("vm_size", self.vm_size, "a VM size such as 'Standard_NC6'")
         validate_node_target(self.nodes, "nodes")
@@ -214,6 +217,7 @@ class ClusterSpec:
             "extra": dict(self.extra),
             "price_per_hour": self.price_per_hour,
             "autoscale": self.autoscale.to_dict() if self.autoscale else None,
+            "mounts": [mount_to_dict(m) for m in self.mounts],
         }
 
     @classmethod
@@ -230,6 +234,7 @@ class ClusterSpec:
             extra=data.get("extra") or {},
             price_per_hour=data.get("price_per_hour"),
             autoscale=autoscale_from_dict(data.get("autoscale")),
+            mounts=data.get("mounts") or (),
         )
 
 
@@ -423,6 +428,7 @@ class JobSpec:
     secret_environment: tuple[str, ...] = ()  # names in `environment` never written to records or logs
     std_out_err_path_prefix: str | None = None
     mount_path: str | None = None  # relativeMountPath of the workspace share under AZ_BATCHAI_JOB_MOUNT_ROOT
+    mounts: tuple[Mount, ...] = ()  # the job's other mounts, under AZ_BATCHAI_JOB_MOUNT_ROOT (mounts.py)
     input_directories: Mapping[str, str] = field(default_factory=dict)
     output_directories: Mapping[str, str] = field(default_factory=dict)
     container_image: str | None = None
@@ -502,6 +508,9 @@ class JobSpec:
             raise ValidationError(
                 "mount_path", self.mount_path, "a folder name under the job's mount root, without '..'"
             )
+        object.__setattr__(self, "mounts", validate_mounts(self.mounts))
+        if self.mount_path and any(m.relative_mount_path == self.mount_path.strip("/") for m in self.mounts):
+            raise ValidationError("mounts", self.mount_path, "a relative_mount_path other than mount_path")
         self._check_survival()
 
     def _check_survival(self) -> None:
@@ -614,6 +623,7 @@ class JobSpec:
         data["output_directories"] = dict(self.output_directories)
         data["retry_on_exit_codes"] = list(self.retry_on_exit_codes)
         data["toolkit_settings"] = dict(self.toolkit_settings)
+        data["mounts"] = [mount_to_dict(m) for m in self.mounts]
         return data
 
     @classmethod

@@ -12,6 +12,7 @@ from . import _layout as layout
 from ._models import ExperimentSpec, JobSpec, Toolkit
 from .exceptions import AlreadyExistsError, NotFoundError
 from .job import Job
+from .mounts import Mount
 
 if TYPE_CHECKING:
     from .cluster import Cluster
@@ -58,6 +59,7 @@ class Experiment:
         toolkit_settings: Mapping[str, Any] | None = None,
         python_interpreter: str | None = None,
         mount_path: str | None = None,
+        mounts: Sequence[Mount] = (),
         input_directories: Mapping[str, str] | None = None,
         output_directories: Mapping[str, str] | None = None,
         container_image: str | None = None,
@@ -77,6 +79,8 @@ class Experiment:
         ``toolkit`` (``"horovod"``, ``"pytorch"``, ``"tensorflow"``, ...) and ``toolkit_settings`` (e.g.
         ``{"communication_backend": "gloo"}``) are Batch AI's ``<toolkit>Settings``: see docs/toolkits.md.
         ``secrets`` are environment variables never written to records or logs.
+        ``mount_path`` is where the job sees the workspace share under ``$AZ_BATCHAI_JOB_MOUNT_ROOT``;
+        ``mounts`` (``batchai_sdk.mounts``) are its other storage, each at its ``relative_mount_path`` there.
         ``hang_timeout`` (seconds without output from any rank: stacks collected, job failed; 0 turns it off,
         None is off for your scripts and 30 minutes for the shipped training modules), ``max_retries`` and
         ``retry_on_exit_codes`` (requeue after a lost node or a listed exit code): see "Jobs that survive".
@@ -112,6 +116,7 @@ class Experiment:
             secret_environment=tuple(sorted(secrets or {})),
             std_out_err_path_prefix=std_out_err_path_prefix,
             mount_path=mount_path,
+            mounts=tuple(mounts),
             input_directories=dict(input_directories or {}),
             output_directories=dict(output_directories or {}),
             container_image=container_image,

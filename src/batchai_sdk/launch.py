@@ -12,7 +12,10 @@ from typing import Any
 
 from ._layout import JobPaths
 from ._models import JobSpec
+from ._mount_paths import job_root_is_share
 from .backends.base import LaunchTarget
+from .exceptions import ValidationError
+from .mounts import describe, storage_key
 from .node import toolkits
 
 __all__ = [
@@ -57,7 +60,7 @@ def job_environment(
     """Batch AI's variables plus the job's own (secrets excluded), and the names whose values the node
     expands (input directories may be written with ``$AZ_BATCHAI_...``)."""
     temp = node_temp_dir(target, spec)
-    job_mount_root = posixpath.join(temp, "mounts") if spec.mount_path else target.node_share_root
+    job_mount_root = target.node_share_root if job_root_is_share(spec) else posixpath.join(temp, "mounts")
     env: dict[str, str] = {
         "AZ_BATCHAI_MOUNT_ROOT": target.mount_root,
         "AZ_BATCHAI_JOB_MOUNT_ROOT": job_mount_root,
@@ -143,6 +146,7 @@ def launch_config(
         else None
     )
     export = [*env, *spec.secret_environment, *ALWAYS_EXPORTED]
+    links = job_mount_links(spec, target)
     return {
         "job": f"{spec.experiment}/{spec.name}",
         "toolkit": spec.toolkit.value,
@@ -164,6 +168,7 @@ def launch_config(
         "expand_env": expand,
         "secret_names": sorted(spec.secret_environment),
         "mount_link": mount_link,
+        "mount_links": links,
         "ssh_command": list(target.ssh_command) if target.ssh_command is not None else None,
         "share_root": target.node_share_root,
         "run_dir": run_dir,
@@ -178,6 +183,28 @@ def launch_config(
             rank_command=[python, "-S", node_main, "rank", config_path],
         ),
     }
+
+
+def job_mount_links(spec: JobSpec, target: LaunchTarget) -> list[dict[str, str]]:
+    """The links the rank shim makes on each node: ``$AZ_BATCHAI_JOB_MOUNT_ROOT/<relative_mount_path>`` →
+    where the node sees that storage: the cluster's mount of the same storage, else the backend's storage
+    root (``Backend.prepare_job_mounts`` made it visible there)."""
+    root = posixpath.join(node_temp_dir(target, spec), "mounts")
+    by_storage = {
+        storage_key(m): posixpath.join(target.mount_root, m.relative_mount_path)
+        for m in target.cluster_mounts
+    }
+    links = []
+    for mount in spec.mounts:
+        key = storage_key(mount)
+        if key in by_storage:
+            where = by_storage[key]
+        elif target.storage_root is not None:
+            where = posixpath.join(target.storage_root, key)
+        else:
+            raise ValidationError("mounts", describe(mount), "storage the cluster mounts")
+        links.append({"path": posixpath.join(root, mount.relative_mount_path), "target": where})
+    return links
 
 
 def node_command(python: str, node_main: str, *args: str, env: Mapping[str, str] | None = None) -> str:

@@ -13,6 +13,7 @@ from .backends.base import Backend
 from .cluster import Cluster
 from .exceptions import AlreadyExistsError, BatchAIError, NotFoundError, ValidationError
 from .experiment import Experiment
+from .mounts import Mount
 from .node.autoscale import DEFAULT_AZURE_IDLE_SECONDS, DEFAULT_IDLE_SECONDS
 from .share import Share
 from .vm_sizes import check_vm_size
@@ -245,6 +246,11 @@ class Workspace:
         self.share.delete(layout.experiment_record(name).rsplit("/", 1)[0], recursive=True)
 
     # -- clusters -------------------------------------------------------------------------------------
+    def storage(self, mount: Mount) -> Share:
+        """The storage a mount names, to upload to and read from (the local backend: its folder, shared by
+        every cluster and job that names it); NotSupportedError where the client cannot reach it."""
+        return self.backend.storage(mount)
+
     def create_cluster(
         self,
         name: str,
@@ -261,6 +267,7 @@ class Workspace:
         max_nodes: int | None = None,
         initial_nodes: int | None = None,
         idle_seconds_before_scaledown: float | Literal["default"] | None = "default",
+        mounts: Sequence[Mount] = (),
         **extra: Any,
     ) -> Cluster:
         """Create a cluster of ``nodes`` machines of ``vm_size`` (state ``resizing`` until they are ready).
@@ -269,7 +276,8 @@ class Workspace:
         it starts with ``initial_nodes`` (default ``min_nodes``), grows for queued jobs up to ``max_nodes``
         and lets nodes idle for ``idle_seconds_before_scaledown`` go, down to ``min_nodes``; no client needs
         to stay up. ``price_per_hour``: per node, for cost estimates (default: 0 on local/SSH, Azure's
-        retail price)."""
+        retail price). ``mounts``: storage every node mounts under
+        ``$AZ_BATCHAI_MOUNT_ROOT/<relative_mount_path>`` (``batchai_sdk.mounts``; docs/storage.md)."""
         auto = None
         idle = idle_seconds_before_scaledown
         if min_nodes is not None or max_nodes is not None:
@@ -304,6 +312,7 @@ class Workspace:
             node_setup=node_setup,
             extra=extra,
             price_per_hour=price_per_hour,
+            mounts=tuple(mounts),
         )
         existing = self.share.read_json_or_none(layout.cluster_record(name))
         if existing is not None:

@@ -7,10 +7,10 @@ for every spec the parser produces. Anything malformed, unknown or not supported
 
 Choices where the schema and this SDK differ:
 
-* ``mountVolumes.azureFileShares`` holds at most one share: the workspace's. Its ``relativeMountPath``
-  (one path segment) is where jobs see it under ``$AZ_BATCHAI_JOB_MOUNT_ROOT``. ``azureFileUrl``,
-  ``accountName`` and ``credentials`` are checked and then dropped: the workspace mounts its own share with
-  its own credentials. ``azureFileUrl`` is optional here (the schema requires it).
+* ``mountVolumes``: the first ``azureFileShares`` entry is the workspace share, seen at its
+  ``relativeMountPath`` under ``$AZ_BATCHAI_JOB_MOUNT_ROOT`` (its ``azureFileUrl``, optional here, and
+  ``credentials`` are checked and dropped: the workspace mounts its own share); every other entry of the four
+  kinds is a typed mount of its own (``mounts.py`` here, ``batchai_sdk.mounts``, docs/storage.md).
 * ``<AZURE_BATCHAI_STORAGE_ACCOUNT>`` / ``<AZURE_BATCHAI_STORAGE_KEY>`` are filled in every string, as the
   az CLI did. The key may only appear where it stays secret: ``credentials.accountKey``, ``secrets[].value``
   and ``environmentVariables[].value`` (such a variable becomes a secret one) — anywhere else it would be
@@ -30,7 +30,8 @@ Choices where the schema and this SDK differ:
 
 from __future__ import annotations
 
-from .job import SDK_EXTENSION, parse_job_json
+from .job import SDK_EXTENSION, json_field_error, parse_job_json
+from .mounts import mount_volumes_json, parse_mount_volumes
 from .reading import ACCOUNT_PLACEHOLDER, KEY_PLACEHOLDER, SCHEMA_URL
 from .values import format_duration, join_args, parse_duration
 from .write import to_job_json
@@ -42,7 +43,10 @@ __all__ = [
     "SDK_EXTENSION",
     "format_duration",
     "join_args",
+    "json_field_error",
+    "mount_volumes_json",
     "parse_duration",
     "parse_job_json",
+    "parse_mount_volumes",
     "to_job_json",
 ]

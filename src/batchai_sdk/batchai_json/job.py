@@ -75,8 +75,21 @@ def parse_job_json(
         # The checks above cover every JobSpec rule; this keeps the promise if JobSpec gains one.
         if exc.field in ("job name", "experiment name", "cluster name"):
             raise
-        where = _SPEC_FIELD_PATHS.get(exc.field.split(".")[0].split("[")[0], "properties")
-        raise _error(where, None, exc.expected, f"invalid {where}: expected {exc.expected}") from exc
+        raise json_field_error(exc) from exc
+
+
+def json_field_error(exc: ValidationError) -> BatchAIJsonError:
+    """``exc`` (about a ``JobSpec`` field, raised while parsing or at ``job create``) re-addressed to the
+    job.json path it came from: a job.json's author reads ``properties.stdOutErrPathPrefix``, not
+    ``std_out_err_path_prefix``."""
+    if isinstance(exc, BatchAIJsonError):
+        return exc
+    head = exc.field.split(".")[0].split("[")[0]
+    where = _SPEC_FIELD_PATHS.get(head, "properties")
+    if head in ("input_directories", "output_directories") and "." in exc.field:
+        where = f"{where}[id={exc.field.split('.', 1)[1]}]"
+    shown = f" {exc.value}" if isinstance(exc.value, str) and head != "environment" else ""
+    return _error(where, exc.value, exc.expected, f"invalid {where}:{shown}; expected {exc.expected}")
 
 
 _SPEC_FIELD_PATHS = {
@@ -89,6 +102,9 @@ _SPEC_FIELD_PATHS = {
     "environment": "properties.environmentVariables",
     "input_directories": "properties.inputDirectories",
     "output_directories": "properties.outputDirectories",
+    "std_out_err_path_prefix": "properties.stdOutErrPathPrefix",
+    "mount_path": "properties.mountVolumes.azureFileShares[0].relativeMountPath",
+    "mounts": "properties.mountVolumes",
     "max_wall_clock_seconds": "properties.constraints.maxWallClockTime",
     "hang_timeout": "batchaiSdk.hangTimeoutSeconds",
     "max_retries": "batchaiSdk.maxRetries",
@@ -123,7 +139,7 @@ def _parse_document(r: _Reader, document: Any, cluster: str) -> dict[str, Any]:
             props["stdOutErrPathPrefix"], "properties.stdOutErrPathPrefix"
         )
     if "mountVolumes" in props:
-        fields["mount_path"] = _parse_mount_volumes(r, props["mountVolumes"], "properties.mountVolumes")
+        fields.update(_parse_mount_volumes(r, props["mountVolumes"], "properties.mountVolumes"))
     if "jobPreparation" in props:
         prep = r.obj(props["jobPreparation"], "properties.jobPreparation", ("commandLine",))
         if "commandLine" not in prep:

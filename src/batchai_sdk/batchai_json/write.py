@@ -8,7 +8,7 @@ from typing import Any, NoReturn
 from .._models import JobSpec, Toolkit, default_hang_timeout
 from ..exceptions import ValidationError
 from .job import _SCRIPT_TOOLKITS, _TF_ARGS, SDK_EXTENSION
-from .mounts import _MOUNT_PATH_RE
+from .mounts import _MOUNT_PATH_RE, mount_volumes_json
 from .reading import SCHEMA_URL
 from .values import format_duration, join_args
 
@@ -41,18 +41,14 @@ def to_job_json(spec: JobSpec, *, storage_account: str | None = None, redact: bo
     props.update(_toolkit_json(spec))
     if spec.std_out_err_path_prefix is not None:
         props["stdOutErrPathPrefix"] = spec.std_out_err_path_prefix
-    if spec.mount_path is not None:
-        if not _MOUNT_PATH_RE.fullmatch(spec.mount_path):
-            raise ValidationError(
-                "mount_path", spec.mount_path, "one directory name (job.json relativeMountPath)"
-            )
-        share: dict[str, Any] = {"relativeMountPath": spec.mount_path}
-        if storage_account is not None:
-            share = {
-                "azureFileUrl": f"https://{storage_account}.file.core.windows.net/{spec.mount_path}",
-                **share,
-            }
-        props["mountVolumes"] = {"azureFileShares": [share]}
+    if spec.mount_path is not None and not _MOUNT_PATH_RE.fullmatch(spec.mount_path):
+        raise ValidationError(
+            "mount_path", spec.mount_path, "one directory name (job.json relativeMountPath)"
+        )
+    if spec.mount_path is not None or spec.mounts:
+        props["mountVolumes"] = mount_volumes_json(
+            spec.mounts, workspace_share=spec.mount_path, storage_account=storage_account
+        )
     if spec.job_preparation is not None:
         props["jobPreparation"] = {"commandLine": spec.job_preparation}
     if spec.container_image is not None:
