@@ -30,6 +30,7 @@ Choices where the schema and this SDK differ:
 
 from __future__ import annotations
 
+from .cluster import CLUSTER_SCHEMA_URL, ClusterJson, parse_cluster_json
 from .job import SDK_EXTENSION, json_field_error, parse_job_json
 from .mounts import mount_volumes_json, parse_mount_volumes
 from .reading import ACCOUNT_PLACEHOLDER, KEY_PLACEHOLDER, SCHEMA_URL
@@ -38,13 +39,16 @@ from .write import to_job_json
 
 __all__ = [
     "ACCOUNT_PLACEHOLDER",
+    "CLUSTER_SCHEMA_URL",
     "KEY_PLACEHOLDER",
     "SCHEMA_URL",
     "SDK_EXTENSION",
+    "ClusterJson",
     "format_duration",
     "join_args",
     "json_field_error",
     "mount_volumes_json",
+    "parse_cluster_json",
     "parse_duration",
     "parse_job_json",
     "parse_mount_volumes",
