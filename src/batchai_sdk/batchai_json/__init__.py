@@ -31,7 +31,7 @@ Choices where the schema and this SDK differ:
 from __future__ import annotations
 
 from .job import SDK_EXTENSION, json_field_error, parse_job_json
-from .mounts import mount_volumes_json, parse_mount_volumes
+from .mounts import mount_volumes_json
 from .reading import ACCOUNT_PLACEHOLDER, KEY_PLACEHOLDER, SCHEMA_URL
 from .values import format_duration, join_args, parse_duration
 from .write import to_job_json
@@ -47,6 +47,5 @@ __all__ = [
     "mount_volumes_json",
     "parse_duration",
     "parse_job_json",
-    "parse_mount_volumes",
     "to_job_json",
 ]
