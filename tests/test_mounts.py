@@ -161,7 +161,9 @@ def test_cluster_json_mount_volumes_are_all_mounts_of_the_cluster() -> None:
     assert ClusterSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
     with pytest.raises(BatchAIJsonError) as info:
         parse_mount_volumes(
-            {"azureFileShares": [{"relativeMountPath": "afs"}]}, "properties.nodeSetup.mountVolumes"
+            _Reader(None, None),
+            {"azureFileShares": [{"relativeMountPath": "afs"}]},
+            "properties.nodeSetup.mountVolumes",
         )
     assert info.value.field == "properties.nodeSetup.mountVolumes.azureFileShares[0].azureFileUrl"
 
