@@ -24,7 +24,9 @@ from batchai_sdk import (
 from batchai_sdk._layout import JobPaths
 from batchai_sdk._models import ClusterSpec
 from batchai_sdk._mount_paths import Resolved, cluster_mounts_named, resolve
-from batchai_sdk.batchai_json import parse_job_json, parse_mount_volumes, to_job_json
+from batchai_sdk.batchai_json import parse_job_json, to_job_json
+from batchai_sdk.batchai_json.mounts import parse_mount_volumes
+from batchai_sdk.batchai_json.reading import _Reader
 
 KEY = "S3CRET-account-key=="
 NAMES = {"name": "j", "experiment": "e", "cluster": "c"}
@@ -153,13 +155,15 @@ def test_cluster_json_mount_volumes_are_all_mounts_of_the_cluster() -> None:
             {"mountCommand": "mount -t nfs 10.0.0.4:/export", "relativeMountPath": "ext"}
         ],
     }
-    mounts = parse_mount_volumes(volumes, "properties.nodeSetup.mountVolumes")
+    mounts = parse_mount_volumes(_Reader(None, None), volumes, "properties.nodeSetup.mountVolumes")
     assert [m.relative_mount_path for m in mounts] == ["afs", "ext"]
     spec = ClusterSpec(name="c", vm_size="STANDARD_NC6", nodes=1, mounts=mounts)
     assert ClusterSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
     with pytest.raises(BatchAIJsonError) as info:
         parse_mount_volumes(
-            {"azureFileShares": [{"relativeMountPath": "afs"}]}, "properties.nodeSetup.mountVolumes"
+            _Reader(None, None),
+            {"azureFileShares": [{"relativeMountPath": "afs"}]},
+            "properties.nodeSetup.mountVolumes",
         )
     assert info.value.field == "properties.nodeSetup.mountVolumes.azureFileShares[0].azureFileUrl"
 

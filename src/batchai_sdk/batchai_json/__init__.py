@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from .cluster import CLUSTER_SCHEMA_URL, ClusterJson, parse_cluster_json
 from .job import SDK_EXTENSION, json_field_error, parse_job_json
-from .mounts import mount_volumes_json, parse_mount_volumes
+from .mounts import mount_volumes_json
 from .reading import ACCOUNT_PLACEHOLDER, KEY_PLACEHOLDER, SCHEMA_URL
 from .values import format_duration, join_args, parse_duration
 from .write import to_job_json
@@ -51,6 +51,5 @@ __all__ = [
     "parse_cluster_json",
     "parse_duration",
     "parse_job_json",
-    "parse_mount_volumes",
     "to_job_json",
 ]

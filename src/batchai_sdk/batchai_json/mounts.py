@@ -47,12 +47,9 @@ def _parse_mount_volumes(r: _Reader, value: Any, path: str) -> dict[str, Any]:
     return fields
 
 
-def parse_mount_volumes(
-    value: Any, path: str, *, storage_account: str | None = None, storage_key: str | None = None
-) -> tuple[Mount, ...]:
+def parse_mount_volumes(r: _Reader, value: Any, path: str) -> tuple[Mount, ...]:
     """A cluster's ``nodeSetup.mountVolumes`` (``path`` is its JSON path): every entry a mount under
-    ``$AZ_BATCHAI_MOUNT_ROOT``. The storage placeholders are filled as in a job.json."""
-    r = _Reader(storage_account, storage_key)
+    ``$AZ_BATCHAI_MOUNT_ROOT``. The storage placeholders are filled by ``r`` as in a job.json."""
     return tuple(m for _, m in _parse_volumes(r, value, path, workspace_share_first=False) if m is not None)
 
 

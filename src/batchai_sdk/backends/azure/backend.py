@@ -327,6 +327,7 @@ class AzureBackend(Backend):
             admin_user=self.admin_user,
             env=self.node_env,
             install_stack=install,
+            mounts=spec.mounts,
         )
         body = prov.scale_set_body(
             self.names,
