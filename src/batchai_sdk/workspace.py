@@ -334,6 +334,40 @@ class Workspace:
         self.share.write_json(layout.cluster_record(name), spec.to_dict())
         return Cluster(self, spec)
 
+    def create_cluster_from_batchai_json(
+        self,
+        name: str,
+        source: str | os.PathLike[str] | Mapping[str, Any],
+        *,
+        storage_account: str | None = None,
+        storage_key: str | None = None,
+        on_note: Callable[[str], None] | None = None,
+        **overrides: Any,
+    ) -> Cluster:
+        """Create the cluster a Batch AI 2018-05-01 cluster.json describes (a path, JSON text or a dict), as
+        ``az batchai cluster create -f`` did: ``overrides`` (``create_cluster``'s keywords, e.g.
+        ``vm_size``, ``nodes``) win over the file, as flags did. What the file asks for that this backend
+        does differently goes to ``on_note`` (default: logged as warnings; docs/cluster-json.md); errors
+        name the JSON path."""
+        from .batchai_json import parse_cluster_json
+
+        parsed = parse_cluster_json(
+            source, backend=self.backend.kind, storage_account=storage_account, storage_key=storage_key
+        )
+        for note in parsed.notes:
+            if on_note is not None:
+                on_note(note)
+            else:
+                log.warning("cluster %s: %s", name, note)
+        args = dict(parsed.create_args)
+        if {"nodes", "min_nodes", "max_nodes"} & set(overrides):
+            for key in ("nodes", "min_nodes", "max_nodes", "initial_nodes"):
+                args.pop(key, None)  # scale given with the call replaces the file's, whole
+        args.update(overrides)
+        if not {"nodes", "min_nodes"} & set(args):
+            args["nodes"] = 0  # Batch AI's default targetNodeCount
+        return self.create_cluster(name, **args)
+
     def get_cluster(self, name: str) -> Cluster:
         """The cluster ``name``; raises ``NotFoundError`` if there is none."""
         data = self.share.read_json_or_none(layout.cluster_record(validate_name(name, "cluster name")))

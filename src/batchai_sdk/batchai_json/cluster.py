@@ -73,7 +73,7 @@ def parse_cluster_json(
     (``local``, ``ssh``, ``azure``, ``slurm``: the notes depend on it). ``source`` is a path, the JSON
     text or the parsed document; ``storage_account`` / ``storage_key`` fill the placeholders of
     ``mountVolumes``. Raises ``BatchAIJsonError`` naming the JSON path."""
-    document, where = _load(source)
+    document, where = _load(source, "cluster.json")
     r = _Reader(storage_account, storage_key)
     top = r.obj(document, "", ("$schema", "properties"), ignored=TOP_IGNORED)
     if "$schema" in top:
@@ -203,12 +203,7 @@ def _node_setup(r: _Reader, value: Any, path: str, notes: list[str]) -> dict[str
     if "setupTask" in setup:
         out["node_setup"] = _setup_task(r, setup["setupTask"], f"{path}.setupTask", notes)
     if "mountVolumes" in setup:
-        out["mounts"] = parse_mount_volumes(
-            setup["mountVolumes"],
-            f"{path}.mountVolumes",
-            storage_account=r.storage_account,
-            storage_key=r.storage_key,
-        )
+        out["mounts"] = parse_mount_volumes(r, setup["mountVolumes"], f"{path}.mountVolumes")
     return out
 
 

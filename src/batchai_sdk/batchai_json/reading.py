@@ -209,21 +209,19 @@ class _Reader:
         self.string(ref["secretUrl"], _join(path, "secretUrl"))
 
 
-def _load(source: str | os.PathLike[str] | Mapping[str, Any]) -> tuple[Any, str]:
-    """The document and the name errors about the document as a whole use."""
+def _load(source: str | os.PathLike[str] | Mapping[str, Any], kind: str = "job.json") -> tuple[Any, str]:
+    """The document and the name errors about the document as a whole use (``kind`` when not a file)."""
     if isinstance(source, Mapping):
-        return source, "job.json"
+        return source, kind
     if isinstance(source, str) and source.lstrip().startswith("{"):
-        return _decode(source, "job.json"), "job.json"  # the document's text, not a file name
+        return _decode(source, kind), kind  # the document's text, not a file name
     if not isinstance(source, (str, os.PathLike)):
-        _invalid(
-            "job.json", source, "a job.json object (a mapping), its text, or the path of a job.json file"
-        )
+        _invalid(kind, source, f"a {kind} object (a mapping), its text, or the path of a {kind} file")
     path = Path(source).expanduser()
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise NotFoundError("job.json file", str(path)) from None
+        raise NotFoundError(f"{kind} file", str(path)) from None
     except (OSError, ValueError) as exc:  # a directory, no permission, a NUL in the name
         where = str(path)
         why = exc.strerror if isinstance(exc, OSError) else str(exc)
