@@ -356,6 +356,7 @@ class Job:
             retry_on_exit_codes=tuple(self.spec.retry_on_exit_codes),
             max_cost=self.spec.max_cost,
             price_per_node_hour=self._price(cluster) if self.spec.max_cost is not None else None,
+            scheduling_priority=self.spec.scheduling_priority,
             secrets=secrets,
         )
         self.workspace.backend.scheduler(cluster.spec).submit(request)

@@ -91,6 +91,7 @@ class JobRequest:
     retry_on_exit_codes: tuple[int, ...] = ()
     max_cost: float | None = None  # with price_per_node_hour: end the job once its estimate passes it
     price_per_node_hour: float | None = None
+    scheduling_priority: str = "normal"  # low, normal, high: the cluster's queue starts higher ones first
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)  # never written to the share
 
     @property

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ..policy.toolkits import RankContext
 
 from ..common import expand, job_env, load, load_or_none, try_append, write_json_atomic
+from ..policy.toolkits import SHELL
 from . import containers
 
 
@@ -42,17 +43,35 @@ def make_mount_link(cfg: dict[str, Any]) -> None:
             pass
 
 
-def relay_lines(source: Any, fd: int, last: list[bytes] | None = None) -> None:
-    """Copy a rank's output to ``fd`` in whole lines, one write each; keep its last lines in ``last``.
+def _open_copy(path: str | None) -> Any:
+    """``path`` opened for appending bytes, or None (no path, or the share refuses it)."""
+    if path is None:
+        return None
+    try:
+        return open(path, "ab")
+    except OSError:
+        return None
+
+
+def relay_lines(source: Any, fd: int, last: list[bytes] | None = None, copy_path: str | None = None) -> None:
+    """Copy a rank's output to ``fd`` in whole lines, one write each; keep its last lines in ``last``;
+    append it to ``copy_path`` too when given (TensorFlow's per-task logs).
 
     mpirun forwards each write of each rank as it comes; an unbuffered Python writes a line's text and its
     newline separately, so without this two ranks' lines run into one another.
     """
     pending = b""
+    copy = _open_copy(copy_path)
     while True:
         chunk = os.read(source.fileno(), 65536)
         if not chunk:
             break
+        if copy is not None:
+            try:
+                copy.write(chunk)
+                copy.flush()
+            except OSError:
+                copy = None  # a full share: the job's stdout.txt still gets every line
         if last is not None:
             last[:] = (b"".join(last[-1:]) + chunk).splitlines()[-40:]
         pending += chunk
@@ -116,7 +135,7 @@ def rank_command(cfg: dict[str, Any]) -> list[str]:
     """The rank's command as written in the job (``$VARS`` unexpanded)."""
     if cfg["toolkit"] == "horovod":
         return [cfg["python"], cfg["script"], *cfg["args"]]
-    return ["/bin/sh", "-c", cfg["command_line"]]
+    return [*SHELL, cfg["command_line"]]
 
 
 def in_container(
@@ -164,9 +183,11 @@ def run_rank(config_path: str, secrets: dict[str, str] | None = None) -> int:
     env["AZ_BATCHAI_TASK_INDEX"] = str(order.index(node) if node in order else 0)
     env.setdefault("PYTHONUNBUFFERED", "1")
     ctx = framework_context(cfg, env, rank)
+    task_logs = None
     if ctx is not None:
         from ..policy import toolkits
 
+        task_logs = toolkits.task_log_names(ctx)  # TensorFlow: stdout-wk-0.txt, ...
         # pytorch, tensorflow, chainer, cntk, caffe, caffe2: the framework's own variables
         env.update(toolkits.rank_env(ctx))
         written = toolkits.rank_argv(ctx)
@@ -180,9 +201,14 @@ def run_rank(config_path: str, secrets: dict[str, str] | None = None) -> int:
     try_append(log, f"rank {rank} starting on {socket.gethostname()} (pid {os.getpid()}): {shown}")
     child = subprocess.Popen(argv, cwd=cfg["wd"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     last_err: list[bytes] = []
+    out_copy, err_copy = (
+        (os.path.join(cfg["stdouterr_dir"], task_logs[0]), os.path.join(cfg["stdouterr_dir"], task_logs[1]))
+        if task_logs
+        else (None, None)
+    )
     relays = [
-        threading.Thread(target=relay_lines, args=(child.stdout, 1), daemon=True),
-        threading.Thread(target=relay_lines, args=(child.stderr, 2, last_err), daemon=True),
+        threading.Thread(target=relay_lines, args=(child.stdout, 1, None, out_copy), daemon=True),
+        threading.Thread(target=relay_lines, args=(child.stderr, 2, last_err, err_copy), daemon=True),
     ]
     for t in relays:
         t.start()
@@ -376,7 +402,7 @@ def run_prep(config_path: str, node: str, secrets: dict[str, str] | None = None)
         open(os.path.join(out_dir, f"stderr-job_prep-{node}.txt"), "ab") as err,
     ):
         code = subprocess.call(
-            ["/bin/sh", "-c", cfg["job_preparation"]], cwd=cfg["wd"], env=env, stdout=out, stderr=err
+            [*SHELL, cfg["job_preparation"]], cwd=cfg["wd"], env=env, stdout=out, stderr=err
         )
     try_append(log, f"job preparation exited with code {code}")
     return code

@@ -32,7 +32,7 @@ from typing import Any
 from ..common import TAG_VAR, load_or_none, now, write_json_atomic
 from ..job import procs
 from ..policy import autoscale, retries, watchdog
-from ..policy.queue import Holding, Waiting, plan
+from ..policy.queue import Holding, Waiting, plan, priority_rank
 from . import attempt_end, health, publish, recovery, scaling
 from .store import ACTIVE, NAME, SCHEMA, iso, migrate
 
@@ -201,8 +201,8 @@ class Scheduler:
         try:
             cur = self.db.execute(
                 "INSERT INTO jobs (key, experiment, name, request_id, node_count, wall, state, creation_time,"
-                " hang, max_retries, retry_codes, max_cost, price)"
-                " VALUES (?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?)",
+                " hang, max_retries, retry_codes, max_cost, price, priority)"
+                " VALUES (?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?)",
                 (
                     f"{experiment}/{name}",
                     experiment,
@@ -216,6 +216,7 @@ class Scheduler:
                     json.dumps(codes),
                     request.get("max_cost"),
                     request.get("price"),
+                    priority_rank(request.get("scheduling_priority")),
                 ),
             )
         except sqlite3.IntegrityError as exc:
@@ -250,7 +251,7 @@ class Scheduler:
         held = self.held()
         free = [n for n in self.nodes() if n["id"] not in held and n["id"] not in self.down]
         rows = {r["id"]: r for r in self.rows("state = 'queued'")}
-        queued = [Waiting(r["id"], r["node_count"], r["wall"]) for r in rows.values()]
+        queued = [Waiting(r["id"], r["node_count"], r["wall"], r["priority"]) for r in rows.values()]
         running = [
             Holding(
                 len(json.loads(r["nodes"])), r["started"] + r["wall"] if r["wall"] and r["started"] else None

@@ -8,6 +8,7 @@ import os
 from typing import TYPE_CHECKING
 
 from ..common import load_or_none, now
+from ..policy.queue import priority_rank
 from . import attempt_end
 from .store import NAME
 
@@ -46,8 +47,8 @@ def rebuild_from_share(sched: Scheduler) -> int:
             created = status.get("creation_time")
             if status["state"] == "queued" and not spec.get("secret_environment"):
                 sched.db.execute(
-                    "INSERT INTO jobs (key, experiment, name, node_count, wall, state, creation_time)"
-                    " VALUES (?, ?, ?, ?, ?, 'queued', ?)",
+                    "INSERT INTO jobs (key, experiment, name, node_count, wall, state, creation_time,"
+                    " priority) VALUES (?, ?, ?, ?, ?, 'queued', ?, ?)",
                     (
                         f"{exp}/{name}",
                         exp,
@@ -55,6 +56,7 @@ def rebuild_from_share(sched: Scheduler) -> int:
                         int(spec.get("node_count", 1)),
                         spec.get("max_wall_clock_seconds"),
                         created,
+                        priority_rank(spec.get("scheduling_priority")),
                     ),
                 )
                 continue

@@ -116,7 +116,7 @@ def run_prep(config_path: str) -> int:
         open(os.path.join(out_dir, f"stderr-job_prep-{node}.txt"), "ab") as err,
     ):
         code = subprocess.call(
-            ["/bin/sh", "-c", cfg["job_preparation"]], cwd=cfg["wd"], env=env, stdout=out, stderr=err
+            [*toolkits.SHELL, cfg["job_preparation"]], cwd=cfg["wd"], env=env, stdout=out, stderr=err
         )
     append(execution_log(cfg, node), f"job preparation exited with code {code}")
     return code
@@ -242,7 +242,7 @@ class Batch:
                 "--kill-on-bad-exit=1",
                 *self.me("rank"),
             ]
-        return ["/bin/sh", "-c", self.cfg["command_line"]]
+        return [*toolkits.SHELL, self.cfg["command_line"]]
 
     def first_failed_rank(self) -> str | None:
         failures: list[tuple[str, str]] = []
