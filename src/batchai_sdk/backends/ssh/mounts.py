@@ -50,9 +50,9 @@ def mount_script(points: Sequence[MountPoint], *, secrets_dir: str) -> tuple[str
     ]
     for i, point in enumerate(points):
         m, p = point.mount, q(point.path)
-        keyed = isinstance(m, AzureFileShare | AzureBlobContainer) and m.account_key is not None
-        if keyed:  # read whether needed or not, so that the next mount reads its own line
-            keys.append(m.account_key or "")
+        key = m.account_key if isinstance(m, AzureFileShare | AzureBlobContainer) else None
+        if key is not None:  # read whether needed or not, so that the next mount reads its own line
+            keys.append(key)
             lines.append(f"IFS= read -r key_{i}")
         lines += [
             f"if mountpoint -q {p} 2>/dev/null; then echo '{MARK} {i} ok'; else",
