@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 
 from ...exceptions import ValidationError
 from ...mounts import AzureBlobContainer, AzureFileShare, FileServer, Mount, UnmanagedFileSystem
+from ..blobfuse import blobfuse_config
 
 BLOBFUSE_DIR = "/etc/blobfuse2"
 HEREDOC = "EOF_BATCHAI"
@@ -68,32 +69,6 @@ def _fstab(entry: str, mount_point: str, fstype: str) -> list[str]:
     return [
         f"grep -v {q(' ' + mount_point + ' ' + fstype + ' ')} /etc/fstab > /etc/fstab.batchai || true",
         f"echo {q(entry)} >> /etc/fstab.batchai && mv -f /etc/fstab.batchai /etc/fstab",
-    ]
-
-
-def blobfuse_config(mount: AzureBlobContainer, key: str, *, cache: str) -> list[str]:
-    """blobfuse2's config (YAML) for ``mount``: key mode, a file cache on the local disk."""
-    endpoint = mount.endpoint or f"https://{mount.account_name}.blob.core.windows.net"
-    return [
-        "allow-other: true",
-        "logging:",
-        "  type: syslog",
-        "  level: log_warning",
-        "components:",
-        "  - libfuse",
-        "  - file_cache",
-        "  - attr_cache",
-        "  - azstorage",
-        "file_cache:",
-        f"  path: {cache}",
-        "  timeout-sec: 120",
-        "azstorage:",
-        "  type: block",
-        f"  account-name: {mount.account_name}",
-        f"  account-key: {key}",
-        f"  endpoint: {endpoint}",
-        "  mode: key",
-        f"  container: {mount.container_name}",
     ]
 
 

@@ -33,14 +33,16 @@ def make_node_dirs(cfg: dict[str, Any]) -> None:
 
 
 def make_mount_link(cfg: dict[str, Any]) -> None:
-    """The job's mount_path: a node-local link to the share under the job's mount root."""
-    link = cfg.get("mount_link")
-    if link:
+    """The job's mount root on this node: a link to the share at its mount_path (``mount_link``) and one to
+    each of the job's mounts (``mount_links``: where this node sees that storage; launch.job_mount_links)."""
+    links = [cfg["mount_link"]] if cfg.get("mount_link") else []
+    links += cfg.get("mount_links") or []
+    for link in links:
         os.makedirs(os.path.dirname(link["path"]), exist_ok=True)
         try:
             os.symlink(link["target"], link["path"])
         except FileExistsError:
-            pass
+            pass  # another rank of the job on this node made it
 
 
 def _open_copy(path: str | None) -> Any:
@@ -160,6 +162,9 @@ def in_container(
     env_file = os.path.join(env["AZ_BATCHAI_JOB_TEMP"], f"rank-{rank}.env")
     write_env_file(env_file, container_env(cfg, env))
     mounts = [cfg["share_root"], os.path.dirname(env["AZ_BATCHAI_JOB_TEMP"]), tempfile.gettempdir()]
+    # the cluster's mounts and where the job's mount links lead: the links resolve inside the container too
+    mounts += [env["AZ_BATCHAI_MOUNT_ROOT"]] if env.get("AZ_BATCHAI_MOUNT_ROOT") else []
+    mounts += [link["target"] for link in cfg.get("mount_links") or []]
     wrapped = container_argv(
         runtime,
         containers.qualify_image(image),
