@@ -120,6 +120,8 @@ def place_stand_ins(ws: Workspace, recipe: Path, record: Path) -> None:
     """A stand-in at every script path under the recipe's `scripts` mount: the recorder for Python
     scripts, the job-preparation stand-in for shell scripts."""
     text = recipe.read_text()
+    for item in json.loads(text)["properties"].get("inputDirectories", []):  # $AZ_BATCHAI_INPUT_SCRIPT/...
+        text = text.replace(f"$AZ_BATCHAI_INPUT_{item['id']}", item["path"])
     spec = parse_job_json(recipe, name="x", experiment="recipes", cluster="nc6", storage_account=ACCOUNT)
     scripts = [m for m in spec.mounts if m.relative_mount_path == "scripts"]
     if not scripts:

@@ -233,3 +233,14 @@ def test_a_rank_in_a_container_sees_the_host_network_the_share_and_an_env_file()
         "LR": "0.1",
         "OMPI_COMM_WORLD_RANK": "1",
     }
+
+
+def test_the_backend_s_mca_options_reach_a_job_s_own_mpirun() -> None:
+    from batchai_sdk.launch import mca_environment
+
+    args = ("--mca", "plm_rsh_agent", "ssh -F /n/ssh_config", "--oversubscribe", "-mca", "btl", "self,tcp")
+    assert mca_environment(args) == {
+        "OMPI_MCA_plm_rsh_agent": "ssh -F /n/ssh_config",
+        "OMPI_MCA_btl": "self,tcp",
+    }
+    assert mca_environment(("--mca", "btl")) == {}

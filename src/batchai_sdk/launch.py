@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import posixpath
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._layout import JobPaths
@@ -77,6 +77,7 @@ def job_environment(
         "OMPI_ALLOW_RUN_AS_ROOT": "1",
         "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
     }
+    env.update(mca_environment(target.mpi_args))
     env.update(target.env)
     expand: list[str] = []
     for in_id, path in spec.input_directories.items():
@@ -90,6 +91,17 @@ def job_environment(
             if "$" in value:
                 expand.append(key)
     return env, expand
+
+
+def mca_environment(mpi_args: Sequence[str]) -> dict[str, str]:
+    """``OMPI_MCA_<name>`` for each ``--mca <name> <value>`` of the backend's mpirun options: a job that
+    starts its own mpirun (a custom toolkit's ``mpirun --hostfile $AZ_BATCHAI_MPI_HOST_FILE``) reaches the
+    nodes the way ours does (on SSH clusters: the cluster's ssh config), as Batch AI's nodes let it."""
+    out: dict[str, str] = {}
+    for i, arg in enumerate(mpi_args[:-2]):
+        if arg in ("--mca", "-mca"):
+            out[f"OMPI_MCA_{mpi_args[i + 1]}"] = mpi_args[i + 2]
+    return out
 
 
 def mpirun_argv(
