@@ -1,4 +1,4 @@
-"""Microsoft's 17 Batch AI recipe job files (../shared/batchai-recipes, unchanged) through `batchai job create
+"""Microsoft's 17 Batch AI recipe job files (tests/data/batchai_recipes, byte for byte) through `batchai job create
 -f` on a local 2-node cluster. Stand-ins sit at every path a recipe names (its scripts, job-preparation
 scripts, the `cntk` executable): each records its argv, its Batch AI variables and the hostfile it was given.
 Each recipe must succeed with the process count, hostfile and variables Batch AI gave it.
@@ -30,10 +30,8 @@ from batchai_sdk.cli._state import Registry
 
 pytestmark = pytest.mark.mpi
 
-RECIPES = Path(__file__).resolve().parents[1].parent.parent / "shared" / "batchai-recipes"
-if not RECIPES.is_dir():  # the recipes live beside the checkout (/work/shared); CI copies them in
-    RECIPES = Path(os.environ.get("BATCHAI_RECIPES", "/work/shared/batchai-recipes"))
-FILES = sorted(p.name for p in RECIPES.glob("*.json")) if RECIPES.is_dir() else []
+RECIPES = Path(__file__).parent / "data" / "batchai_recipes"  # a copy of ../shared/batchai-recipes
+FILES = sorted(p.name for p in RECIPES.glob("*.json"))
 RG = ["--resource-group", "recipes.rg", "--workspace", "ws"]
 EXP = ["--experiment", "recipes"]
 ACCOUNT = "recipestorage"
@@ -89,8 +87,6 @@ def cli(*argv: str) -> str:
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Workspace]]:
     """A local workspace with a 2-node cluster, the `cntk`, `apt`, `pip` and container-engine stand-ins
     first on PATH (the ranks inherit it) and the recorder."""
-    if not FILES:
-        pytest.skip(f"Microsoft's recipe files are not at {RECIPES}")
     root = tmp_path_factory.mktemp("recipes")
     bin_dir = root / "bin"
     record = root / "record.py"

@@ -229,3 +229,15 @@ def test_azure_scale_set_goes_into_the_file_s_subnet() -> None:
         profile = body["properties"]["virtualMachineProfile"]["networkProfile"]
         ip = profile["networkInterfaceConfigurations"][0]["properties"]["ipConfigurations"][0]
         assert ip["properties"]["subnet"]["id"] == subnet
+
+
+def test_file_server_create_from_nfs_json_is_refused_saying_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("BATCHAI_HOME", str(tmp_path / "home"))
+    nfs = tmp_path / "nfs.json"
+    nfs.write_text(json.dumps({"properties": {"vmSize": "Standard_D2_v2", "dataDisks": {"diskCount": 2}}}))
+    code = main(["file-server", "create", "-g", "rg", "-w", "ws", "-n", "nfs", "-f", str(nfs)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "mountVolumes.fileServers" in err and "docs/cluster-json.md" in err
