@@ -204,6 +204,9 @@ class Batch:
         if not path:
             return
         counts = tasks_per_node(os.environ.get("SLURM_TASKS_PER_NODE", "")) or [1] * len(self.nodes)
+        counts = [*counts, *[0] * (len(self.nodes) - len(counts))]
+        # custom / custommpi: every node of the allocation, as Batch AI listed every node of the job
+        counts = toolkits.hostfile_slots(self.cfg["toolkit"], counts)
         with open(path, "w", encoding="utf-8") as f:
             f.writelines(f"{n} slots={c}\n" for n, c in zip(self.nodes, counts, strict=False))
 
