@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._models import ENV_NAME_RE
 from .mounts import parse_mount_volumes
 from .older import CLUSTER_PROPERTIES_IGNORED, TOP_IGNORED
 from .reading import _error, _invalid, _join, _load, _missing, _Reader
@@ -35,7 +36,6 @@ from .reading import _error, _invalid, _join, _load, _missing, _Reader
 __all__ = ["CLUSTER_SCHEMA_URL", "ClusterJson", "parse_cluster_json"]
 
 CLUSTER_SCHEMA_URL = "https://raw.githubusercontent.com/Azure/BatchAI/master/schemas/2018-05-01/cluster.json"
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SUBNET_RE = re.compile(
     r"^/subscriptions/[^/]+/resourceGroups/[^/]+/providers/Microsoft\.Network/virtualNetworks/[^/]+"
     r"/subnets/[^/]+$",
@@ -233,7 +233,7 @@ def _setup_task(r: _Reader, value: Any, path: str, notes: list[str]) -> str:
             if "name" not in item:
                 _missing(f"{ipath}.name", "the variable's name")
             name = r.string(item["name"], f"{ipath}.name")
-            if not _ENV_NAME_RE.fullmatch(name) or name in seen:
+            if not ENV_NAME_RE.fullmatch(name) or name in seen:
                 _invalid(f"{ipath}.name", name, "a variable name (letters, digits, '_') not used before")
             seen.add(name)
             text = r.string(item.get("value", ""), f"{ipath}.value", nonempty=False)
