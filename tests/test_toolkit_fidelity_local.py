@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from _helpers import wait_for
 from batchai_sdk import Job, JobState, Workspace
 
 pytestmark = pytest.mark.mpi
@@ -41,3 +42,31 @@ def test_a_custom_job_s_own_mpirun_runs_on_every_node_of_the_job(tmp_path: Path)
     assert custom_job_ranks(job) == ["rank 0 of 2", "rank 1 of 2"]  # was 1 of 1: the hostfile held one node
     prep = [f.name for f in job.files() if f.name.startswith("stdout-job_prep-")]
     assert prep and job.tail(prep[0]) and job.tail(prep[0])[-1].startswith("prepared on ")
+
+
+def test_scheduling_priority_orders_the_cluster_s_queue(tmp_path: Path) -> None:
+    """One node, held by a job until a gate file exists; a low then a high priority job queue behind it:
+    once the node is free, the high one starts first although it came second."""
+    ws = Workspace.local(root=tmp_path / "ws")
+    cluster = ws.create_cluster("one", nodes=1)
+    exp = ws.create_experiment("e")
+    gate = tmp_path / "gate"
+
+    def job(name: str, command: str, priority: str) -> Job:
+        doc = {
+            "properties": {"schedulingPriority": priority, "customToolkitSettings": {"commandLine": command}}
+        }
+        made = Job.from_batchai_json(doc, experiment=exp, cluster=cluster, name=name)
+        made.submit()
+        return made
+
+    blocker = job("blocker", f"while [ ! -e {gate} ]; do sleep 0.1; done", "normal")
+    wait_for(lambda: blocker.state is JobState.RUNNING, 60, "the blocker to run")
+    low = job("low", "date +%s.%N", "low")
+    high = job("high", "date +%s.%N", "high")
+    assert low.state is JobState.QUEUED and high.state is JobState.QUEUED
+    gate.touch()
+    for j in (blocker, low, high):
+        assert j.wait(timeout=120) is JobState.SUCCEEDED, j.status.failure_reason
+    started = {j.name: float(j.tail("stdout.txt")[-1]) for j in (low, high)}
+    assert started["high"] < started["low"]
