@@ -187,7 +187,13 @@ def test_recipe_runs_unchanged(
         roles = sorted(r["env"]["AZ_BATCHAI_TF_ROLE"] for r in records)
         workers = doc["properties"][key].get("workerCount", doc["properties"]["nodeCount"])
         assert roles.count("ps") == count - workers
-        assert handle.tail("stdout-wk-0.txt") is not None  # per-task logs, as Batch AI named them
+        names = {f.name for f in handle.files()}
+        tasks = {f"stdout-wk-{i}.txt" for i in range(workers)} | {
+            f"stdout-ps-{i}.txt" for i in range(count - workers)
+        }
+        assert tasks <= names, (
+            names
+        )  # per-task logs, as Batch AI named them (the recipes stream stdout-wk-0.txt)
     elif key == "pyTorchSettings":
         assert indexes == list(range(count))
         assert {r["env"]["AZ_BATCHAI_PYTORCH_INIT_METHOD"] for r in records} == {

@@ -29,7 +29,7 @@ def test_a_custom_job_s_own_mpirun_runs_on_both_sshd_nodes(ssh_nodes: SSHNodes, 
         assert hostfile == list(NODE_ADDRESSES[:2])  # every node of the job, one line each
         assert len([f for f in job.files() if f.name.startswith("stdout-job_prep-")]) == 2
     finally:
-        ws.delete(force=True)
+        ws.close()
 
 
 def job_hostfile(ws: object, job: Job) -> str:
