@@ -79,6 +79,7 @@ class AzureFileShare:
 
     @property
     def file_host(self) -> str:
+        """The SMB server: ``host``, else ``<account>.file.core.windows.net``."""
         return self.host or f"{self.account_name}.file.core.windows.net"
 
 

@@ -30,7 +30,8 @@ def lab(ssh_nodes: SSHNodes, tmp_path: Path) -> Iterator[Workspace]:
     ws = ssh_nodes.workspace("lab", tmp_path, HOSTS)
     yield ws
     ws.close()
-    for point in (tmp_path / "mnt").iterdir():  # FUSE mounts outlive the test's processes
+    # FUSE mounts outlive the test's processes
+    for point in [*(tmp_path / "mnt").iterdir(), *(tmp_path / "node_state").glob("storage/*/*")]:
         subprocess.run(["fusermount3", "-u", "-z", str(point)], capture_output=True)
 
 
@@ -63,6 +64,17 @@ def test_node_setup_mounts_an_unmanaged_file_system_and_the_job_uses_it(
     assert sorted(p.name for p in exported.iterdir()) == ["in.txt", "out-0.txt", "out-1.txt"]
     assert (exported / "out-1.txt").read_text() == "from the file server\n"
     assert subprocess.run(["mountpoint", "-q", str(tmp_path / "mnt" / "remote")]).returncode == 0
+    # a job's own mount: mounted on its nodes under the node-local storage root, linked at its job mount root
+    own = exported / "own"
+    own.mkdir()
+    data = UnmanagedFileSystem("data", mount_command=sshfs_command(ssh_nodes, tmp_path, own))
+    job = lab.get_experiment("e").create_job(
+        "k", cluster=cluster, node_count=2, toolkit="custommpi", mounts=[data],
+        command_line="echo $OMPI_COMM_WORLD_RANK > $AZ_BATCHAI_JOB_MOUNT_ROOT/data/rank-$OMPI_COMM_WORLD_RANK",
+    )  # fmt: skip
+    job.submit()
+    assert job.wait(timeout=120) is JobState.SUCCEEDED, job.status.failure_reason
+    assert sorted(p.name for p in own.iterdir()) == ["rank-0", "rank-1"]
 
 
 def test_a_mount_the_nodes_cannot_make_refuses_the_job_naming_node_and_path(

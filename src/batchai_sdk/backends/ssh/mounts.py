@@ -6,9 +6,10 @@ root for a job's): nothing to do when something is mounted there already; else i
 
 * an unmanaged file system: its ``mount_command`` with the mount point appended (as Batch AI ran it): sshfs,
   rclone, glusterfs, anything the node has;
-* an NFS file server: ``mount -t nfs`` when the node has ``mount.nfs`` and the command runs as root;
-* an Azure File share: ``mount -t cifs`` (SMB 3.1.1) when the node has ``mount.cifs``, runs as root and the
-  mount's key is known, the key in a 0600 credentials file;
+* an NFS file server: ``mount -t nfs`` when the node has ``mount.nfs`` and the user is root or has
+  passwordless sudo;
+* an Azure File share: ``mount -t cifs`` (SMB 3.1.1) when the node has ``mount.cifs``, the same rights and
+  the mount's key is known, the key in a 0600 credentials file;
 * a blob container: ``blobfuse2`` when the node has it and the key is known, the key in a 0600 config;
 
 — and when it cannot be, the path must be there already (a folder the machine's admin provides). Keys reach
@@ -45,7 +46,10 @@ def mount_script(points: Sequence[MountPoint], *, secrets_dir: str) -> tuple[str
     lines = [
         "umask 077",
         f"mkdir -p {q(secrets_dir)} && chmod 700 {q(secrets_dir)}",
-        'root=no; [ "$(id -u)" = 0 ] && root=yes',
+        # root, or passwordless sudo (an Azure VM's admin user): then cifs and nfs can be mounted
+        'root=no; as_root=""',
+        'if [ "$(id -u)" = 0 ]; then root=yes',
+        'elif sudo -n true 2>/dev/null; then root=yes; as_root="sudo -n"; fi',
         'has() { command -v "$1" >/dev/null 2>&1; }',
     ]
     for i, point in enumerate(points):
@@ -68,8 +72,8 @@ def mount_script(points: Sequence[MountPoint], *, secrets_dir: str) -> tuple[str
             options = m.mount_options or "defaults"
             lines += [
                 '  if has mount.nfs && [ "$root" = yes ]; then',
-                f"    mkdir -p {p} && out=$(mount -t nfs -o {q(options)} {q(m.remote_path)} {p} 2>&1) || "
-                'why="mount -t nfs failed: $(echo "$out" | tail -n 1)"',
+                f"    mkdir -p {p} && out=$($as_root mount -t nfs -o {q(options)} {q(m.remote_path)} {p} "
+                '2>&1) || why="mount -t nfs failed: $(echo "$out" | tail -n 1)"',
                 "  else why='no NFS client here (mount.nfs) or not root'; fi",
             ]
         elif isinstance(m, AzureFileShare):
@@ -84,8 +88,9 @@ def mount_script(points: Sequence[MountPoint], *, secrets_dir: str) -> tuple[str
                 lines += [
                     '  if has mount.cifs && [ "$root" = yes ]; then',
                     f"    printf 'username=%s\\npassword=%s\\n' {q(m.account_name)} \"$key_{i}\" > {q(cred)}",
-                    f"    mkdir -p {p} && out=$(mount -t cifs {q(f'//{m.file_host}/{m.share_name}')} {p} "
-                    f'-o {q(options)} 2>&1) || why="mount -t cifs failed: $(echo "$out" | tail -n 1)"',
+                    f"    mkdir -p {p} && out=$($as_root mount -t cifs "
+                    f"{q(f'//{m.file_host}/{m.share_name}')} {p} -o {q(options)} 2>&1) || "
+                    'why="mount -t cifs failed: $(echo "$out" | tail -n 1)"',
                     "  else why='no SMB client here (mount.cifs) or not root'; fi",
                 ]
         elif isinstance(m, AzureBlobContainer):
