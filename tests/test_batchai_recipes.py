@@ -5,8 +5,9 @@ Each recipe must succeed with the process count, hostfile and variables Batch AI
 
 No recipe needs its container image's own files: the images only brought the frameworks, which the
 stand-ins replace, and a stand-in container engine runs each rank on the host (with or without a real
-docker/podman here). Every recipe that mounts anything needs the mounts branch (several file shares, blob
-containers, $AZ_BATCHAI_MOUNT_ROOT folders): ``NEEDS_MOUNTS`` names them.
+docker/podman here). Every recipe needs the mounts branch (merged here): 15 mount several file shares and
+blob containers at job level, and the two BrainScript ones read ``$AZ_BATCHAI_MOUNT_ROOT/external``, a
+cluster mount the local backend makes a folder of.
 """
 
 from __future__ import annotations
@@ -35,8 +36,6 @@ FILES = sorted(p.name for p in RECIPES.glob("*.json"))
 RG = ["--resource-group", "recipes.rg", "--workspace", "ws"]
 EXP = ["--experiment", "recipes"]
 ACCOUNT = "recipestorage"
-# Every recipe but the two BrainScript ones mounts file shares (and some blob containers) at job level.
-NEEDS_MOUNTS = {name for name in FILES if "BrainScript" not in name}
 
 # What every stand-in runs: one JSON record per process in $AZ_BATCHAI_SHARED_JOB_TEMP/records.
 RECORD = """
@@ -182,7 +181,11 @@ def test_recipe_runs_unchanged(
             assert Path(env[f"AZ_BATCHAI_OUTPUT_{out_id}"]).is_dir()
         for in_id in (d["id"] for d in doc["properties"].get("inputDirectories", [])):
             assert f"AZ_BATCHAI_INPUT_{in_id}" in env and "$" not in env[f"AZ_BATCHAI_INPUT_{in_id}"]
+    sizes = {r["env"].get("OMPI_COMM_WORLD_SIZE") for r in records} - {None}
+    assert sizes <= {str(count)}  # one MPI world of every process
     indexes = sorted(int(r["env"]["AZ_BATCHAI_TASK_INDEX"]) for r in records)
+    if key == "caffe2Settings":  # the recipe passes --shard_id $AZ_BATCHAI_TASK_INDEX --num_shards 2
+        assert indexes == [0, 1]
     if key == "tensorFlowSettings":
         roles = sorted(r["env"]["AZ_BATCHAI_TF_ROLE"] for r in records)
         workers = doc["properties"][key].get("workerCount", doc["properties"]["nodeCount"])
