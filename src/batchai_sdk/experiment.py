@@ -70,6 +70,7 @@ class Experiment:
         retry_on_exit_codes: Sequence[int] = (),
         max_cost: float | None = None,
         source_dir: str | os.PathLike[str] | None = None,
+        scheduling_priority: str = "normal",
     ) -> Job:
         """Describe a job (nothing runs until ``Job.submit``).
 
@@ -84,6 +85,8 @@ class Experiment:
         ``hang_timeout`` (seconds without output from any rank: stacks collected, job failed; 0 turns it off,
         None is off for your scripts and 30 minutes for the shipped training modules), ``max_retries`` and
         ``retry_on_exit_codes`` (requeue after a lost node or a listed exit code): see "Jobs that survive".
+        ``scheduling_priority`` (``"low"``, ``"normal"``, ``"high"``): the cluster's queue starts higher
+        priorities first, then first come (Batch AI's ``schedulingPriority``).
         """
 
         if name is None:
@@ -127,6 +130,7 @@ class Experiment:
             max_cost=max_cost,
             source_dir=os.fspath(source_dir) if source_dir is not None else None,
             toolkit_settings=toolkit_settings if toolkit_settings is not None else {},
+            scheduling_priority=str(scheduling_priority).lower(),
         )
         return self.job_from_spec(spec)
 
