@@ -115,3 +115,12 @@ def test_a_path_refused_at_job_creation_is_named_as_the_file_names_it(tmp_path: 
     assert info.value.field == "properties.stdOutErrPathPrefix"
     assert "properties.stdOutErrPathPrefix" in str(info.value)
     assert "std_out_err_path_prefix" not in str(info.value)
+
+
+def test_an_unknown_field_among_many_points_to_the_fields_page_not_a_long_list() -> None:
+    with pytest.raises(BatchAIJsonError) as info:
+        parse_job_json(with_props(nodeCont=2), **NAMES)
+    message = str(info.value)
+    assert "did you mean 'nodeCount'?" in message and "docs/job-json.md" in message
+    assert len(message) < 160
+    assert "schedulingPriority" in info.value.expected  # the exception still holds every known field

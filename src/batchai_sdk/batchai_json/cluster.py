@@ -75,6 +75,7 @@ def parse_cluster_json(
     ``mountVolumes``. Raises ``BatchAIJsonError`` naming the JSON path."""
     document, where = _load(source, "cluster.json")
     r = _Reader(storage_account, storage_key)
+    r.fields_page = "docs/cluster-json.md"
     top = r.obj(document, "", ("$schema", "properties"), ignored=TOP_IGNORED)
     if "$schema" in top:
         r.string(top["$schema"], "$schema")

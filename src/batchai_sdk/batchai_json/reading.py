@@ -74,6 +74,9 @@ def _join(path: str, key: object) -> str:
     return f"{path}[{json.dumps(str(key))}]"
 
 
+_LISTED = 10  # an unknown field's message lists the known ones up to this many
+
+
 class _Reader:
     """Typed access to the document; every failure names its JSON path."""
 
@@ -81,6 +84,7 @@ class _Reader:
         self.storage_account = storage_account
         self.storage_key = storage_key
         self.ignored: list[str] = []  # JSON paths of obsolete or read-only fields passed over (one warning)
+        self.fields_page = "docs/job-json.md"  # where an unknown field's message sends the reader
 
     def obj(
         self,
@@ -116,13 +120,14 @@ class _Reader:
                 stacklevel=4,
             )
 
-    @staticmethod
-    def _unknown(where: str, key: object, parent: str, known: Collection[str]) -> NoReturn:
+    def _unknown(self, where: str, key: object, parent: str, known: Collection[str]) -> NoReturn:
         names = sorted(known)
         expected = f"one of the fields of {parent or 'the document'}: {', '.join(names)}"
         close = difflib.get_close_matches(str(key), names, n=1) if isinstance(key, str) else []
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise _error(where, None, expected, f"unknown field {where}{hint}; expected {expected}")
+        # a long list says little in one line: the docs list the fields, the exception keeps them
+        shown = expected if len(names) <= _LISTED else f"a field of {parent} ({self.fields_page} lists them)"
+        raise _error(where, None, expected, f"unknown field {where}{hint}; expected {shown}")
 
     def array(self, value: Any, path: str) -> list[Any]:
         if not isinstance(value, (list, tuple)):
