@@ -19,6 +19,7 @@ from typing import Any
 from .exceptions import BatchAIJsonError, ValidationError
 from .mounts import Mount, mount_to_dict, validate_mounts
 from .node.policy.autoscale import AutoScaleError, AutoScaleSettings, parse_batchai_autoscale
+from .node.policy.queue import PRIORITIES
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 OUTPUT_ID_RE = re.compile(r"[A-Za-z0-9_]{1,32}")
@@ -344,8 +345,6 @@ class Toolkit(str, enum.Enum):
 
 TORCH_BACKENDS = ("tcp", "gloo", "nccl", "mpi")
 CNTK_LANGUAGES = ("Python", "BrainScript")
-# Batch AI's schedulingPriority: a cluster's queue starts higher priorities first, then first come.
-SCHEDULING_PRIORITIES = ("low", "normal", "high")
 # The keys of JobSpec.toolkit_settings each toolkit accepts (snake_case; job.json names in batchai_json).
 TOOLKIT_SETTING_KEYS: dict[Toolkit, tuple[str, ...]] = {
     Toolkit.PYTORCH: ("communication_backend",),
@@ -443,7 +442,7 @@ class JobSpec:
     retry_on_exit_codes: tuple[int, ...] = ()
     # the toolkit's own settings, snake_case (see TOOLKIT_SETTING_KEYS and docs/toolkits.md)
     toolkit_settings: Mapping[str, Any] = field(default_factory=dict)
-    scheduling_priority: str = "normal"  # one of SCHEDULING_PRIORITIES
+    scheduling_priority: str = "normal"  # low, normal, high: the cluster's queue order (node/policy/queue.py)
 
     def __post_init__(self) -> None:
         validate_name(self.name, "job name")
@@ -467,14 +466,8 @@ class JobSpec:
         object.__setattr__(
             self, "toolkit_settings", validate_toolkit_settings(self.toolkit, self.toolkit_settings)
         )
-        settings = self.toolkit_settings
-        if self.toolkit is Toolkit.CNTK and settings.get("config_file") and not self.python_script:
-            # a config file and no script: BrainScript, as Batch AI inferred when languageType was left out
-            object.__setattr__(self, "toolkit_settings", {"language_type": "BrainScript", **settings})
-        if self.scheduling_priority not in SCHEDULING_PRIORITIES:
-            raise ValidationError(
-                "scheduling_priority", self.scheduling_priority, "one of " + ", ".join(SCHEDULING_PRIORITIES)
-            )
+        if self.scheduling_priority not in PRIORITIES:
+            raise ValidationError("scheduling_priority", self.scheduling_priority, "low, normal or high")
         self._check_toolkit()
         for key, value in self.environment.items():
             if not ENV_NAME_RE.fullmatch(str(key)):

@@ -9,8 +9,9 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from .._models import CNTK_LANGUAGES, OUTPUT_ID_RE, SCHEDULING_PRIORITIES, TORCH_BACKENDS, JobSpec, Toolkit
+from .._models import CNTK_LANGUAGES, OUTPUT_ID_RE, TORCH_BACKENDS, JobSpec, Toolkit
 from ..exceptions import BatchAIJsonError, ValidationError
+from ..node.policy.queue import PRIORITIES
 from .mounts import _parse_mount_volumes
 from .older import JOB_PROPERTIES_IGNORED, JOB_PROPERTIES_REFUSED, OUTPUT_DIRECTORY_IGNORED, TOP_IGNORED
 from .reading import _error, _invalid, _join, _load, _missing, _Reader
@@ -129,7 +130,7 @@ def _parse_document(r: _Reader, document: Any, cluster: str) -> dict[str, Any]:
     if "schedulingPriority" in props:
         where = "properties.schedulingPriority"
         priority = r.string(props["schedulingPriority"], where)
-        if priority.lower() not in SCHEDULING_PRIORITIES:
+        if priority.lower() not in PRIORITIES:
             _invalid(where, r.shown(priority), "'low', 'normal' or 'high'")
         fields["scheduling_priority"] = priority.lower()
     if "nodeCount" in props:
