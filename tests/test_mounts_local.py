@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from _helpers import recipe_mount_volumes
 from batchai_sdk import AzureBlobContainer, AzureFileShare, Job, JobState, UnmanagedFileSystem, Workspace
 
 pytestmark = pytest.mark.mpi
@@ -26,25 +27,7 @@ RECIPE: dict[str, Any] = {
             " && ls $AZ_BATCHAI_JOB_MOUNT_ROOT/data && echo logs at $AZ_BATCHAI_STDOUTERR_DIR"
         },
         "stdOutErrPathPrefix": "$AZ_BATCHAI_JOB_MOUNT_ROOT/logs",
-        "mountVolumes": {
-            "azureFileShares": [
-                {
-                    "azureFileUrl": "https://<AZURE_BATCHAI_STORAGE_ACCOUNT>.file.core.windows.net/logs",
-                    "relativeMountPath": "logs",
-                },
-                {
-                    "azureFileUrl": "https://<AZURE_BATCHAI_STORAGE_ACCOUNT>.file.core.windows.net/scripts",
-                    "relativeMountPath": "scripts",
-                },
-            ],
-            "azureBlobFileSystems": [
-                {
-                    "accountName": "<AZURE_BATCHAI_STORAGE_ACCOUNT>",
-                    "containerName": "data",
-                    "relativeMountPath": "data",
-                }
-            ],
-        },
+        "mountVolumes": recipe_mount_volumes(),
     },
 }
 
