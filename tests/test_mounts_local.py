@@ -15,6 +15,7 @@ from _helpers import recipe_mount_volumes
 from batchai_sdk import AzureBlobContainer, AzureFileShare, Job, JobState, UnmanagedFileSystem, Workspace
 
 pytestmark = pytest.mark.mpi
+KEY = "bG9jYWwtc3RvcmFnZS1rZXk9PQ=="
 
 # A job.json in the shape of Microsoft's recipes (Horovod-Tensorflow, batch scoring): the logs share first
 # (the workspace share here), a scripts share and a blob container of its own; a custom toolkit keeps it fast.
@@ -44,9 +45,19 @@ def test_a_recipe_with_several_shares_and_a_blob_container_runs_and_its_storage_
     exp = ws.create_experiment("e")
     cluster = ws.create_cluster("c", nodes=1)
     ws.storage(AzureFileShare("scripts", "acct", "scripts")).write_text("hello.txt", "hello from a share\n")
-    job = Job.from_batchai_json(RECIPE, experiment=exp, cluster=cluster, name="j1", storage_account="acct")
+    doc = copy.deepcopy(RECIPE)
+    doc["properties"]["mountVolumes"]["azureBlobFileSystems"][0]["credentials"] = {
+        "accountKey": "<AZURE_BATCHAI_STORAGE_KEY>"
+    }
+    job = Job.from_batchai_json(
+        doc, experiment=exp, cluster=cluster, name="j1", storage_account="acct", storage_key=KEY
+    )
     lines = run(job)
     assert "out.txt" in lines
+    # the key reached the mount in memory and nothing the workspace wrote
+    assert job.spec.mounts[1].account_key == KEY  # type: ignore[union-attr]
+    written = [p for p in Path(ws.backend.root).rglob("*") if p.is_file() and not p.is_symlink()]  # type: ignore[attr-defined]
+    assert written and not [p for p in written if KEY.encode() in p.read_bytes()]
     # the logs share is the workspace share: the logs are on it, where job.files() reads them
     assert ws.share.exists(f"{job.paths.stdouterr}/stdout.txt")
     # the blob container is one folder, whatever path a job mounts it at
