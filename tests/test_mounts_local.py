@@ -93,8 +93,17 @@ def test_cluster_mounts_are_shared_by_clusters_naming_the_same_storage(ws: Works
     )
     assert lines == ["on the workspace share"]
     assert ws.storage(afs).read_text("copied.txt") == "on the workspace share\n"
-    # the cluster record names its mounts (no key ever)
+    # the cluster record names its mounts (no key ever), and `cluster show` as Batch AI did
     assert ws.get_cluster("writer").spec.mounts == (afs,)
+    assert ws.get_cluster("writer").to_dict()["nodeSetup"]["mountVolumes"] == {
+        "azureFileShares": [
+            {
+                "accountName": "acct",
+                "azureFileUrl": "https://acct.file.core.windows.net/shared",
+                "relativeMountPath": "afs",
+            }
+        ]
+    }
 
 
 def test_the_tensorflow_quickstart_paths_run_unchanged_on_a_cluster_that_declares_nothing(
