@@ -124,6 +124,11 @@ def test_the_tensorflow_quickstart_paths_run_unchanged_on_a_cluster_that_declare
     assert run(job) == ["run"]
     notes = ws.share.read_json(job.paths.run_dir + "/launch.json")["notes"]
     assert any("autoafs is not a mount of cluster 'c'" in note for note in notes)
+    # what the job wrote there outlives the cluster, as storage did
+    cluster.delete()
+    kept = Path(ws.backend.root) / "storage" / "undeclared" / "c" / "autoafs" / "logs" / "x"  # type: ignore[attr-defined]
+    assert kept.read_text() == "run\n"
+    assert not (Path(ws.backend.root) / "clusters" / "c").exists()  # type: ignore[attr-defined]
 
 
 def test_an_unmanaged_file_system_is_a_folder_locally(ws: Workspace) -> None:
