@@ -108,6 +108,8 @@ def test_a_file_server_named_by_its_resource_id_mounts_that_server() -> None:
     }  # fmt: skip
     (mount,) = parse(doc).mounts
     assert isinstance(mount, FileServer) and mount.remote_path == "nfs1:/data/images"
+    doc["properties"]["mountVolumes"]["fileServers"][0]["mountOptions"] = ""  # as Batch AI's docs write it
+    assert parse(doc).mounts == (mount,)
 
 
 @pytest.mark.parametrize(
