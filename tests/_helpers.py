@@ -6,6 +6,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 30, what: str = "condition") -> None:
@@ -152,3 +153,22 @@ def engine_calls(log: os.PathLike[str] | str, command: str | None = None) -> lis
     lines = path.read_text().splitlines() if path.exists() else []
     calls = [line.rstrip("\t").split("\t") for line in lines if line]
     return [c for c in calls if c[1:2] != ["info"] and (command is None or c[1:2] == [command])]
+
+
+def recipe_mount_volumes() -> dict[str, Any]:
+    """mountVolumes in the shape of Microsoft's recipes (Horovod-Tensorflow: a logs and a scripts share;
+    batch scoring: a blob container), a fresh copy each call."""
+    url = "https://<AZURE_BATCHAI_STORAGE_ACCOUNT>.file.core.windows.net/"
+    return {
+        "azureFileShares": [
+            {"azureFileUrl": url + "logs", "relativeMountPath": "logs"},
+            {"azureFileUrl": url + "scripts", "relativeMountPath": "scripts"},
+        ],
+        "azureBlobFileSystems": [
+            {
+                "accountName": "<AZURE_BATCHAI_STORAGE_ACCOUNT>",
+                "containerName": "data",
+                "relativeMountPath": "data",
+            }
+        ],
+    }

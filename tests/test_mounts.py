@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from _helpers import recipe_mount_volumes
 from batchai_sdk import (
     AzureBlobContainer,
     AzureFileShare,
@@ -40,27 +41,11 @@ RECIPE: dict[str, Any] = {
             "pythonScriptFilePath": "$AZ_BATCHAI_JOB_MOUNT_ROOT/scripts/horovod/tensorflow_mnist.py"
         },
         "stdOutErrPathPrefix": "$AZ_BATCHAI_JOB_MOUNT_ROOT/logs",
-        "mountVolumes": {
-            "azureFileShares": [
-                {
-                    "azureFileUrl": "https://<AZURE_BATCHAI_STORAGE_ACCOUNT>.file.core.windows.net/logs",
-                    "relativeMountPath": "logs",
-                },
-                {
-                    "azureFileUrl": "https://<AZURE_BATCHAI_STORAGE_ACCOUNT>.file.core.windows.net/scripts",
-                    "relativeMountPath": "scripts",
-                    "credentials": {"accountKey": "<AZURE_BATCHAI_STORAGE_KEY>"},
-                },
-            ],
-            "azureBlobFileSystems": [
-                {
-                    "accountName": "<AZURE_BATCHAI_STORAGE_ACCOUNT>",
-                    "containerName": "data",
-                    "relativeMountPath": "data",
-                }
-            ],
-        },
+        "mountVolumes": recipe_mount_volumes(),
     }
+}
+RECIPE["properties"]["mountVolumes"]["azureFileShares"][1]["credentials"] = {
+    "accountKey": "<AZURE_BATCHAI_STORAGE_KEY>"
 }
 
 
@@ -123,6 +108,8 @@ def test_a_file_server_named_by_its_resource_id_mounts_that_server() -> None:
     }  # fmt: skip
     (mount,) = parse(doc).mounts
     assert isinstance(mount, FileServer) and mount.remote_path == "nfs1:/data/images"
+    doc["properties"]["mountVolumes"]["fileServers"][0]["mountOptions"] = ""  # as Batch AI's docs write it
+    assert parse(doc).mounts == (mount,)
 
 
 @pytest.mark.parametrize(

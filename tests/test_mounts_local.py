@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
+from _helpers import recipe_mount_volumes
 from batchai_sdk import AzureBlobContainer, AzureFileShare, Job, JobState, UnmanagedFileSystem, Workspace
 
 pytestmark = pytest.mark.mpi
+KEY = "bG9jYWwtc3RvcmFnZS1rZXk9PQ=="
 
 # A job.json in the shape of Microsoft's recipes (Horovod-Tensorflow, batch scoring): the logs share first
 # (the workspace share here), a scripts share and a blob container of its own; a custom toolkit keeps it fast.
@@ -26,25 +28,7 @@ RECIPE: dict[str, Any] = {
             " && ls $AZ_BATCHAI_JOB_MOUNT_ROOT/data && echo logs at $AZ_BATCHAI_STDOUTERR_DIR"
         },
         "stdOutErrPathPrefix": "$AZ_BATCHAI_JOB_MOUNT_ROOT/logs",
-        "mountVolumes": {
-            "azureFileShares": [
-                {
-                    "azureFileUrl": "https://<AZURE_BATCHAI_STORAGE_ACCOUNT>.file.core.windows.net/logs",
-                    "relativeMountPath": "logs",
-                },
-                {
-                    "azureFileUrl": "https://<AZURE_BATCHAI_STORAGE_ACCOUNT>.file.core.windows.net/scripts",
-                    "relativeMountPath": "scripts",
-                },
-            ],
-            "azureBlobFileSystems": [
-                {
-                    "accountName": "<AZURE_BATCHAI_STORAGE_ACCOUNT>",
-                    "containerName": "data",
-                    "relativeMountPath": "data",
-                }
-            ],
-        },
+        "mountVolumes": recipe_mount_volumes(),
     },
 }
 
@@ -61,9 +45,19 @@ def test_a_recipe_with_several_shares_and_a_blob_container_runs_and_its_storage_
     exp = ws.create_experiment("e")
     cluster = ws.create_cluster("c", nodes=1)
     ws.storage(AzureFileShare("scripts", "acct", "scripts")).write_text("hello.txt", "hello from a share\n")
-    job = Job.from_batchai_json(RECIPE, experiment=exp, cluster=cluster, name="j1", storage_account="acct")
+    doc = copy.deepcopy(RECIPE)
+    doc["properties"]["mountVolumes"]["azureBlobFileSystems"][0]["credentials"] = {
+        "accountKey": "<AZURE_BATCHAI_STORAGE_KEY>"
+    }
+    job = Job.from_batchai_json(
+        doc, experiment=exp, cluster=cluster, name="j1", storage_account="acct", storage_key=KEY
+    )
     lines = run(job)
     assert "out.txt" in lines
+    # the key reached the mount in memory and nothing the workspace wrote
+    assert job.spec.mounts[1].account_key == KEY  # type: ignore[union-attr]
+    written = [p for p in Path(ws.backend.root).rglob("*") if p.is_file() and not p.is_symlink()]  # type: ignore[attr-defined]
+    assert written and not [p for p in written if KEY.encode() in p.read_bytes()]
     # the logs share is the workspace share: the logs are on it, where job.files() reads them
     assert ws.share.exists(f"{job.paths.stdouterr}/stdout.txt")
     # the blob container is one folder, whatever path a job mounts it at
@@ -99,8 +93,17 @@ def test_cluster_mounts_are_shared_by_clusters_naming_the_same_storage(ws: Works
     )
     assert lines == ["on the workspace share"]
     assert ws.storage(afs).read_text("copied.txt") == "on the workspace share\n"
-    # the cluster record names its mounts (no key ever)
+    # the cluster record names its mounts (no key ever), and `cluster show` as Batch AI did
     assert ws.get_cluster("writer").spec.mounts == (afs,)
+    assert ws.get_cluster("writer").to_dict()["nodeSetup"]["mountVolumes"] == {
+        "azureFileShares": [
+            {
+                "accountName": "acct",
+                "azureFileUrl": "https://acct.file.core.windows.net/shared",
+                "relativeMountPath": "afs",
+            }
+        ]
+    }
 
 
 def test_the_tensorflow_quickstart_paths_run_unchanged_on_a_cluster_that_declares_nothing(
@@ -121,6 +124,11 @@ def test_the_tensorflow_quickstart_paths_run_unchanged_on_a_cluster_that_declare
     assert run(job) == ["run"]
     notes = ws.share.read_json(job.paths.run_dir + "/launch.json")["notes"]
     assert any("autoafs is not a mount of cluster 'c'" in note for note in notes)
+    # what the job wrote there outlives the cluster, as storage did
+    cluster.delete()
+    kept = Path(ws.backend.root) / "storage" / "undeclared" / "c" / "autoafs" / "logs" / "x"  # type: ignore[attr-defined]
+    assert kept.read_text() == "run\n"
+    assert not (Path(ws.backend.root) / "clusters" / "c").exists()  # type: ignore[attr-defined]
 
 
 def test_an_unmanaged_file_system_is_a_folder_locally(ws: Workspace) -> None:

@@ -93,7 +93,8 @@ class LocalBackend(Backend):
         return None
 
     def delete_cluster(self, spec: ClusterSpec) -> None:
-        return None
+        """The cluster's mount root holds only links: it goes; the storage they lead to stays."""
+        shutil.rmtree(self.root / "clusters" / spec.name, ignore_errors=True)
 
     def cluster_status(self, spec: ClusterSpec) -> ClusterStatus:
         return ClusterStatus(resizing=False, nodes=self._nodes(spec.nodes))
@@ -125,11 +126,15 @@ class LocalBackend(Backend):
 
     def undeclared_mounts(self, spec: ClusterSpec, named: Mapping[str, str]) -> list[str]:
         """A job file written for a Batch AI cluster runs here unchanged: each mount it names that the
-        cluster does not declare is a folder under the cluster's mount root."""
+        cluster does not declare is a folder under the cluster's mount root (a link to a folder of the
+        storage root, so what jobs write there outlives the cluster, as storage did on Batch AI)."""
         notes = []
         for name in named:
             folder = self.cluster_mount_root(spec) / name
-            folder.mkdir(parents=True, exist_ok=True)
+            target = self.storage_root / "undeclared" / spec.name / name
+            target.mkdir(parents=True, exist_ok=True)
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            _link(folder, target)
             notes.append(
                 f"$AZ_BATCHAI_MOUNT_ROOT/{name} is not a mount of cluster {spec.name!r}; on the local "
                 f"backend it is the folder {folder}"

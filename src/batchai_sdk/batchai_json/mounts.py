@@ -174,7 +174,7 @@ def _blob(r: _Reader, value: Any, where: str, _: bool) -> Mount:
             )
     account = r.string(item["accountName"], f"{where}.accountName")
     container = r.string(item["containerName"], f"{where}.containerName")
-    options = r.string(item["mountOptions"], f"{where}.mountOptions") if "mountOptions" in item else None
+    options = _options(r, item, where)
     key = _key(r, item, where)
     rel = r.string(item["relativeMountPath"], f"{where}.relativeMountPath")
     return _build(
@@ -187,6 +187,13 @@ def _blob(r: _Reader, value: Any, where: str, _: bool) -> Mount:
             account_key=key,
         ),
     )
+
+
+def _options(r: _Reader, item: dict[str, Any], where: str) -> str | None:
+    """``mountOptions``; an empty string (Batch AI's documentation examples write ``""``) is none."""
+    if "mountOptions" not in item:
+        return None
+    return r.string(item["mountOptions"], f"{where}.mountOptions", nonempty=False).strip() or None
 
 
 def _file_server(r: _Reader, value: Any, where: str, _: bool) -> Mount:
@@ -202,7 +209,7 @@ def _file_server(r: _Reader, value: Any, where: str, _: bool) -> Mount:
     )
     if source is not None and not source.startswith("/"):
         source = f"/data/{source}"  # a folder of the file server's export
-    options = r.string(item["mountOptions"], f"{where}.mountOptions") if "mountOptions" in item else None
+    options = _options(r, item, where)
     rel = r.string(item["relativeMountPath"], f"{where}.relativeMountPath")
     return _build(
         where,

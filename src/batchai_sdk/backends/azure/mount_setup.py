@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 
 from ...exceptions import ValidationError
 from ...mounts import AzureBlobContainer, AzureFileShare, FileServer, Mount, UnmanagedFileSystem
-from ..blobfuse import blobfuse_config
+from ..mount_options import blobfuse_config, cifs_options
 
 BLOBFUSE_DIR = "/etc/blobfuse2"
 HEREDOC = "EOF_BATCHAI"
@@ -107,10 +107,7 @@ def mount_script(
             lines += _secret_file(
                 cred, [f"username={mount.account_name}", f"password={keys[mount.account_name]}"]
             )
-            options = (
-                f"nofail,_netdev,vers=3.1.1,credentials={cred},uid=$uid,gid=$gid,dir_mode={mount.directory_mode},"
-                f"file_mode={mount.file_mode},serverino,nosharesock,actimeo=30,mfsymlinks"
-            )
+            options = "nofail,_netdev," + cifs_options(mount, cred, owner="uid=$uid,gid=$gid,")
             entry = f"//{mount.file_host}/{mount.share_name} {point} cifs {options} 0 0"
             lines += [
                 f"grep -v {q(' ' + point + ' cifs ')} /etc/fstab > /etc/fstab.batchai || true",

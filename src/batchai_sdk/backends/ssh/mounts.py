@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ...mounts import AzureBlobContainer, AzureFileShare, FileServer, Mount, UnmanagedFileSystem
-from ..blobfuse import blobfuse_config
+from ..mount_options import blobfuse_config, cifs_options
 
 MARK = "batchai-mount"
 
@@ -81,10 +81,7 @@ def mount_script(points: Sequence[MountPoint], *, secrets_dir: str) -> tuple[str
                 lines.append("  why='no key for the share was given to this client'")
             else:
                 cred = posixpath.join(secrets_dir, f"{m.account_name}.cred")
-                options = (
-                    f"vers=3.1.1,credentials={cred},dir_mode={m.directory_mode},file_mode={m.file_mode},"
-                    "serverino,nosharesock,actimeo=30,mfsymlinks"
-                )
+                options = cifs_options(m, cred)
                 lines += [
                     '  if has mount.cifs && [ "$root" = yes ]; then',
                     f"    printf 'username=%s\\npassword=%s\\n' {q(m.account_name)} \"$key_{i}\" > {q(cred)}",

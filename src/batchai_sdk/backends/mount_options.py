@@ -1,9 +1,19 @@
-"""blobfuse2's configuration for a blob container mount: one spelling for the Azure and SSH backends' node
-setup (the YAML of blobfuse2's ``--config-file``; the key goes in ``azstorage.account-key``)."""
+"""How Azure storage is mounted, spelled once for the Azure and SSH backends' node setup: the SMB options of
+an Azure File share and blobfuse2's configuration of a blob container (the YAML of its ``--config-file``; the
+key goes in ``azstorage.account-key``)."""
 
 from __future__ import annotations
 
-from ..mounts import AzureBlobContainer
+from ..mounts import AzureBlobContainer, AzureFileShare
+
+
+def cifs_options(mount: AzureFileShare, credentials: str, *, owner: str = "") -> str:
+    """``mount -t cifs -o`` options: SMB 3.1.1, the key in the ``credentials`` file, the share's modes;
+    ``owner`` (``uid=...,gid=...,``) makes the files the admin user's."""
+    return (
+        f"vers=3.1.1,credentials={credentials},{owner}dir_mode={mount.directory_mode},"
+        f"file_mode={mount.file_mode},serverino,nosharesock,actimeo=30,mfsymlinks"
+    )
 
 
 def blobfuse_config(mount: AzureBlobContainer, key: str, *, cache: str) -> list[str]:
