@@ -177,8 +177,6 @@ def test_the_documentation_s_mount_examples_give_the_cluster_its_mounts() -> Non
         server["fileServer"]["id"] = (
             f"/subscriptions/0/resourceGroups/g/providers/Microsoft.BatchAI/workspaces/w/fileServers/nfs{i}"
         )
-    for blob in volumes["azureBlobFileSystems"]:
-        blob.pop("mountOptions")  # "": until the mounts branch reads it as Batch AI's default options
     parsed = parse_cluster_json(many, storage_account="acct", storage_key="a2V5")
     assert sorted(m.relative_mount_path for m in parsed.create_args["mounts"]) == [
         "afs1", "afs2", "bfs1", "bfs2", "glusterfs", "nfs1", "nfs2",
