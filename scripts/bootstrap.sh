@@ -22,6 +22,8 @@ command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
 # A real Slurm for tests/slurm (slurmctld, slurmd, munged started by the test fixture)
 command -v slurmctld >/dev/null 2>&1 || [ -x /usr/sbin/slurmctld ] || need_apt+=(slurm-wlm)
 command -v munged >/dev/null 2>&1 || [ -x /usr/sbin/munged ] || need_apt+=(munge)
+# FUSE mounts for tests/ssh/test_ssh_mounts.py: an unmanagedFileSystems mount command (sshfs) run for real
+command -v sshfs >/dev/null 2>&1 || need_apt+=(sshfs)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
   log "installing system packages: ${need_apt[*]}"

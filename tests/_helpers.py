@@ -206,3 +206,22 @@ def local_cluster_config(share: Path, nodes: int, *, idle_exit_seconds: float = 
         "env": {},
         "idle_exit_seconds": idle_exit_seconds,
     }
+
+
+def recipe_mount_volumes() -> dict[str, Any]:
+    """mountVolumes in the shape of Microsoft's recipes (Horovod-Tensorflow: a logs and a scripts share;
+    batch scoring: a blob container), a fresh copy each call."""
+    url = "https://<AZURE_BATCHAI_STORAGE_ACCOUNT>.file.core.windows.net/"
+    return {
+        "azureFileShares": [
+            {"azureFileUrl": url + "logs", "relativeMountPath": "logs"},
+            {"azureFileUrl": url + "scripts", "relativeMountPath": "scripts"},
+        ],
+        "azureBlobFileSystems": [
+            {
+                "accountName": "<AZURE_BATCHAI_STORAGE_ACCOUNT>",
+                "containerName": "data",
+                "relativeMountPath": "data",
+            }
+        ],
+    }

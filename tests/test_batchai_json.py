@@ -22,6 +22,7 @@ from batchai_sdk.exceptions import BatchAIJsonError, NotFoundError, ValidationEr
 
 TUTORIAL = Path(__file__).parent / "data" / "tutorial_job.json"
 NAMES = {"name": "cifar_distributed", "experiment": "cifar", "cluster": "nc6cluster"}
+CLUSTER_ID_BASE = "/subscriptions/0000/resourceGroups/rg/providers/Microsoft.BatchAI/workspaces/ws"
 KEY = "c2VjcmV0LXN0b3JhZ2Uta2V5LWRvLW5vdC1sb2c="
 
 
@@ -320,8 +321,8 @@ def _delete(doc: dict[str, Any], dotted: str) -> dict[str, Any]:
             ["unknown field", "nodeCount"],
         ),
         (
-            _set(tutorial_doc(), "location", "eastus"),
-            "location",
+            _set(tutorial_doc(), "locaton", "eastus"),
+            "locaton",
             ["unknown field", "$schema, batchaiSdk, properties"],
         ),
         (
@@ -399,13 +400,23 @@ def _delete(doc: dict[str, Any], dotted: str) -> dict[str, Any]:
         # not supported
         (
             _set(tutorial_doc(), "properties.cluster", {"id": "/subs/x"}),
-            "properties.cluster",
-            ["not supported"],
+            "properties.cluster.id",
+            ["a cluster resource id"],
         ),
         (
-            _set(tutorial_doc(), "properties.schedulingPriority", "high"),
+            _set(tutorial_doc(), "properties.cluster", f"{CLUSTER_ID_BASE}/clusters/other"),
+            "properties.cluster",
+            ["the id of cluster 'nc6cluster'"],
+        ),
+        (
+            _set(tutorial_doc(), "properties.schedulingPriority", "urgent"),
             "properties.schedulingPriority",
-            ["not supported"],
+            ["'low', 'normal' or 'high'"],
+        ),
+        (
+            _set(tutorial_doc(), "properties.priority", 100),
+            "properties.priority",
+            ["a field of the 2017-09-01-preview API", '"schedulingPriority"'],
         ),
         (
             _set(tutorial_doc(), "properties.pyTorchSettings", {"pythonScriptFilePath": "a.py"}),
@@ -413,9 +424,13 @@ def _delete(doc: dict[str, Any], dotted: str) -> dict[str, Any]:
             ["horovodSettings, pyTorchSettings", "exactly one of"],
         ),
         (
-            _set(tutorial_doc(), "properties.mountVolumes.azureBlobFileSystems", []),
-            "properties.mountVolumes.azureBlobFileSystems",
-            ["not supported"],
+            _set(
+                tutorial_doc(),
+                "properties.mountVolumes.azureBlobFileSystems",
+                [{"accountName": "acct", "relativeMountPath": "data"}],
+            ),
+            "properties.mountVolumes.azureBlobFileSystems[0].containerName",
+            ["missing"],
         ),
         (
             _set(
@@ -423,8 +438,32 @@ def _delete(doc: dict[str, Any], dotted: str) -> dict[str, Any]:
                 "properties.mountVolumes.azureFileShares",
                 [{"relativeMountPath": "a"}, {"relativeMountPath": "b"}],
             ),
-            "properties.mountVolumes.azureFileShares[1]",
-            ["only one file share"],
+            "properties.mountVolumes.azureFileShares[1].azureFileUrl",
+            ["missing", "file.core.windows.net"],
+        ),
+        (
+            _set(
+                tutorial_doc(),
+                "properties.mountVolumes.unmanagedFileSystems",
+                [{"mountCommand": "mount -t nfs 10.0.0.4:/x", "relativeMountPath": "myshare"}],
+            ),
+            "properties.mountVolumes.unmanagedFileSystems[0].relativeMountPath",
+            ["no other mount uses", "azureFileShares[0]"],
+        ),
+        (
+            _set(
+                tutorial_doc(),
+                "properties.mountVolumes.fileServers",
+                [
+                    {
+                        "fileServer": {"id": "/subscriptions/s/fileservers/nfs"},
+                        "relativeMountPath": "n",
+                        "mountOptions": "rw; rm -rf /",
+                    }
+                ],
+            ),
+            "properties.mountVolumes.fileServers[0].mountOptions",
+            ["comma-separated mount options"],
         ),
         (
             _set(

@@ -147,6 +147,7 @@ def test_environment_holds_batchai_variables_but_no_secrets() -> None:
     assert env["AZ_BATCHAI_MOUNT_ROOT"] == "/mnt"
     assert env["AZ_BATCHAI_JOB_MOUNT_ROOT"] == "/mnt/share"
     assert env["AZ_BATCHAI_JOB_TEMP"] == "/tmp/batchai/cifar/job1/tmp"
+    assert env["AZ_BATCHAI_JOB_TEMP_DIR"] == "/tmp/batchai"  # the root of every job's temp directory
     assert env["AZ_BATCHAI_STDOUTERR_DIR"] == "/mnt/share/.batchai/experiments/cifar/jobs/job1/stdouterr"
     assert env["AZ_BATCHAI_MPI_HOST_FILE"] == "/mnt/share/.batchai/experiments/cifar/jobs/job1/run/hostfile"
     assert env["AZ_BATCHAI_NUM_GPUS"] == "1"
@@ -232,3 +233,14 @@ def test_a_rank_in_a_container_sees_the_host_network_the_share_and_an_env_file()
         "LR": "0.1",
         "OMPI_COMM_WORLD_RANK": "1",
     }
+
+
+def test_the_backend_s_mca_options_reach_a_job_s_own_mpirun() -> None:
+    from batchai_sdk.launch import mca_environment
+
+    args = ("--mca", "plm_rsh_agent", "ssh -F /n/ssh_config", "--oversubscribe", "-mca", "btl", "self,tcp")
+    assert mca_environment(args) == {
+        "OMPI_MCA_plm_rsh_agent": "ssh -F /n/ssh_config",
+        "OMPI_MCA_btl": "self,tcp",
+    }
+    assert mca_environment(("--mca", "btl")) == {}

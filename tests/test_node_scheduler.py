@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 import batchai_sdk.node
 from _helpers import local_cluster_config
 from batchai_sdk.node.job import procs
+from batchai_sdk.node.policy.queue import priority_rank
 from batchai_sdk.node.scheduler.daemon import Holding, RequestError, Scheduler, Waiting, plan
 
 NODE_MAIN = str(Path(batchai_sdk.node.__file__).parent / "__main__.py")
@@ -28,6 +29,19 @@ NOW = 1000.0
 # -- the queue policy ---------------------------------------------------------------------------------
 def test_jobs_start_in_order_while_they_fit() -> None:
     assert plan([Waiting(1, 2, None), Waiting(2, 1, None)], [], free=3, now=NOW) == [(1, 2), (2, 1)]
+
+
+def test_plan_starts_higher_priority_first_then_first_come() -> None:
+    low, normal, high = (priority_rank(p) for p in ("low", "normal", "High"))
+    queued = [Waiting(1, 1, None, low), Waiting(2, 1, None, normal), Waiting(3, 1, None, high)]
+    assert plan(queued, [], free=2, now=NOW) == [(3, 1), (2, 1)]
+    same = [Waiting(5, 1, None, high), Waiting(4, 1, None, high)]
+    assert plan(same, [], free=1, now=NOW) == [(4, 1)]  # equal priority: the earlier submission
+    # backfill rules unchanged: the waiting high-priority job is not delayed by a lower one
+    blocked = [Waiting(1, 1, 60.0, low), Waiting(2, 2, None, high)]
+    assert plan(blocked, [Holding(1, NOW + 30)], free=1, now=NOW) == []
+    assert plan(blocked, [Holding(1, NOW + 90)], free=1, now=NOW) == [(1, 1)]
+    assert priority_rank(None) == priority_rank("unknown") == 0
 
 
 def test_a_later_job_never_overtakes_a_waiting_one_without_a_wall_clock() -> None:

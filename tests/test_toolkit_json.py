@@ -108,6 +108,12 @@ def test_tensorflow_settings_batchai_recipe() -> None:
             Toolkit.CNTK,
             {"language_type": "Python"},
         ),
+        (  # Microsoft's BrainScript recipes leave languageType out: Batch AI inferred it
+            "cntkSettings",
+            {"configFilePath": "$X/ConvNet_MNIST.cntk", "commandLineArgs": "a=1"},
+            Toolkit.CNTK,
+            {"language_type": "BrainScript", "config_file": "$X/ConvNet_MNIST.cntk"},
+        ),
         (
             "caffeSettings",
             {"configFilePath": "solver.prototxt", "processCount": 2},
@@ -287,7 +293,7 @@ def test_spec_normalises_and_serialises() -> None:
     assert spec.toolkit is Toolkit.TENSORFLOW
     assert spec.toolkit_settings == {"worker_args": ["--x", "1"], "worker_count": 2}
     assert spec.to_dict()["toolkit_settings"] == {"worker_args": ["--x", "1"], "worker_count": 2}
-    assert spec.total_processes == 2
+    assert spec.total_processes == 3  # 2 workers and Batch AI's default parameter server
     roundtrip(spec)
     # an old record without toolkit_settings still loads
     old = JobSpec(**NAMES, python_script="a.py").to_dict()

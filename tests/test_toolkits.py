@@ -61,13 +61,15 @@ def test_ranks_per_node_and_layout() -> None:
     ("toolkit", "settings", "nodes", "gpus", "expected"),
     [
         ("pytorch", {}, 2, 0, 2),
-        ("pytorch", {}, 2, 4, 8),
+        ("pytorch", {}, 2, 4, 2),  # Batch AI: processCount defaults to nodeCount, GPUs or not
         ("pytorch", {"process_count": 3}, 2, 4, 3),
         ("horovod", {}, 3, 4, 3),
         ("horovod", {"process_count": 6}, 3, 0, 6),
         ("custommpi", {}, 2, 0, 2),
         ("custom", {}, 4, 2, 1),
-        ("tensorflow", {}, 2, 0, 2),
+        ("tensorflow", {}, 2, 0, 3),  # distributed: Batch AI's default of one parameter server
+        ("tensorflow", {}, 1, 0, 1),  # one worker: no parameter server
+        ("tensorflow", {"parameter_server_count": 0}, 2, 0, 2),
         ("tensorflow", {"worker_count": 4, "parameter_server_count": 2}, 2, 0, 6),
         ("tensorflow", {"parameter_server_args": ["--job_name=ps"]}, 2, 0, 3),
         ("chainer", {"process_count": 5}, 2, 0, 5),
@@ -189,7 +191,7 @@ def test_cntk_brainscript_and_caffe_solver() -> None:
 
 def test_custom_command_line() -> None:
     c = ctx("custommpi", 0, 2, script=None, args=[], command_line="echo $AZ_BATCHAI_TASK_INDEX")
-    assert tk.rank_argv(c) == ["/bin/sh", "-c", "echo $AZ_BATCHAI_TASK_INDEX"]
+    assert tk.rank_argv(c) == ["bash", "-c", "echo $AZ_BATCHAI_TASK_INDEX"]
     with pytest.raises(ValueError, match="a custom rank needs a command line"):
         tk.rank_argv(ctx("custom", 0, 1))
     with pytest.raises(ValueError, match="unknown toolkit"):
@@ -233,8 +235,8 @@ def test_tensorflow_two_workers_one_ps_on_two_nodes() -> None:
 
 
 def test_tensorflow_workers_only_defaults() -> None:
-    # no counts: one worker per node, no parameter server (MultiWorkerMirroredStrategy)
-    env = tk.rank_env(ctx("tensorflow", 1, 2, settings={"worker_args": ["-v"]}))
+    # parameterServerCount 0: one worker per node, no parameter server (MultiWorkerMirroredStrategy)
+    env = tk.rank_env(ctx("tensorflow", 1, 2, settings={"worker_args": ["-v"], "parameter_server_count": 0}))
     assert env == {
         "AZ_BATCHAI_TASK_INDEX": "1",
         "TF_CONFIG": '{"cluster":{"worker":["10.0.0.4:29500","10.0.0.5:29501"]},"task":{"type":"worker","index":1}}',
@@ -248,8 +250,8 @@ def test_tensorflow_workers_only_defaults() -> None:
         "$AZ_BATCHAI_JOB_MOUNT_ROOT/train.py",
         "-v",
     ]
-    with pytest.raises(ValueError, match="world_size 3 != 2 workers"):
-        tk.rank_env(ctx("tensorflow", 0, 3))
+    with pytest.raises(ValueError, match="world_size 2 != 2 workers"):
+        tk.rank_env(ctx("tensorflow", 0, 2))  # Batch AI's default for 2 nodes adds a parameter server
     with pytest.raises(ValueError, match="worker_args must be a list of strings"):
         tk.rank_argv(ctx("tensorflow", 1, 2, settings={"worker_args": "-v"}))
 
@@ -311,3 +313,21 @@ def test_module_is_stdlib_only() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout == "horovod\n"
+
+
+def test_custom_jobs_hostfile_lists_every_node_of_the_job() -> None:
+    # a 2-node custom job runs its command once, yet its own `mpirun --hostfile` must see both nodes
+    assert tk.hostfile_slots("custom", tk.ranks_per_node(2, tk.process_count("custom", {}, 2, 0))) == [1, 1]
+    assert tk.hostfile_slots("custommpi", [1, 0, 0]) == [1, 1, 1]  # processCount 1 of 3 nodes: rank 0 first
+    assert tk.hostfile_slots("custommpi", [2, 2]) == [2, 2]
+    assert tk.hostfile_slots("horovod", [1, 0]) == [1, 0]  # our own mpirun: only the nodes with ranks
+
+
+def test_tensorflow_task_logs_are_named_as_batch_ai_named_them() -> None:
+    names = [tk.task_log_names(ctx("tensorflow", r, 3, settings=TF)) for r in range(3)]
+    assert names == [
+        ("stdout-wk-0.txt", "stderr-wk-0.txt"),  # the master is worker 0
+        ("stdout-wk-1.txt", "stderr-wk-1.txt"),
+        ("stdout-ps-0.txt", "stderr-ps-0.txt"),
+    ]
+    assert tk.task_log_names(ctx("pytorch", 0, 2)) is None

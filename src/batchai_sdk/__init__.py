@@ -30,6 +30,7 @@ from .exceptions import (
     BackendError,
     BatchAIError,
     BatchAIJsonError,
+    BatchAIJsonWarning,
     CapacityError,
     ClusterBusyError,
     HostKeyError,
@@ -49,6 +50,7 @@ from .exceptions import (
 )
 from .experiment import Experiment
 from .job import Job
+from .mounts import AzureBlobContainer, AzureFileShare, FileServer, Mount, UnmanagedFileSystem
 from .share import Share
 from .workspace import Workspace
 
@@ -71,11 +73,14 @@ def sweep(subscription_id: str | None = None, **kwargs: Any) -> list[TaggedResou
 
 __all__ = [
     "AlreadyExistsError",
+    "AzureBlobContainer",
     "AzureError",
+    "AzureFileShare",
     "AzureQuotaError",
     "BackendError",
     "BatchAIError",
     "BatchAIJsonError",
+    "BatchAIJsonWarning",
     "CapacityError",
     "Cluster",
     "ClusterBusyError",
@@ -83,6 +88,7 @@ __all__ = [
     "ClusterState",
     "Experiment",
     "FileInfo",
+    "FileServer",
     "HealthCheck",
     "HealthReport",
     "HostKeyError",
@@ -92,6 +98,7 @@ __all__ = [
     "JobState",
     "JobStatus",
     "MissingExtraError",
+    "Mount",
     "NodeCounts",
     "NodeError",
     "NodeState",
@@ -106,6 +113,7 @@ __all__ = [
     "TimeoutError",
     "Toolkit",
     "UnhealthyNodesError",
+    "UnmanagedFileSystem",
     "ValidationError",
     "VmPriority",
     "Workspace",

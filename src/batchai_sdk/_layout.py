@@ -24,17 +24,18 @@ the same nesting Batch AI used under stdOutErrPathPrefix.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ._mount_paths import resolve
 from .exceptions import ValidationError
 from .node import protocol
 from .share import join, normalize
 
 if TYPE_CHECKING:
     from ._models import JobSpec
+    from .mounts import Mount
 
 META = protocol.META
 STDOUTERR = "stdouterr"
@@ -145,39 +146,30 @@ def require_job_path(path: str, experiment: str, job: str) -> str:
     return rel
 
 
-_VAR = r"\$(?:\{%s\}|%s\b)"
+def share_relative(
+    path: str, *, mount_path: str | None, share_name: str, job_mounts: Iterable[Mount] = ()
+) -> str | None:
+    """The share-relative form of a node path written with Batch AI's variables, or None if not on the
+    workspace share (see ``_mount_paths.resolve``: ``$AZ_BATCHAI_JOB_MOUNT_ROOT/<mount_path>/x``, or
+    ``$AZ_BATCHAI_JOB_MOUNT_ROOT/x`` when the job mounts nothing, ``$AZ_BATCHAI_MOUNT_ROOT/<share>/x``)."""
+    where = resolve(path, share_name=share_name, mount_path=mount_path, job_mounts=job_mounts)
+    return where.rest if where is not None and where.on == "share" else None
 
 
-def share_relative(path: str, *, mount_path: str | None, share_name: str) -> str | None:
-    """The share-relative form of a node path written with Batch AI's variables, or None if not on the share.
-
-    ``$AZ_BATCHAI_JOB_MOUNT_ROOT/<mount_path>/x`` (or ``$AZ_BATCHAI_JOB_MOUNT_ROOT/x`` when the job
-    mounts the share at its job mount root) and ``$AZ_BATCHAI_MOUNT_ROOT/<share>/x`` are on the share.
-    """
-    job_root = re.compile("^" + _VAR % ("AZ_BATCHAI_JOB_MOUNT_ROOT", "AZ_BATCHAI_JOB_MOUNT_ROOT") + "(/.*)?$")
-    mount_root = re.compile("^" + _VAR % ("AZ_BATCHAI_MOUNT_ROOT", "AZ_BATCHAI_MOUNT_ROOT") + "(/.*)?$")
-    m = job_root.match(path)
-    if m:
-        rest = (m.group(1) or "").lstrip("/")
-        if mount_path:
-            head, _, tail = rest.partition("/")
-            if head != mount_path.strip("/"):
-                return None
-            rest = tail
-        return normalize(rest)
-    m = mount_root.match(path)
-    if m:
-        head, _, tail = (m.group(1) or "").lstrip("/").partition("/")
-        return normalize(tail) if head == share_name else None
-    return None
-
-
-def require_share_relative(path: str, field: str, *, mount_path: str | None, share_name: str) -> str:
-    rel = share_relative(path, mount_path=mount_path, share_name=share_name)
-    if rel is None:
-        where = f"$AZ_BATCHAI_JOB_MOUNT_ROOT/{mount_path}" if mount_path else "$AZ_BATCHAI_JOB_MOUNT_ROOT"
-        raise ValidationError(field, path, f"a path on the workspace share, starting with {where}/")
-    return rel
+def log_prefix(path: str, field: str, *, spec: JobSpec, share_name: str) -> str | None:
+    """The share-relative prefix for the job's logs or an output directory written as ``path``: None (the
+    default place on the workspace share) when ``path`` lies on another mount — our records and logs stay
+    on the workspace share, where ``Job.files`` reads them. ValidationError naming ``field`` when ``path``
+    names no mount at all."""
+    where = resolve(path, share_name=share_name, mount_path=spec.mount_path, job_mounts=spec.mounts)
+    if where is None:
+        mounts = [spec.mount_path] if spec.mount_path else []
+        mounts += [m.relative_mount_path for m in spec.mounts]
+        under = ", ".join(f"$AZ_BATCHAI_JOB_MOUNT_ROOT/{m}/" for m in mounts) or "$AZ_BATCHAI_JOB_MOUNT_ROOT/"
+        raise ValidationError(
+            field, path, f"a path on a mount of the job ({under}) or $AZ_BATCHAI_MOUNT_ROOT/<mount>/"
+        )
+    return where.rest if where.on == "share" else None
 
 
 @dataclass(frozen=True)
@@ -196,20 +188,15 @@ class JobPaths:
     @classmethod
     def for_spec(cls, spec: JobSpec, share_name: str) -> JobPaths:
         prefix = (
-            require_share_relative(
-                spec.std_out_err_path_prefix,
-                "std_out_err_path_prefix",
-                mount_path=spec.mount_path,
-                share_name=share_name,
+            log_prefix(
+                spec.std_out_err_path_prefix, "std_out_err_path_prefix", spec=spec, share_name=share_name
             )
             if spec.std_out_err_path_prefix
             else None
-        )
+        ) or None
         outputs = {}
         for out_id, path_prefix in spec.output_directories.items():
-            base = require_share_relative(
-                path_prefix, f"output_directories.{out_id}", mount_path=spec.mount_path, share_name=share_name
-            )
+            base = log_prefix(path_prefix, f"output_directories.{out_id}", spec=spec, share_name=share_name)
             outputs[out_id] = output_dir(base or None, spec.experiment, spec.name, out_id)
         return cls(
             job_dir=job_dir(spec.experiment, spec.name),

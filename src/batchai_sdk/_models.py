@@ -17,7 +17,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .exceptions import BatchAIJsonError, ValidationError
+from .mounts import Mount, mount_to_dict, validate_mounts
 from .node.policy.autoscale import AutoScaleError, AutoScaleSettings, parse_batchai_autoscale
+from .node.policy.queue import PRIORITIES
 from .node.protocol import StatusDoc
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
@@ -194,9 +196,11 @@ class ClusterSpec:
     price_per_hour: float | None = None  # per node, set by the user (local/SSH: 0 when unset)
     autoscale: AutoScaleSettings | None = None
     health_check: str = "off"  # the gate nodes pass when they join: off, basic, full (docs/health.md)
+    mounts: tuple[Mount, ...] = ()  # nodeSetup.mountVolumes: under AZ_BATCHAI_MOUNT_ROOT (mounts.py)
 
     def __post_init__(self) -> None:
         validate_name(self.name, "cluster name")
+        object.__setattr__(self, "mounts", validate_mounts(self.mounts))
         if not isinstance(self.vm_size, str) or not self.vm_size.strip():
             raise ValidationError("vm_size", self.vm_size, "a VM size such as 'Standard_NC6'")
         validate_node_target(self.nodes, "nodes")
@@ -218,6 +222,7 @@ class ClusterSpec:
             "price_per_hour": self.price_per_hour,
             "autoscale": self.autoscale.to_dict() if self.autoscale else None,
             "health_check": self.health_check,
+            "mounts": [mount_to_dict(m) for m in self.mounts],
         }
 
     @classmethod
@@ -235,6 +240,7 @@ class ClusterSpec:
             price_per_hour=data.get("price_per_hour"),
             autoscale=autoscale_from_dict(data.get("autoscale")),
             health_check=data.get("health_check") or "off",
+            mounts=data.get("mounts") or (),
         )
 
 
@@ -437,6 +443,7 @@ class JobSpec:
     secret_environment: tuple[str, ...] = ()  # names in `environment` never written to records or logs
     std_out_err_path_prefix: str | None = None
     mount_path: str | None = None  # relativeMountPath of the workspace share under AZ_BATCHAI_JOB_MOUNT_ROOT
+    mounts: tuple[Mount, ...] = ()  # the job's other mounts, under AZ_BATCHAI_JOB_MOUNT_ROOT (mounts.py)
     input_directories: Mapping[str, str] = field(default_factory=dict)
     output_directories: Mapping[str, str] = field(default_factory=dict)
     container_image: str | None = None
@@ -452,6 +459,7 @@ class JobSpec:
     health_check: str | None = None  # a gate its nodes pass right before it starts (off, basic, full)
     # the toolkit's own settings, snake_case (see TOOLKIT_SETTING_KEYS and docs/toolkits.md)
     toolkit_settings: Mapping[str, Any] = field(default_factory=dict)
+    scheduling_priority: str = "normal"  # low, normal, high: the cluster's queue order (node/policy/queue.py)
 
     def __post_init__(self) -> None:
         validate_name(self.name, "job name")
@@ -477,6 +485,8 @@ class JobSpec:
         object.__setattr__(
             self, "toolkit_settings", validate_toolkit_settings(self.toolkit, self.toolkit_settings)
         )
+        if self.scheduling_priority not in PRIORITIES:
+            raise ValidationError("scheduling_priority", self.scheduling_priority, "low, normal or high")
         self._check_toolkit()
         for key, value in self.environment.items():
             if not ENV_NAME_RE.fullmatch(str(key)):
@@ -510,6 +520,9 @@ class JobSpec:
             raise ValidationError(
                 "mount_path", self.mount_path, "a folder name under the job's mount root, without '..'"
             )
+        object.__setattr__(self, "mounts", validate_mounts(self.mounts))
+        if self.mount_path and any(m.relative_mount_path == self.mount_path.strip("/") for m in self.mounts):
+            raise ValidationError("mounts", self.mount_path, "a relative_mount_path other than mount_path")
         self._check_survival()
 
     def _check_survival(self) -> None:
@@ -622,6 +635,7 @@ class JobSpec:
         data["output_directories"] = dict(self.output_directories)
         data["retry_on_exit_codes"] = list(self.retry_on_exit_codes)
         data["toolkit_settings"] = dict(self.toolkit_settings)
+        data["mounts"] = [mount_to_dict(m) for m in self.mounts]
         return data
 
     @classmethod

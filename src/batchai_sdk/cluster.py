@@ -26,6 +26,7 @@ from ._models import (
     validate_node_target,
 )
 from .backends.base import ClusterStatus
+from .batchai_json.mounts import mount_volumes_json
 from .cost import format_cost
 from .exceptions import BatchAITimeoutError, ClusterBusyError, NotFoundError, ValidationError
 from .node.policy.autoscale import DEFAULT_IDLE_SECONDS
@@ -392,6 +393,11 @@ class Cluster:
         st = self._status()
         counts = count_nodes(list(self.node_states(st).values()))
         since = self.idle_since
+        mounts = (
+            {"nodeSetup": {"mountVolumes": mount_volumes_json(self._spec.mounts)}}
+            if self._spec.mounts
+            else {}
+        )
         return {
             "name": self.name,
             "workspace": self.workspace.name,
@@ -411,6 +417,7 @@ class Cluster:
             "costSoFar": format_cost(self.cost_so_far),
             "idleSince": since.isoformat() if since is not None else None,
             "idleSeconds": round((utcnow() - since).total_seconds()) if since is not None else None,
+            **mounts,
         }
 
     def __repr__(self) -> str:

@@ -195,6 +195,10 @@ class BatchAIJsonError(ValidationError):
     """A job.json is malformed: ``field`` is the JSON path (e.g. ``properties.nodeCount``)."""
 
 
+class BatchAIJsonWarning(UserWarning):
+    """A Batch AI JSON file has fields that change nothing here (read-only, or of an older API)."""
+
+
 class MissingExtraError(BatchAIError, ImportError):
     """An optional dependency is not installed: ``package``, and ``extra``, the ``pip install
     'batchai_sdk[extra]'`` that brings it."""

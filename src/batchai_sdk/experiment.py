@@ -12,6 +12,7 @@ from . import _layout as layout
 from ._models import ExperimentSpec, JobSpec, Toolkit
 from .exceptions import AlreadyExistsError, NotFoundError
 from .job import Job
+from .mounts import Mount
 
 if TYPE_CHECKING:
     from .cluster import Cluster
@@ -58,6 +59,7 @@ class Experiment:
         toolkit_settings: Mapping[str, Any] | None = None,
         python_interpreter: str | None = None,
         mount_path: str | None = None,
+        mounts: Sequence[Mount] = (),
         input_directories: Mapping[str, str] | None = None,
         output_directories: Mapping[str, str] | None = None,
         container_image: str | None = None,
@@ -69,6 +71,7 @@ class Experiment:
         max_cost: float | None = None,
         source_dir: str | os.PathLike[str] | None = None,
         health_check: str | None = None,
+        scheduling_priority: str = "normal",
     ) -> Job:
         """Describe a job (nothing runs until ``Job.submit``).
 
@@ -78,11 +81,15 @@ class Experiment:
         ``toolkit`` (``"horovod"``, ``"pytorch"``, ``"tensorflow"``, ...) and ``toolkit_settings`` (e.g.
         ``{"communication_backend": "gloo"}``) are Batch AI's ``<toolkit>Settings``: see docs/toolkits.md.
         ``secrets`` are environment variables never written to records or logs.
+        ``mount_path`` is where the job sees the workspace share under ``$AZ_BATCHAI_JOB_MOUNT_ROOT``;
+        ``mounts`` (``batchai_sdk.mounts``) are its other storage, each at its ``relative_mount_path`` there.
         ``hang_timeout`` (seconds without output from any rank: stacks collected, job failed; 0 turns it off,
         None is off for your scripts and 30 minutes for the shipped training modules), ``max_retries`` and
         ``retry_on_exit_codes`` (requeue after a lost node or a listed exit code): see "Jobs that survive".
         ``health_check`` (``"basic"`` or ``"full"``): the job's nodes pass the health gate right before it
         starts; a node that fails is kept out and the job waits for healthy ones (docs/health.md).
+        ``scheduling_priority`` (``"low"``, ``"normal"``, ``"high"``): the cluster's queue starts higher
+        priorities first, then first come (Batch AI's ``schedulingPriority``).
         """
 
         if name is None:
@@ -115,6 +122,7 @@ class Experiment:
             secret_environment=tuple(sorted(secrets or {})),
             std_out_err_path_prefix=std_out_err_path_prefix,
             mount_path=mount_path,
+            mounts=tuple(mounts),
             input_directories=dict(input_directories or {}),
             output_directories=dict(output_directories or {}),
             container_image=container_image,
@@ -126,6 +134,7 @@ class Experiment:
             source_dir=os.fspath(source_dir) if source_dir is not None else None,
             health_check=health_check,
             toolkit_settings=toolkit_settings if toolkit_settings is not None else {},
+            scheduling_priority=str(scheduling_priority).lower(),
         )
         return self.job_from_spec(spec)
 

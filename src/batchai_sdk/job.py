@@ -29,6 +29,7 @@ from ._models import (
     utcnow,
     validate_name,
 )
+from ._mount_paths import cluster_mounts_named
 from ._staging import code_files, resolve_local_script, stage_code
 from .backends.base import ClusterScheduler, JobRequest, LaunchTarget
 from .backends.head_scheduler import ensure_node_code, with_cluster_heartbeat
@@ -76,6 +77,7 @@ class Job:
         self.workspace = experiment.workspace
         self.spec = spec
         self.reattached = False  # from create_job(exist_ok=True): submit() leaves it as it is
+        self._mount_notes: list[str] = []  # what the backend made of mounts the cluster does not declare
         self._record = dict(record) if record else None
         # Paths come from the validated names, never from a record's contents.
         self.paths = JobPaths.for_spec(spec, self.workspace.share.name)
@@ -110,7 +112,7 @@ class Job:
         storage_key: str | None = None,
     ) -> Job:
         """A job from a Batch AI 2018-05-01 job.json (a path, JSON text or a dict); not yet submitted."""
-        from .batchai_json import parse_job_json
+        from .batchai_json import json_field_error, parse_job_json
 
         spec = parse_job_json(
             source,
@@ -120,7 +122,10 @@ class Job:
             storage_account=storage_account,
             storage_key=storage_key,
         )
-        return experiment.job_from_spec(spec)
+        try:
+            return experiment.job_from_spec(spec)
+        except ValidationError as exc:  # refusals name the JSON path the file's author wrote
+            raise json_field_error(exc) from exc
 
     def to_batchai_json(self, *, storage_account: str | None = None, redact: bool = True) -> dict[str, Any]:
         """The job as a Batch AI 2018-05-01 job.json; secret values read ``"***"`` unless ``redact=False``."""
@@ -149,9 +154,21 @@ class Job:
         if self.spec.node_count > cluster.max_nodes:
             auto = cluster.spec.autoscale is not None
             raise CapacityError(cluster.name, self.spec.node_count, cluster.max_nodes, autoscale=auto)
+        self._mount_notes = self._check_cluster_mounts(cluster)
         if not self.spec.toolkit.runs_command_line and self.spec.python_script:
             return (cluster, *self._script_source())
         return cluster, None, None
+
+    def _check_cluster_mounts(self, cluster: Cluster) -> list[str]:
+        """Every ``$AZ_BATCHAI_MOUNT_ROOT/<name>`` the job names is a mount of its cluster; the backend
+        refuses the others, naming the cluster's mounts (the local backend makes them folders: a note)."""
+        named = cluster_mounts_named(self.spec, share_name=self.workspace.share.name)
+        declared = {m.relative_mount_path for m in cluster.spec.mounts}
+        undeclared = {name: field for name, field in named.items() if name not in declared}
+        notes = self.workspace.backend.undeclared_mounts(cluster.spec, undeclared) if undeclared else []
+        for note in notes:
+            log.warning("job %s: %s", self.name, note)
+        return notes
 
     def _script_source(self) -> tuple[Path | None, str | None]:
         """(local file to upload, share path of a script already on the share); one of them is set."""
@@ -160,7 +177,9 @@ class Job:
         if self.spec.source_dir is not None:
             return self._source_dir_script(), None
         if "$" in script:
-            rel = share_relative(script, mount_path=self.spec.mount_path, share_name=share.name)
+            rel = share_relative(
+                script, mount_path=self.spec.mount_path, share_name=share.name, job_mounts=self.spec.mounts
+            )
             if rel is not None and not share.exists(rel):
                 raise NotFoundError("script", script, f"share {share.name!r} (looked for {rel!r})")
             return None, rel
@@ -251,7 +270,8 @@ class Job:
     def _prepare(self, cluster: Cluster, nodes: tuple[Node, ...]) -> LaunchTarget:
         backend = self.workspace.backend
         backend.prepare(cluster.spec, nodes)
-        return backend.launch_target(cluster.spec, nodes)
+        backend.prepare_job_mounts(cluster.spec, nodes, self.spec.mounts)
+        return replace(backend.launch_target(cluster.spec, nodes), cluster_mounts=cluster.spec.mounts)
 
     def _reserve_name(self) -> None:
         """Create the job's folder atomically: the one submit that creates it owns the name."""
@@ -314,6 +334,7 @@ class Job:
             config["notes"] = self.workspace.backend.guard_host(config)
             for note in config["notes"]:
                 log.warning("job %s: %s", self.name, note)
+            config["notes"] += self._mount_notes
             what = "the job's launch configuration"
             share.write_json(join(self.paths.run_dir, LAUNCH_CONFIG), config)
             created = utcnow().isoformat()
@@ -348,6 +369,7 @@ class Job:
             retry_on_exit_codes=tuple(self.spec.retry_on_exit_codes),
             max_cost=self.spec.max_cost,
             price_per_node_hour=self._price(cluster) if self.spec.max_cost is not None else None,
+            scheduling_priority=self.spec.scheduling_priority,
             secrets=secrets,
         )
         self.workspace.backend.scheduler(cluster.spec).submit(request)
@@ -605,7 +627,10 @@ class Job:
         for var in ("$AZ_BATCHAI_STDOUTERR_DIR", "${AZ_BATCHAI_STDOUTERR_DIR}"):
             if value == var or value.startswith(var + "/"):
                 return join(self.paths.stdouterr, value[len(var) + 1 :])
-        return share_relative(value, mount_path=self.spec.mount_path, share_name=self.workspace.share.name)
+        share_name = self.workspace.share.name
+        return share_relative(
+            value, mount_path=self.spec.mount_path, share_name=share_name, job_mounts=self.spec.mounts
+        )
 
     def file_roots(self) -> list[str]:
         """Where job files are looked up by name, in order: the logs, the output directories, ``--dir``."""

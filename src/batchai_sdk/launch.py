@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import posixpath
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._layout import JobPaths
 from ._models import JobSpec
+from ._mount_paths import job_root_is_share
 from .backends.base import LaunchTarget
+from .exceptions import ValidationError
+from .mounts import describe, storage_key
 from .node.policy import toolkits
 from .node.protocol import LAUNCH_CONFIG
 
@@ -58,11 +61,13 @@ def job_environment(
     """Batch AI's variables plus the job's own (secrets excluded), and the names whose values the node
     expands (input directories may be written with ``$AZ_BATCHAI_...``)."""
     temp = node_temp_dir(target, spec)
-    job_mount_root = posixpath.join(temp, "mounts") if spec.mount_path else target.node_share_root
+    job_mount_root = target.node_share_root if job_root_is_share(spec) else posixpath.join(temp, "mounts")
     env: dict[str, str] = {
         "AZ_BATCHAI_MOUNT_ROOT": target.mount_root,
         "AZ_BATCHAI_JOB_MOUNT_ROOT": job_mount_root,
         "AZ_BATCHAI_JOB_TEMP": posixpath.join(temp, "tmp"),
+        # Batch AI: "the root directory of all temporary job directories"
+        "AZ_BATCHAI_JOB_TEMP_DIR": target.temp_root,
         "AZ_BATCHAI_SHARED_JOB_TEMP": on_node(target, posixpath.join(paths.job_dir, "shared_tmp")),
         "AZ_BATCHAI_STDOUTERR_DIR": on_node(target, paths.stdouterr),
         "AZ_BATCHAI_MPI_HOST_FILE": on_node(target, posixpath.join(paths.run_dir, "hostfile")),
@@ -73,6 +78,7 @@ def job_environment(
         "OMPI_ALLOW_RUN_AS_ROOT": "1",
         "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
     }
+    env.update(mca_environment(target.mpi_args))
     env.update(target.env)
     expand: list[str] = []
     for in_id, path in spec.input_directories.items():
@@ -86,6 +92,17 @@ def job_environment(
             if "$" in value:
                 expand.append(key)
     return env, expand
+
+
+def mca_environment(mpi_args: Sequence[str]) -> dict[str, str]:
+    """``OMPI_MCA_<name>`` for each ``--mca <name> <value>`` of the backend's mpirun options: a job that
+    starts its own mpirun (a custom toolkit's ``mpirun --hostfile $AZ_BATCHAI_MPI_HOST_FILE``) reaches the
+    nodes the way ours does (on SSH clusters: the cluster's ssh config), as Batch AI's nodes let it."""
+    out: dict[str, str] = {}
+    for i, arg in enumerate(mpi_args[:-2]):
+        if arg in ("--mca", "-mca"):
+            out[f"OMPI_MCA_{mpi_args[i + 1]}"] = mpi_args[i + 2]
+    return out
 
 
 def mpirun_argv(
@@ -142,6 +159,7 @@ def launch_config(
         else None
     )
     export = [*env, *spec.secret_environment, *ALWAYS_EXPORTED]
+    links = job_mount_links(spec, target)
     return {
         "job": f"{spec.experiment}/{spec.name}",
         "toolkit": spec.toolkit.value,
@@ -164,6 +182,7 @@ def launch_config(
         "expand_env": expand,
         "secret_names": sorted(spec.secret_environment),
         "mount_link": mount_link,
+        "mount_links": links,
         "ssh_command": list(target.ssh_command) if target.ssh_command is not None else None,
         "share_root": target.node_share_root,
         "run_dir": run_dir,
@@ -178,6 +197,28 @@ def launch_config(
             rank_command=[python, "-S", node_main, "rank", config_path],
         ),
     }
+
+
+def job_mount_links(spec: JobSpec, target: LaunchTarget) -> list[dict[str, str]]:
+    """The links the rank shim makes on each node: ``$AZ_BATCHAI_JOB_MOUNT_ROOT/<relative_mount_path>`` →
+    where the node sees that storage: the cluster's mount of the same storage, else the backend's storage
+    root (``Backend.prepare_job_mounts`` made it visible there)."""
+    root = posixpath.join(node_temp_dir(target, spec), "mounts")
+    by_storage = {
+        storage_key(m): posixpath.join(target.mount_root, m.relative_mount_path)
+        for m in target.cluster_mounts
+    }
+    links = []
+    for mount in spec.mounts:
+        key = storage_key(mount)
+        if key in by_storage:
+            where = by_storage[key]
+        elif target.storage_root is not None:
+            where = posixpath.join(target.storage_root, key)
+        else:
+            raise ValidationError("mounts", describe(mount), "storage the cluster mounts")
+        links.append({"path": posixpath.join(root, mount.relative_mount_path), "target": where})
+    return links
 
 
 def node_command(python: str, node_main: str, *args: str, env: Mapping[str, str] | None = None) -> str:

@@ -13,6 +13,7 @@ from .backends.base import Backend
 from .cluster import Cluster
 from .exceptions import AlreadyExistsError, BatchAIError, NotFoundError, ValidationError
 from .experiment import Experiment
+from .mounts import Mount
 from .node.policy.autoscale import DEFAULT_AZURE_IDLE_SECONDS, DEFAULT_IDLE_SECONDS
 from .share import Share
 from .vm_sizes import check_vm_size
@@ -262,6 +263,11 @@ class Workspace:
         self.share.delete(layout.experiment_record(name).rsplit("/", 1)[0], recursive=True)
 
     # -- clusters -------------------------------------------------------------------------------------
+    def storage(self, mount: Mount) -> Share:
+        """The storage a mount names, to upload to and read from (the local backend: its folder, shared by
+        every cluster and job that names it); NotSupportedError where the client cannot reach it."""
+        return self.backend.storage(mount)
+
     def create_cluster(
         self,
         name: str,
@@ -279,6 +285,7 @@ class Workspace:
         initial_nodes: int | None = None,
         idle_seconds_before_scaledown: float | Literal["default"] | None = "default",
         health_check: Literal["off", "basic", "full"] | None = None,
+        mounts: Sequence[Mount] = (),
         **extra: Any,
     ) -> Cluster:
         """Create a cluster of ``nodes`` machines of ``vm_size`` (state ``resizing`` until they are ready).
@@ -289,7 +296,9 @@ class Workspace:
         to stay up. ``price_per_hour``: per node, for cost estimates (default: 0 on local/SSH, Azure's
         retail price). ``health_check``: the gate each node passes when it joins, ``"off"``, ``"basic"``
         (seconds) or ``"full"`` (about a minute); default ``"basic"`` on Azure, ``"off"`` elsewhere. A node
-        that fails is ``unusable``, with its reason, and gets no job (see docs/health.md)."""
+        that fails is ``unusable``, with its reason, and gets no job (see docs/health.md). ``mounts``:
+        storage every node mounts under ``$AZ_BATCHAI_MOUNT_ROOT/<relative_mount_path>``
+        (``batchai_sdk.mounts``; docs/storage.md)."""
         auto = None
         idle = idle_seconds_before_scaledown
         if min_nodes is not None or max_nodes is not None:
@@ -325,6 +334,7 @@ class Workspace:
             extra=extra,
             price_per_hour=price_per_hour,
             health_check=health_check or ("basic" if self.backend.kind == "azure" else "off"),
+            mounts=tuple(mounts),
         )
         existing = self.share.read_json_or_none(layout.cluster_record(name))
         if existing is not None:
@@ -345,6 +355,40 @@ class Workspace:
         self.backend.create_cluster(spec, timeout=timeout)
         self.share.write_json(layout.cluster_record(name), spec.to_dict())
         return Cluster(self, spec)
+
+    def create_cluster_from_batchai_json(
+        self,
+        name: str,
+        source: str | os.PathLike[str] | Mapping[str, Any],
+        *,
+        storage_account: str | None = None,
+        storage_key: str | None = None,
+        on_note: Callable[[str], None] | None = None,
+        **overrides: Any,
+    ) -> Cluster:
+        """Create the cluster a Batch AI 2018-05-01 cluster.json describes (a path, JSON text or a dict), as
+        ``az batchai cluster create -f`` did: ``overrides`` (``create_cluster``'s keywords, e.g.
+        ``vm_size``, ``nodes``) win over the file, as flags did. What the file asks for that this backend
+        does differently goes to ``on_note`` (default: logged as warnings; docs/cluster-json.md); errors
+        name the JSON path."""
+        from .batchai_json import parse_cluster_json
+
+        parsed = parse_cluster_json(
+            source, backend=self.backend.kind, storage_account=storage_account, storage_key=storage_key
+        )
+        for note in parsed.notes:
+            if on_note is not None:
+                on_note(note)
+            else:
+                log.warning("cluster %s: %s", name, note)
+        args = dict(parsed.create_args)
+        if {"nodes", "min_nodes", "max_nodes"} & set(overrides):
+            for key in ("nodes", "min_nodes", "max_nodes", "initial_nodes"):
+                args.pop(key, None)  # scale given with the call replaces the file's, whole
+        args.update(overrides)
+        if not {"nodes", "min_nodes"} & set(args):
+            args["nodes"] = 0  # Batch AI's default targetNodeCount
+        return self.create_cluster(name, **args)
 
     def get_cluster(self, name: str) -> Cluster:
         """The cluster ``name``; raises ``NotFoundError`` if there is none."""

@@ -70,6 +70,16 @@ def test_custom_command_job(slurm: SlurmCluster, slurm_ws: Workspace) -> None:
     assert read(slurm_ws, "cmd", "stdout.txt") == "nodes=1\n"
 
 
+def test_custom_command_runs_under_bash_with_every_node_in_its_hostfile(
+    slurm: SlurmCluster, slurm_ws: Workspace
+) -> None:
+    command = 'source /dev/null && [[ -s "$AZ_BATCHAI_MPI_HOST_FILE" ]] && cat "$AZ_BATCHAI_MPI_HOST_FILE"'
+    submit(slurm_ws, "bashcmd", toolkit="custom", command_line=command)
+    st = wait(slurm_ws, "bashcmd")
+    assert st.state is JobState.SUCCEEDED, st.failure_reason
+    assert read(slurm_ws, "bashcmd", "stdout.txt") == f"{slurm.node} slots=1\n"
+
+
 def test_terminate_running_job(slurm: SlurmCluster, slurm_ws: Workspace) -> None:
     submit(slurm_ws, "long", "import time\nprint('started', flush=True)\ntime.sleep(300)\n")
     wait(slurm_ws, "long", until="running")

@@ -33,7 +33,13 @@ def test_two_workers_agree_through_tf_config(tmp_path: Path) -> None:
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     port = free_port(2)
-    settings = {"worker_count": 2, "master_args": ["--master"], "worker_args": ["--worker"]}
+    # MultiWorkerMirroredStrategy: no parameter server (Batch AI's default for 2 workers is one)
+    settings = {
+        "worker_count": 2,
+        "parameter_server_count": 0,
+        "master_args": ["--master"],
+        "worker_args": ["--worker"],
+    }
     procs = []
     for rank in range(2):
         ctx = RankContext(

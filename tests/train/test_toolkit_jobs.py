@@ -116,7 +116,7 @@ def test_a_two_worker_multiworker_mirrored_job_through_tensorflow_settings(
     exp = ws.create_experiment("e")
     cluster = ws.create_cluster("c", nodes=2)
     job = exp.create_job("mwms", cluster=cluster, node_count=2, toolkit="tensorflow",
-                         python_script=str(script("mwms.py", MWMS)), toolkit_settings={"worker_count": 2},
+                         python_script=str(script("mwms.py", MWMS)), toolkit_settings={"worker_count": 2, "parameter_server_count": 0},
                          environment={"TF_CPP_MIN_LOG_LEVEL": "2"}).submit()  # fmt: skip
     assert job.wait(timeout=300) is JobState.SUCCEEDED, job.status.failure_reason
     lines = sorted(line for line in job.tail("stdout.txt", 20) if "replicas=" in line)

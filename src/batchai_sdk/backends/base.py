@@ -7,13 +7,14 @@ the job wrapper that runs on the head node gets everything it needs in a ``Launc
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 
 from .._models import ClusterSpec, Node, NodeState
-from ..exceptions import BackendError
+from ..exceptions import BackendError, NotSupportedError, ValidationError
+from ..mounts import Mount, describe, mount_to_dict, storage_key
 from ..remote.base import Runner
 from ..share import Share
 
@@ -35,6 +36,10 @@ class LaunchTarget:
     env: Mapping[str, str] = field(default_factory=dict)  # exported to every rank and to job preparation
     num_gpus: int = 0  # per node: AZ_BATCHAI_NUM_GPUS
     oversubscribe: bool = False  # more ranks than cores is expected (the local backend's slots)
+    # where the nodes see each storage a job mounts (backend's storage root / mounts.storage_key); None:
+    # the backend mounts nothing per job (then a job's mounts are the cluster's, by storage)
+    storage_root: str | None = None
+    cluster_mounts: tuple[Mount, ...] = ()  # the cluster's mounts, at <mount_root>/<relative_mount_path>
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -51,6 +56,8 @@ class LaunchTarget:
             "env": dict(self.env),
             "num_gpus": self.num_gpus,
             "oversubscribe": self.oversubscribe,
+            "storage_root": self.storage_root,
+            "cluster_mounts": [mount_to_dict(m) for m in self.cluster_mounts],
         }
 
 
@@ -84,6 +91,7 @@ class JobRequest:
     retry_on_exit_codes: tuple[int, ...] = ()
     max_cost: float | None = None  # with price_per_node_hour: end the job once its estimate passes it
     price_per_node_hour: float | None = None
+    scheduling_priority: str = "normal"  # low, normal, high: the cluster's queue starts higher ones first
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)  # never written to the share
 
     @property
@@ -180,6 +188,37 @@ class Backend(ABC):
         """Preflight of a cluster, creating nothing: raise when the backend would refuse it (Azure: a VM
         size not offered, a vCPU quota too small). Backends with nothing to check pass."""
         return None
+
+    def undeclared_mounts(self, spec: ClusterSpec, named: Mapping[str, str]) -> list[str]:
+        """A job names ``$AZ_BATCHAI_MOUNT_ROOT/<name>`` (``named``: name → the job's field naming it) that
+        cluster ``spec`` does not mount: refused, naming the cluster's mounts. The local backend makes such
+        a folder instead and returns a note."""
+        name, field_name = next(iter(named.items()))
+        have = ", ".join(m.relative_mount_path for m in spec.mounts) or "none"
+        raise ValidationError(
+            field_name,
+            f"$AZ_BATCHAI_MOUNT_ROOT/{name}",
+            f"a mount of cluster {spec.name!r} (its mounts: {have}; the workspace share: "
+            f"$AZ_BATCHAI_MOUNT_ROOT/{self.share.name}), or a job mount under $AZ_BATCHAI_JOB_MOUNT_ROOT",
+        )
+
+    def prepare_job_mounts(self, spec: ClusterSpec, nodes: tuple[Node, ...], mounts: Sequence[Mount]) -> None:
+        """Make a job's own mounts visible on ``nodes`` at ``LaunchTarget.storage_root``/<storage key>
+        before it starts. By default a job may only mount what the cluster mounts (the same storage)."""
+        declared = {storage_key(m) for m in spec.mounts}
+        for i, mount in enumerate(mounts):
+            if storage_key(mount) not in declared:
+                raise ValidationError(
+                    f"mounts[{i}]",
+                    describe(mount),
+                    f"storage cluster {spec.name!r} mounts (the {self.kind} backend mounts nothing per job)",
+                )
+
+    def storage(self, mount: Mount) -> Share:
+        """The storage ``mount`` names, as a share this machine can upload to and read (local backend)."""
+        raise NotSupportedError(
+            "reading a mount's storage from this machine", self.kind, "read it on the nodes"
+        )
 
     def simulate_eviction(self, spec: ClusterSpec, node: str) -> bool:
         """Have the platform evict ``node`` as it evicts a Spot VM (Azure's simulateEviction); False when

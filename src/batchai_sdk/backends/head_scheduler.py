@@ -208,6 +208,7 @@ class HeadNodeScheduler(ClusterScheduler):
                 "retry_on_exit_codes": list(request.retry_on_exit_codes),
                 "max_cost": request.max_cost,
                 "price": request.price_per_node_hour,
+                "scheduling_priority": request.scheduling_priority,
                 "secrets": dict(request.secrets),
             },
             timeout=timeout,

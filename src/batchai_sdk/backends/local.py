@@ -12,10 +12,12 @@ import re
 import shutil
 import socket
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from .._models import ClusterSpec, Node
+from ..mounts import Mount, storage_key
 from ..remote.local import LocalRunner
 from ..share import LocalShare
 from .base import Backend, ClusterStatus, LaunchTarget
@@ -51,6 +53,7 @@ class LocalBackend(Backend):
         self.mount_root = self.root / "mounts"
         self.share: LocalShare = LocalShare(self.mount_root / "share", name="share")
         self.temp_root = self.root / "tmp"
+        self.storage_root = self.root / "storage"  # each storage a mount names: storage/<mounts.storage_key>
         self.hostname = socket.gethostname().split(".")[0] or "localhost"
 
     def guard_host(self, config: dict[str, Any]) -> list[str]:
@@ -90,13 +93,54 @@ class LocalBackend(Backend):
         return None
 
     def delete_cluster(self, spec: ClusterSpec) -> None:
-        return None
+        """The cluster's mount root holds only links: it goes; the storage they lead to stays."""
+        shutil.rmtree(self.root / "clusters" / spec.name, ignore_errors=True)
 
     def cluster_status(self, spec: ClusterSpec) -> ClusterStatus:
         return ClusterStatus(resizing=False, nodes=self._nodes(spec.nodes))
 
+    def cluster_mount_root(self, spec: ClusterSpec) -> Path:
+        """The cluster's ``AZ_BATCHAI_MOUNT_ROOT``: the workspace share and each mount, as links, and the
+        folders of mounts it does not declare."""
+        return self.root / "clusters" / spec.name / "mounts"
+
+    def storage(self, mount: Mount) -> LocalShare:
+        """The folder that stands for the storage ``mount`` names (made if missing)."""
+        path = self.storage_root / storage_key(mount)
+        path.mkdir(parents=True, exist_ok=True)
+        return LocalShare(path, name=mount.relative_mount_path)
+
     def prepare(self, spec: ClusterSpec, nodes: tuple[Node, ...]) -> None:
-        return None
+        """The cluster's mount root: ``<share name>`` and each mount's ``relative_mount_path`` linked to
+        their folders, so two clusters (or jobs) naming the same storage see the same files."""
+        root = self.cluster_mount_root(spec)
+        root.mkdir(parents=True, exist_ok=True)
+        links = {self.share.name: self.share.root}
+        links.update({m.relative_mount_path: self.storage(m).root for m in spec.mounts})
+        for name, target in links.items():
+            _link(root / name, target)
+
+    def prepare_job_mounts(self, spec: ClusterSpec, nodes: tuple[Node, ...], mounts: Sequence[Mount]) -> None:
+        for mount in mounts:
+            self.storage(mount)
+
+    def undeclared_mounts(self, spec: ClusterSpec, named: Mapping[str, str]) -> list[str]:
+        """A job file written for a Batch AI cluster runs here unchanged: each mount it names that the
+        cluster does not declare is a folder under the cluster's mount root (a link to a folder of the
+        storage root, so what jobs write there outlives the cluster, as storage did on Batch AI)."""
+        notes = []
+        for name in named:
+            folder = self.cluster_mount_root(spec) / name
+            target = self.storage_root / "undeclared" / spec.name / name
+            target.mkdir(parents=True, exist_ok=True)
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            _link(folder, target)
+            notes.append(
+                f"$AZ_BATCHAI_MOUNT_ROOT/{name} is not a mount of cluster {spec.name!r}; on the local "
+                f"backend it is the folder {folder}"
+                " (declare it in create_cluster(mounts=...) to name its storage)"
+            )
+        return notes
 
     def launch_target(self, spec: ClusterSpec, nodes: tuple[Node, ...]) -> LaunchTarget:
         python = sys.executable
@@ -107,7 +151,7 @@ class LocalBackend(Backend):
         return LaunchTarget(
             nodes=nodes,
             node_share_root=str(self.share.root),
-            mount_root=str(self.mount_root),
+            mount_root=str(self.cluster_mount_root(spec)),
             temp_root=str(self.temp_root),
             python=python,
             mpirun=shutil.which("mpirun", path=env["PATH"]) or "mpirun",
@@ -116,11 +160,12 @@ class LocalBackend(Backend):
             env=env,
             num_gpus=0,
             oversubscribe=True,
+            storage_root=str(self.storage_root),
         )
 
     def delete(self) -> None:
-        """Remove the share and temp folders this backend made under ``root`` (never other files)."""
-        for made in (self.mount_root, self.temp_root):
+        """Remove the share, storage and temp folders this backend made under ``root`` (never other files)."""
+        for made in (self.mount_root, self.temp_root, self.storage_root, self.root / "clusters"):
             shutil.rmtree(made, ignore_errors=True)
         try:
             self.root.rmdir()
@@ -129,3 +174,17 @@ class LocalBackend(Backend):
 
     def head_runner(self, spec: ClusterSpec, nodes: tuple[Node, ...]) -> LocalRunner:
         return LocalRunner(nodes[0].id if nodes else "localhost")
+
+
+def _link(path: Path, target: Path) -> None:
+    """``path`` → ``target`` as a symlink, replacing a link to elsewhere; a real folder is left alone."""
+    if path.is_symlink():
+        if os.readlink(path) == str(target):
+            return
+        path.unlink()
+    elif path.exists():
+        return
+    try:
+        path.symlink_to(target, target_is_directory=True)
+    except FileExistsError:
+        pass  # another submit made it at the same moment

@@ -37,6 +37,15 @@ UNSUPPORTED = (
     ("job", "node", "exec"),
     ("workspace", "update"),
 )
+# why, where there is more to say than "not supported"
+UNSUPPORTED_WHY = {
+    "file-server": (
+        "Batch AI's NFS file server (a VM exporting /data, from nfs.json) is not made by batchai on any "
+        "backend: the workspace share already holds jobs' files everywhere; to mount an NFS server you run, "
+        "name it in a cluster.json or job.json (mountVolumes.fileServers: the server's name, or "
+        "unmanagedFileSystems with its mount command) — see docs/cluster-json.md, 'File servers'"
+    ),
+}
 UNSUPPORTED_OPTIONS = ("--afs-name", "--afs-mount-path", "--bfs-name", "--nfs", "--user-assigned-identity")
 
 
@@ -104,7 +113,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     unsupported = unsupported_command(argv)
     if unsupported:
-        _error(f"`batchai {unsupported}` is not supported by batchai (see docs/cli.md, 'Not supported')")
+        why = UNSUPPORTED_WHY.get(unsupported.split()[0])
+        _error(
+            f"`batchai {unsupported}` is not supported by batchai (see docs/cli.md, 'Not supported')"
+            + (f": {why}" if why else "")
+        )
         return 2
     try:
         args = build_parser().parse_args(argv)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
+from typing import Any, Literal
 
 from ._context import Context, Handler, Result
 from ._format import cluster_list_table, cluster_table, cluster_view, health_table
@@ -26,12 +29,18 @@ def register(commands: Commands) -> None:
             "batchai cluster delete -g batchai.horovod -w batchaidev -n nc6cluster --yes",
         ),
     )
-    p = _cluster_command(c, "create", cluster_create, "create a cluster")
+    p = _cluster_command(c, "create", cluster_create, "create a cluster (from flags or a cluster.json)")
+    p.add_argument(
+        "--config-file", "-f", help="Batch AI 2018-05-01 cluster.json; flags given as well override it"
+    )
+    p.add_argument("--storage-account-name", help="fills <AZURE_BATCHAI_STORAGE_ACCOUNT> in the file")
+    p.add_argument(
+        "--storage-account-key", help="fills <AZURE_BATCHAI_STORAGE_KEY> in the file; never stored"
+    )
     p.add_argument("--vm-size", "-s", help="e.g. Standard_NC4as_T4_v3 (Azure; optional on local, SSH, Slurm)")
     p.add_argument(
         "--vm-priority",
         choices=("dedicated", "lowpriority"),
-        default="dedicated",
         help="lowpriority: Spot VMs on Azure, which can be evicted (default dedicated)",
     )
     p.add_argument(
@@ -132,19 +141,33 @@ def cluster_create(ctx: Context, args: argparse.Namespace) -> Result | None:
         if value:
             ctx.note(f"{flag} is ignored on the {kind} backend ({where})")
     auto = args.min is not None or args.max is not None
-    cluster = ws.create_cluster(
-        args.name,
-        vm_size=args.vm_size,
-        nodes=args.target if args.target is not None or auto else 1,
-        vm_priority=args.vm_priority,
-        image=args.image,
-        node_setup=args.setup_task,
-        min_nodes=args.min,
-        max_nodes=args.max,
-        initial_nodes=args.initial,
-        idle_seconds_before_scaledown="default" if args.idle_seconds is None else args.idle_seconds,
-        health_check=args.health_check,
-    )
+    flags: dict[str, Any] = {
+        "vm_size": args.vm_size,
+        "vm_priority": args.vm_priority,
+        "image": args.image,
+        "node_setup": args.setup_task,
+        "nodes": args.target,
+        "min_nodes": args.min,
+        "max_nodes": args.max,
+        "initial_nodes": args.initial,
+        "health_check": args.health_check,
+    }
+    idle: float | Literal["default"] = "default" if args.idle_seconds is None else args.idle_seconds
+    if args.config_file:
+        given = {k: v for k, v in flags.items() if v is not None}
+        cluster = ws.create_cluster_from_batchai_json(
+            args.name,
+            Path(args.config_file).expanduser(),
+            storage_account=args.storage_account_name or os.environ.get("AZURE_BATCHAI_STORAGE_ACCOUNT"),
+            storage_key=args.storage_account_key or os.environ.get("AZURE_BATCHAI_STORAGE_KEY"),
+            idle_seconds_before_scaledown=idle,
+            on_note=ctx.note,
+            **given,
+        )
+        return Result(cluster_view(cluster, group), cluster_table)
+    flags["nodes"] = args.target if args.target is not None or auto else 1
+    flags["vm_priority"] = args.vm_priority or "dedicated"
+    cluster = ws.create_cluster(args.name, idle_seconds_before_scaledown=idle, **flags)
     return Result(cluster_view(cluster, group), cluster_table)
 
 

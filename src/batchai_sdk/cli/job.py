@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._models import JobState
-from ..batchai_json import parse_job_json
-from ..exceptions import NotFoundError
+from ..batchai_json import json_field_error, parse_job_json
+from ..exceptions import NotFoundError, ValidationError
 from ..experiment import unique_job_name
 from ..share import join
 from ._context import Context, Handler, Result, UsageError
@@ -197,7 +197,10 @@ def job_create(ctx: Context, args: argparse.Namespace) -> Result | None:
         if args.nodes is not None:
             spec = spec.replace(node_count=args.nodes)
         spec = spec.replace(**_survive_options(args))
-        job = exp.job_from_spec(spec)
+        try:
+            job = exp.job_from_spec(spec)
+        except ValidationError as exc:  # refusals name the JSON path the file's author wrote
+            raise json_field_error(exc) from exc
     else:
         if args.python_script is None and args.command_line is None:
             raise UsageError(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from datetime import datetime, timezone
 from typing import Any
 
@@ -61,16 +62,13 @@ def try_append(path: str, line: str) -> bool:
     return True
 
 
+_VAR_RE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+
+
 def expand(value: str, env: dict[str, str]) -> str:
-    """``$NAME`` and ``${NAME}`` from ``env``; unknown names are left as written (like os.path.expandvars)."""
-    saved = os.environ.copy()
-    try:
-        os.environ.clear()
-        os.environ.update(env)
-        return os.path.expandvars(value)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    """``$NAME`` and ``${NAME}`` from ``env``; an unset name gives an empty string, as a shell (and Batch
+    AI, which ran arguments through one) gave it. A ``$`` not followed by a name stays as written."""
+    return _VAR_RE.sub(lambda m: env.get(m.group(1) or m.group(2), ""), value)
 
 
 def job_env(cfg: dict[str, Any], secrets: dict[str, str] | None = None) -> dict[str, str]:

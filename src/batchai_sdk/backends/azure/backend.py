@@ -13,7 +13,7 @@ import re
 import shutil
 import threading
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -23,6 +23,7 @@ import paramiko
 from ... import _layout as layout
 from ..._models import ClusterSpec, Node, NodeState, VmPriority
 from ...exceptions import NodeError, ValidationError
+from ...mounts import Mount
 from ...remote.base import Runner
 from ...remote.host_keys import HostKeyStore, known_hosts_name
 from ...remote.ssh import SSHRunner
@@ -328,6 +329,7 @@ class AzureBackend(Backend):
             admin_user=self.admin_user,
             env=self.node_env,
             install_stack=install,
+            mounts=spec.mounts,
         )
         body = prov.scale_set_body(
             self.names,
@@ -595,6 +597,11 @@ class AzureBackend(Backend):
             memo = self._unreachable.get(spec.name, {})
             for node in nodes:
                 memo.pop(node.id, None)
+
+    def prepare_job_mounts(self, spec: ClusterSpec, nodes: tuple[Node, ...], mounts: Sequence[Mount]) -> None:
+        """A job's own mounts: as on the SSH backend, over SSH as the admin user (passwordless sudo)."""
+        if nodes:
+            self._ssh_backend(spec, nodes).prepare_job_mounts(spec, nodes, mounts)
 
     def launch_target(self, spec: ClusterSpec, nodes: tuple[Node, ...]) -> LaunchTarget:
         target = self._ssh_backend(spec, nodes).launch_target(spec, nodes)

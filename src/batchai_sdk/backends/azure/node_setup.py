@@ -15,7 +15,11 @@ from __future__ import annotations
 
 import posixpath
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from ...mounts import Mount
+from .mount_setup import credentials_path, mount_keys, mount_script
 
 BATCHAI_DIR = "/opt/batchai"
 STACK_VERSION = "tf2.15.1-hvd0.28.1-1"  # bump to reinstall on nodes created from a changed script
@@ -40,10 +44,6 @@ class NodeEnvironment:
 
     def share_path(self, share: str) -> str:
         return posixpath.join(self.mount_root, share)
-
-
-def credentials_path(account: str) -> str:
-    return f"/etc/smbcredentials/{account}.cred"
 
 
 def _stack_script(env: NodeEnvironment) -> list[str]:
@@ -90,9 +90,11 @@ def setup_script(
     env: NodeEnvironment,
     file_host: str | None = None,
     install_stack: bool = True,
+    mounts: Sequence[Mount] = (),
 ) -> str:
-    """The bash script of the CustomScript extension. It holds ``account_key``: pass it only in
-    ``protectedSettings``; never log it."""
+    """The bash script of the CustomScript extension. It holds ``account_key`` (and the keys of
+    ``mounts``, the cluster's own mounts: mount_setup.py): pass it only in ``protectedSettings``; never
+    log it."""
     q = shlex.quote
     host = file_host or f"{account}.file.core.windows.net"
     mount = env.share_path(share)
@@ -132,6 +134,10 @@ def setup_script(
         f"mountpoint -q {q(mount)} || run mount {q(mount)}",
         f"mountpoint -q {q(mount)} || {{ echo '[batchai] the share is not mounted' >&2; exit 1; }}",
     ]
+    if mounts:
+        keys = mount_keys(mounts, account=account, account_key=account_key)
+        cache = posixpath.join(env.temp_root, "blobfuse2")
+        lines += mount_script(mounts, mount_root=env.mount_root, cache_root=cache, keys=keys)
     if install_stack:
         lines += ["run apt-get update -q", *_stack_script(env)]
     lines += [

@@ -322,7 +322,8 @@ def scale_set_body(
                                 "name": "ipconfig",
                                 "properties": {
                                     "primary": True,
-                                    "subnet": {"id": names.subnet_id},
+                                    # cluster.json's subnet.id, else the workspace's own VNet
+                                    "subnet": {"id": spec.extra.get("subnet") or names.subnet_id},
                                     # no "sku": the spec lets only Flexible scale sets set the
                                     # public IP's SKU; on a Uniform one Azure picks it
                                     "publicIPAddressConfiguration": {

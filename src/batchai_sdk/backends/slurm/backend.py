@@ -11,12 +11,13 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..._models import ClusterSpec, Node, NodeCounts, NodeState, count_nodes
-from ...exceptions import NotFoundError, NotSupportedError, ValidationError
+from ...exceptions import NodeError, NotFoundError, NotSupportedError, ValidationError
 from ...remote.base import BorrowedRunner, Runner
 from ...remote.host_keys import HostKeyStore
 from ...remote.local import LocalRunner
@@ -195,8 +196,10 @@ class SlurmBackend(Backend):
         return count_nodes([states.node_state(info.state)[0] for info in self._sinfo(spec)])
 
     def prepare(self, spec: ClusterSpec, nodes: tuple[Node, ...]) -> None:
-        """Slurm prepares its nodes; here only the partition is checked."""
+        """Slurm prepares its nodes; here the partition is checked, and that each of the cluster's mounts
+        is there (the site mounts storage on its nodes; we mount nothing)."""
         self.check_partition(spec)
+        check_mount_paths(self.runner, spec, posixpath.dirname(self.share_path))
 
     def launch_target(self, spec: ClusterSpec, nodes: tuple[Node, ...]) -> LaunchTarget:
         """What the launcher needs; the nodes are the partition's — the job's own come from its allocation
@@ -225,3 +228,23 @@ class SlurmBackend(Backend):
 
     def close(self) -> None:
         self.runner.close()
+
+
+def check_mount_paths(runner: Runner, spec: ClusterSpec, mount_root: str) -> None:
+    """Each of the cluster's mounts must be a folder at ``<mount_root>/<relative_mount_path>`` as the login
+    node sees it (on Slurm, storage is the site's: an exported path every node mounts); NodeError naming the
+    login node and the paths missing."""
+    paths = [posixpath.join(mount_root, m.relative_mount_path) for m in spec.mounts]
+    if not paths:
+        return
+    script = "; ".join(f"[ -d {shlex.quote(p)} ] || echo {shlex.quote(p)}" for p in paths)
+    result = runner.run(script, timeout=60)
+    missing = [line for line in result.stdout.splitlines() if line in paths]
+    if missing or not result.ok:
+        why = ", ".join(missing) if missing else result.describe()
+        raise NodeError(
+            f"checking the mounts of cluster {spec.name!r} (on Slurm the site mounts storage: ask its admins "
+            f"to export it at these paths on every node)",
+            {runner.node: f"not there: {why}"},
+            [],
+        )

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from ... import _layout as layout
 from ..._models import ClusterSpec, Node, NodeState, utcnow
 from ...exceptions import BatchAIError, HostKeyError, NodeError, ValidationError
+from ...mounts import Mount, storage_key
 from ...remote.base import BorrowedRunner, CommandResult, Runner
 from ...remote.host_keys import HostKeyStore, known_hosts_name
 from ...remote.ssh import SSHRunner, probe_ssh
@@ -29,6 +30,7 @@ from ...share import join
 from ..base import Backend, ClusterStatus, LaunchTarget
 from ..local import default_root
 from . import keys as ssh_keys
+from . import mounts as ssh_mounts
 from . import node_setup as setup
 from .share import SFTPShare
 
@@ -355,6 +357,42 @@ class SSHBackend(Backend):
         todo = {nid: n for nid, n in by_id.items() if parsed[nid].get("hash") != want}
         if todo:
             self._setup(spec, todo, key, paths, want)
+        root = posixpath.dirname(self.share_path)
+        points = [ssh_mounts.MountPoint(m, posixpath.join(root, m.relative_mount_path)) for m in spec.mounts]
+        self._mount(by_id, points, f"the mounts of cluster {spec.name!r}")
+
+    def prepare_job_mounts(self, spec: ClusterSpec, nodes: tuple[Node, ...], mounts: Sequence[Mount]) -> None:
+        """A job's mounts of storage the cluster does not mount: mounted (or checked) on every node of the
+        job under the node-local storage root, where the rank shim links them."""
+        declared = {storage_key(m) for m in spec.mounts}
+        points = [
+            ssh_mounts.MountPoint(m, posixpath.join(self.storage_root(), storage_key(m)))
+            for m in mounts
+            if storage_key(m) not in declared
+        ]
+        self._mount({n.id: n for n in nodes}, points, "the job's mounts")
+
+    def storage_root(self) -> str:
+        """Node-local: where a job's own mounts are mounted, one folder per storage (mounts.storage_key)."""
+        return posixpath.join(self.node_dir(), "storage")
+
+    def _mount(self, by_id: Mapping[str, Node], points: list[ssh_mounts.MountPoint], what: str) -> None:
+        """Mount ``points`` on every node, or check they are there; NodeError naming node and path."""
+        if not points:
+            return
+        secrets_dir = posixpath.join(self.node_dir(), "mount-secrets")
+        script, stdin = ssh_mounts.mount_script(points, secrets_dir=secrets_dir)
+        results, errors = _parallel(
+            by_id, lambda n: self.runner(n).run(script, stdin=stdin, timeout=self.setup_timeout)
+        )
+        failures = {nid: str(exc) for nid, exc in errors.items()}
+        failures.update({nid: r.describe() for nid, r in results.items() if not r.ok})
+        missing = {nid: ssh_mounts.parse_report(r.stdout, points) for nid, r in results.items() if r.ok}
+        failures.update(ssh_mounts.describe_missing({nid: m for nid, m in missing.items() if m}))
+        if failures:
+            raise NodeError(
+                f"mounting {what}", dict(sorted(failures.items())), sorted(set(by_id) - set(failures))
+            )
 
     def _setup(
         self,
@@ -450,6 +488,7 @@ class SSHBackend(Backend):
             env=dict(self.env),
             num_gpus=self._gpus.get(nodes[0].address, 0) if nodes else 0,
             oversubscribe=False,
+            storage_root=self.storage_root(),
         )
 
     def head_runner(self, spec: ClusterSpec, nodes: tuple[Node, ...]) -> Runner:

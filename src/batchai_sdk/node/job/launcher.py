@@ -32,6 +32,7 @@ from ..common import (
     try_append,
     write_json_atomic,
 )
+from ..policy.toolkits import hostfile_slots
 from ..protocol import RESULT_RECORD
 from .containers import PULL_FAILED, PULL_FAILED_PREFIX, PullError
 from .forked import ForkedRank, fork_rank
@@ -206,7 +207,7 @@ class Launcher:
         hostfile = self.cfg["hostfile"]
         write_json_atomic(hostfile + ".json", self.nodes, sync=False)  # which nodes this attempt ran on
         with open(hostfile, "w", encoding="utf-8") as f:
-            f.write(hostfile_text(self.nodes, ranks))
+            f.write(hostfile_text(self.nodes, hostfile_slots(self.cfg["toolkit"], ranks)))
         env = job_env(self.cfg, self.secrets)
         env["BATCHAI_RANK_NODES"] = ",".join(rank_node_ids(self.nodes, ranks))
         env["BATCHAI_JOB_NODES"] = ",".join(n["id"] for n in self.nodes)

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..common import expand, job_env, load, load_or_none, try_append, write_json_atomic
+from ..policy.toolkits import SHELL
 from ..protocol import eviction_marker, simulated_eviction
 from . import containers
 
@@ -34,27 +35,47 @@ def make_node_dirs(cfg: dict[str, Any]) -> None:
 
 
 def make_mount_link(cfg: dict[str, Any]) -> None:
-    """The job's mount_path: a node-local link to the share under the job's mount root."""
-    link = cfg.get("mount_link")
-    if link:
+    """The job's mount root on this node: a link to the share at its mount_path (``mount_link``) and one to
+    each of the job's mounts (``mount_links``: where this node sees that storage; launch.job_mount_links)."""
+    links = [cfg["mount_link"]] if cfg.get("mount_link") else []
+    links += cfg.get("mount_links") or []
+    for link in links:
         os.makedirs(os.path.dirname(link["path"]), exist_ok=True)
         try:
             os.symlink(link["target"], link["path"])
         except FileExistsError:
-            pass
+            pass  # another rank of the job on this node made it
 
 
-def relay_lines(source: Any, fd: int, last: list[bytes] | None = None) -> None:
-    """Copy a rank's output to ``fd`` in whole lines, one write each; keep its last lines in ``last``.
+def _open_copy(path: str | None) -> Any:
+    """``path`` opened for appending bytes, or None (no path, or the share refuses it)."""
+    if path is None:
+        return None
+    try:
+        return open(path, "ab")
+    except OSError:
+        return None
+
+
+def relay_lines(source: Any, fd: int, last: list[bytes] | None = None, copy_path: str | None = None) -> None:
+    """Copy a rank's output to ``fd`` in whole lines, one write each; keep its last lines in ``last``;
+    append it to ``copy_path`` too when given (TensorFlow's per-task logs).
 
     mpirun forwards each write of each rank as it comes; an unbuffered Python writes a line's text and its
     newline separately, so without this two ranks' lines run into one another.
     """
     pending = b""
+    copy = _open_copy(copy_path)
     while True:
         chunk = os.read(source.fileno(), 65536)
         if not chunk:
             break
+        if copy is not None:
+            try:
+                copy.write(chunk)
+                copy.flush()
+            except OSError:
+                copy = None  # a full share: the job's stdout.txt still gets every line
         if last is not None:
             last[:] = (b"".join(last[-1:]) + chunk).splitlines()[-40:]
         pending += chunk
@@ -118,7 +139,7 @@ def rank_command(cfg: dict[str, Any]) -> list[str]:
     """The rank's command as written in the job (``$VARS`` unexpanded)."""
     if cfg["toolkit"] == "horovod":
         return [cfg["python"], cfg["script"], *cfg["args"]]
-    return ["/bin/sh", "-c", cfg["command_line"]]
+    return [*SHELL, cfg["command_line"]]
 
 
 def in_container(
@@ -143,6 +164,9 @@ def in_container(
     env_file = os.path.join(env["AZ_BATCHAI_JOB_TEMP"], f"rank-{rank}.env")
     write_env_file(env_file, container_env(cfg, env))
     mounts = [cfg["share_root"], os.path.dirname(env["AZ_BATCHAI_JOB_TEMP"]), tempfile.gettempdir()]
+    # the cluster's mounts and where the job's mount links lead: the links resolve inside the container too
+    mounts += [env["AZ_BATCHAI_MOUNT_ROOT"]] if env.get("AZ_BATCHAI_MOUNT_ROOT") else []
+    mounts += [link["target"] for link in cfg.get("mount_links") or []]
     wrapped = container_argv(
         runtime,
         containers.qualify_image(image),
@@ -166,9 +190,11 @@ def run_rank(config_path: str, secrets: dict[str, str] | None = None) -> int:
     env["AZ_BATCHAI_TASK_INDEX"] = str(order.index(node) if node in order else 0)
     env.setdefault("PYTHONUNBUFFERED", "1")
     ctx = framework_context(cfg, env, rank)
+    task_logs = None
     if ctx is not None:
         from ..policy import toolkits
 
+        task_logs = toolkits.task_log_names(ctx)  # TensorFlow: stdout-wk-0.txt, ...
         # pytorch, tensorflow, chainer, cntk, caffe, caffe2: the framework's own variables
         env.update(toolkits.rank_env(ctx))
         written = toolkits.rank_argv(ctx)
@@ -182,9 +208,14 @@ def run_rank(config_path: str, secrets: dict[str, str] | None = None) -> int:
     try_append(log, f"rank {rank} starting on {socket.gethostname()} (pid {os.getpid()}): {shown}")
     child = subprocess.Popen(argv, cwd=cfg["wd"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     last_err: list[bytes] = []
+    out_copy, err_copy = (
+        (os.path.join(cfg["stdouterr_dir"], task_logs[0]), os.path.join(cfg["stdouterr_dir"], task_logs[1]))
+        if task_logs
+        else (None, None)
+    )
     relays = [
-        threading.Thread(target=relay_lines, args=(child.stdout, 1), daemon=True),
-        threading.Thread(target=relay_lines, args=(child.stderr, 2, last_err), daemon=True),
+        threading.Thread(target=relay_lines, args=(child.stdout, 1, None, out_copy), daemon=True),
+        threading.Thread(target=relay_lines, args=(child.stderr, 2, last_err, err_copy), daemon=True),
     ]
     for t in relays:
         t.start()
@@ -385,7 +416,7 @@ def run_prep(
         open(os.path.join(out_dir, f"stderr-job_prep-{node}.txt"), "ab") as err,
     ):
         proc = subprocess.Popen(
-            ["/bin/sh", "-c", cfg["job_preparation"]],
+            [*SHELL, cfg["job_preparation"]],
             cwd=cfg["wd"],
             env=env,
             stdout=out,

@@ -47,6 +47,7 @@ __all__ = [
     "TOOLKITS",
     "RankContext",
     "backend_notice",
+    "hostfile_slots",
     "mark_worker_done",
     "process_count",
     "rank_argv",
@@ -56,6 +57,7 @@ __all__ = [
     "resolve_backend",
     "role",
     "run_parameter_server",
+    "task_log_names",
     "tf_counts",
     "workers_done",
 ]
@@ -65,6 +67,8 @@ TORCH_BACKENDS = ("tcp", "gloo", "nccl", "mpi")
 # One process per node unless process_count says otherwise (Batch AI: "defaults to nodeCount").
 _PER_NODE_DEFAULT = ("horovod", "custommpi", "chainer", "cntk", "caffe", "caffe2")
 DONE_FOLDER = "tensorflow-workers-done"
+# Command lines (custom, custommpi, job preparation) run under bash, as Batch AI ran them: `source` works.
+SHELL = ("bash", "-c")
 
 
 @dataclass(frozen=True)
@@ -84,7 +88,7 @@ class RankContext:
     python: str
     script: str | None
     args: Sequence[str]
-    command_line: str | None = None  # custommpi / custom: run through /bin/sh -c
+    command_line: str | None = None  # custommpi / custom: run through bash -c
     gpus_per_node: int = 0
     ranks_per_node: Sequence[int] = field(default=())  # empty: ranks_per_node(node_count, world_size)
 
@@ -132,14 +136,16 @@ def _count(settings: Mapping[str, Any], key: str) -> int | None:
 
 
 def tf_counts(settings: Mapping[str, Any], node_count: int) -> tuple[int, int]:
-    """(workers, parameter servers): workers default to one per node; parameter servers to one when
-    ``parameter_server_args`` are given (a parameter server needs to be told it is one), else none."""
+    """(workers, parameter servers) as Batch AI counted them: workers default to one per node; parameter
+    servers to 1 for distributed training (more than one worker or node, or ``parameter_server_args``
+    given), to none for a single process."""
     workers = _count(settings, "worker_count")
     servers = _count(settings, "parameter_server_count")
     if workers is None:
         workers = node_count
     if servers is None:
-        servers = 1 if settings.get("parameter_server_args") is not None else 0
+        distributed = workers > 1 or node_count > 1
+        servers = 1 if distributed or settings.get("parameter_server_args") is not None else 0
     if workers < 1:
         raise ValueError("a TensorFlow job needs at least one worker")
     return workers, servers
@@ -148,9 +154,10 @@ def tf_counts(settings: Mapping[str, Any], node_count: int) -> tuple[int, int]:
 def process_count(toolkit: str, settings: Mapping[str, Any], node_count: int, gpus_per_node: int) -> int:
     """How many processes the job starts.
 
-    pytorch: ``process_count``, else one per GPU (``node_count * gpus_per_node``), or one per node without
-    GPUs. tensorflow: workers + parameter servers (see ``tf_counts``). custom: 1 (the command runs once, on
-    the head node). The others: ``process_count``, else one per node.
+    tensorflow: workers + parameter servers (see ``tf_counts``). custom: 1 (the command runs once, on the
+    head node). The others, pytorch included: ``process_count``, else one per node (Batch AI: "the default
+    value for this property is equal to nodeCount"). ``gpus_per_node`` is kept for callers; it no longer
+    changes the count.
     """
     _check_toolkit(toolkit)
     if node_count < 1:
@@ -161,11 +168,30 @@ def process_count(toolkit: str, settings: Mapping[str, Any], node_count: int, gp
         workers, servers = tf_counts(settings, node_count)
         return workers + servers
     given = _count(settings, "process_count")
-    if given:
-        return given
-    if toolkit == "pytorch" and gpus_per_node > 0:
-        return node_count * gpus_per_node
-    return node_count
+    return given or node_count
+
+
+def hostfile_slots(toolkit: str, ranks: Sequence[int]) -> list[int]:
+    """The slots ``$AZ_BATCHAI_MPI_HOST_FILE`` gives each node of the job, whose ranks are ``ranks``.
+
+    custom and custommpi: every node of the job, at least one slot each, as Batch AI listed them — a job
+    that starts its own ``mpirun --hostfile $AZ_BATCHAI_MPI_HOST_FILE`` runs on all its nodes (the nodes
+    without a rank of ours come last, so ``mpirun -np <ranks>`` still fills the others first). The rest:
+    the nodes' ranks (a node without one is left out).
+    """
+    if toolkit in ("custom", "custommpi"):
+        return [max(1, int(n)) for n in ranks]
+    return [int(n) for n in ranks]
+
+
+def task_log_names(ctx: RankContext) -> tuple[str, str] | None:
+    """TensorFlow's per-task logs as Batch AI named them in stdouterr (``stdout-wk-0.txt``,
+    ``stderr-ps-0.txt``; worker 0, the master, is ``wk-0``); None for the other toolkits."""
+    if ctx.toolkit != "tensorflow":
+        return None
+    kind = "ps" if role(ctx) == "ps" else "wk"
+    index = task_index(ctx)
+    return f"stdout-{kind}-{index}.txt", f"stderr-{kind}-{index}.txt"
 
 
 # ---------------------------------------------------------------------------------------------- roles
@@ -316,14 +342,14 @@ def rank_argv(ctx: RankContext) -> list[str]:
     ``worker_args`` for the other workers, ``parameter_server_args`` for the parameter servers.
     cntk with ``language_type`` BrainScript: ``cntk configFile=<config_file> args...``.
     caffe with ``config_file``: ``caffe train --solver=<config_file> args...``.
-    custommpi, custom: ``/bin/sh -c <command_line>``.
+    custommpi, custom: ``bash -c <command_line>``.
     """
     _check_toolkit(ctx.toolkit)
     s = ctx.settings
     if ctx.toolkit in ("custommpi", "custom"):
         if not ctx.command_line:
             raise ValueError(f"a {ctx.toolkit} rank needs a command line")
-        return ["/bin/sh", "-c", ctx.command_line]
+        return [*SHELL, ctx.command_line]
     if ctx.toolkit == "cntk" and str(s.get("language_type") or "Python").lower() == "brainscript":
         return ["cntk", f"configFile={_config(ctx)}", *ctx.args]
     if ctx.toolkit == "caffe" and s.get("config_file") and not ctx.script:

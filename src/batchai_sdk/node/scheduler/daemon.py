@@ -33,7 +33,7 @@ from typing import Any
 from ..common import TAG_VAR, load_or_none, now, write_json_atomic
 from ..job import procs
 from ..policy import autoscale, retries, watchdog
-from ..policy.queue import Holding, Waiting, plan
+from ..policy.queue import Holding, Waiting, plan, priority_rank
 from ..protocol import OP_JOB, OP_NODES, OP_PING, OP_SUBMIT, OP_TERMINATE, RESULT_RECORD, SharePaths
 from . import api, attempt_end, health, prune, publish, quarantine, recovery, scaling
 from .api import RequestError
@@ -219,8 +219,8 @@ class Scheduler:
                 self.db.execute("DELETE FROM jobs WHERE id = ?", (rebuilt[0]["id"],))
             cur = self.db.execute(
                 "INSERT INTO jobs (key, experiment, name, request_id, node_count, wall, state, creation_time,"
-                " hang, max_retries, retry_codes, max_cost, price)"
-                " VALUES (?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?)",
+                " hang, max_retries, retry_codes, max_cost, price, priority)"
+                " VALUES (?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?)",
                 (
                     f"{experiment}/{name}",
                     experiment,
@@ -234,6 +234,7 @@ class Scheduler:
                     json.dumps(codes),
                     request.get("max_cost"),
                     request.get("price"),
+                    priority_rank(request.get("scheduling_priority")),
                 ),
             )
             job_id = int(cur.lastrowid or 0)
@@ -291,7 +292,7 @@ class Scheduler:
         if not free:  # nothing can start: the queue, however long, need not be read
             return
         rows = {r["id"]: r for r in self.rows("state = 'queued'")}
-        queued = [Waiting(r["id"], r["node_count"], r["wall"]) for r in rows.values()]
+        queued = [Waiting(r["id"], r["node_count"], r["wall"], r["priority"]) for r in rows.values()]
         running = [
             Holding(
                 len(json.loads(r["nodes"])), r["started"] + r["wall"] if r["wall"] and r["started"] else None

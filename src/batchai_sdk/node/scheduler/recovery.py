@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from ..common import load_or_none, now
 from ..job import procs
 from ..policy import retries
+from ..policy.queue import priority_rank
 from ..protocol import RESULT_RECORD, SharePaths, StatusDoc
 from . import attempt_end
 from .store import NAME, STARTING
@@ -57,8 +58,8 @@ def rebuild_from_share(sched: Scheduler) -> int:
                 last_id = max(last_id, status.reporter.job_id)
             if status.state == "queued" and not spec.get("secret_environment"):
                 sched.db.execute(
-                    "INSERT INTO jobs (key, experiment, name, node_count, wall, state, creation_time)"
-                    " VALUES (?, ?, ?, ?, ?, 'queued', ?)",
+                    "INSERT INTO jobs (key, experiment, name, node_count, wall, state, creation_time,"
+                    " priority) VALUES (?, ?, ?, ?, ?, 'queued', ?, ?)",
                     (
                         f"{exp}/{name}",
                         exp,
@@ -66,6 +67,7 @@ def rebuild_from_share(sched: Scheduler) -> int:
                         int(spec.get("node_count", 1)),
                         spec.get("max_wall_clock_seconds"),
                         status.creation_time,
+                        priority_rank(spec.get("scheduling_priority")),
                     ),
                 )
             elif status.state == "running":

@@ -117,7 +117,7 @@ def run_prep(config_path: str) -> int:
         open(os.path.join(out_dir, f"stderr-job_prep-{node}.txt"), "ab") as err,
     ):
         code = subprocess.call(
-            ["/bin/sh", "-c", cfg["job_preparation"]], cwd=cfg["wd"], env=env, stdout=out, stderr=err
+            [*toolkits.SHELL, cfg["job_preparation"]], cwd=cfg["wd"], env=env, stdout=out, stderr=err
         )
     append(execution_log(cfg, node), f"job preparation exited with code {code}")
     return code
@@ -205,6 +205,9 @@ class Batch:
         if not path:
             return
         counts = tasks_per_node(os.environ.get("SLURM_TASKS_PER_NODE", "")) or [1] * len(self.nodes)
+        counts = [*counts, *[0] * (len(self.nodes) - len(counts))]
+        # custom / custommpi: every node of the allocation, as Batch AI listed every node of the job
+        counts = toolkits.hostfile_slots(self.cfg["toolkit"], counts)
         with open(path, "w", encoding="utf-8") as f:
             f.writelines(f"{n} slots={c}\n" for n, c in zip(self.nodes, counts, strict=False))
 
@@ -243,7 +246,7 @@ class Batch:
                 "--kill-on-bad-exit=1",
                 *self.me("rank"),
             ]
-        return ["/bin/sh", "-c", self.cfg["command_line"]]
+        return [*toolkits.SHELL, self.cfg["command_line"]]
 
     def first_failed_rank(self) -> str | None:
         failures: list[tuple[str, str]] = []
