@@ -51,8 +51,8 @@ def test_each_kind_is_mounted_with_its_exact_command_and_the_key_on_stdin_only(t
     assert parse_report(result.stdout, points) == {}
     mnt, secrets = tmp_path / "mnt", tmp_path / "secrets"
     assert (tmp_path / "argv").read_text().splitlines() == [
-        f"mount -t cifs //acct.file.core.windows.net/logs {mnt}/afs -o vers=3.1.1,credentials={secrets}/acct.cred,"
-        "dir_mode=0777,file_mode=0644,serverino,nosharesock,actimeo=30,mfsymlinks",
+        f"mount -t cifs -o vers=3.1.1,credentials={secrets}/acct.cred,"
+        f"dir_mode=0777,file_mode=0644,serverino,nosharesock,actimeo=30,mfsymlinks //acct.file.core.windows.net/logs {mnt}/afs",
         f"blobfuse2 mount {mnt}/bfs --config-file={secrets}/blobfuse2-bfs.yaml -o ro",
         f"mount -t nfs -o vers=4.1 10.0.0.4:/data/x {mnt}/nfs",
     ]

@@ -69,27 +69,17 @@ def mount_script(points: Sequence[MountPoint], *, secrets_dir: str) -> tuple[str
                 'why="its mount command failed: $(echo "$out" | tail -n 1)"',
             ]
         elif isinstance(m, FileServer):
-            options = m.mount_options or "defaults"
-            lines += [
-                '  if has mount.nfs && [ "$root" = yes ]; then',
-                f"    mkdir -p {p} && out=$($as_root mount -t nfs -o {q(options)} {q(m.remote_path)} {p} "
-                '2>&1) || why="mount -t nfs failed: $(echo "$out" | tail -n 1)"',
-                "  else why='no NFS client here (mount.nfs) or not root'; fi",
-            ]
+            lines += _kernel_mount("nfs", m.remote_path, point.path, m.mount_options or "defaults")
         elif isinstance(m, AzureFileShare):
             if m.account_key is None:
                 lines.append("  why='no key for the share was given to this client'")
             else:
                 cred = posixpath.join(secrets_dir, f"{m.account_name}.cred")
-                options = cifs_options(m, cred)
-                lines += [
-                    '  if has mount.cifs && [ "$root" = yes ]; then',
-                    f"    printf 'username=%s\\npassword=%s\\n' {q(m.account_name)} \"$key_{i}\" > {q(cred)}",
-                    f"    mkdir -p {p} && out=$($as_root mount -t cifs "
-                    f"{q(f'//{m.file_host}/{m.share_name}')} {p} -o {q(options)} 2>&1) || "
-                    'why="mount -t cifs failed: $(echo "$out" | tail -n 1)"',
-                    "  else why='no SMB client here (mount.cifs) or not root'; fi",
-                ]
+                write_cred = (
+                    f"printf 'username=%s\\npassword=%s\\n' {q(m.account_name)} \"$key_{i}\" > {q(cred)}"
+                )
+                source = f"//{m.file_host}/{m.share_name}"
+                lines += _kernel_mount("cifs", source, point.path, cifs_options(m, cred), first=write_cred)
         elif isinstance(m, AzureBlobContainer):
             if m.account_key is None:
                 lines.append("  why='no key for the container was given to this client'")
@@ -120,6 +110,20 @@ def mount_script(points: Sequence[MountPoint], *, secrets_dir: str) -> tuple[str
             "fi",
         ]
     return "\n".join(lines) + "\n", "".join(f"{k}\n" for k in keys)
+
+
+def _kernel_mount(fstype: str, source: str, path: str, options: str, *, first: str = "") -> list[str]:
+    """``mount -t <fstype> -o <options> <source> <path>`` where the node has the client and root (or sudo);
+    ``first`` runs before it (writing a credentials file)."""
+    q = shlex.quote
+    client = {"nfs": "NFS client (mount.nfs)", "cifs": "SMB client (mount.cifs)"}[fstype]
+    return [
+        f'  if has mount.{fstype} && [ "$root" = yes ]; then',
+        *([f"    {first}"] if first else []),
+        f"    mkdir -p {q(path)} && out=$($as_root mount -t {fstype} -o {q(options)} {q(source)} {q(path)} "
+        f'2>&1) || why="mount -t {fstype} failed: $(echo "$out" | tail -n 1)"',
+        f"  else why='no {client} here, or not root'; fi",
+    ]
 
 
 def parse_report(stdout: str, points: Sequence[MountPoint]) -> dict[str, str]:
