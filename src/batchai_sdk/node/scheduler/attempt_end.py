@@ -105,17 +105,31 @@ def clean_nodes(sched: Scheduler, tag: str, node_ids: list[str]) -> int:
     by_id = {n["id"]: n for n in sched.nodes()}
     left = 0
     for address in {by_id[n]["address"] for n in node_ids if n in by_id}:
-        argv = [
-            *sched.cfg["ssh_command"],
-            address,
-            shlex.join([sched.cfg["python"], "-S", sched.cfg["node_main"], "reap", tag]),
-        ]
-        try:
-            res = subprocess.run(argv, capture_output=True, timeout=60, check=False)
-            left += int(res.stdout.decode().strip() or "0") if res.returncode == 0 else 0
-        except (OSError, subprocess.TimeoutExpired, ValueError):
-            pass  # an unreachable node cannot run the job's processes for us to see; its work is lost
+        reaped = reap_on(sched, address, tag)
+        if reaped is None:
+            # an unreachable node may still run the job (a partition ends no process): it is not free
+            # until it answers and is emptied (health.probe_down_nodes)
+            for node_id in node_ids:
+                if by_id.get(node_id, {}).get("address") == address:
+                    sched.unreaped.setdefault(node_id, set()).add(tag)
+        else:
+            left += reaped
     return left
+
+
+def reap_on(sched: Scheduler, address: str, tag: str) -> int | None:
+    """End the job tagged ``tag`` on the node at ``address``: how many processes survived, or None when
+    the node did not answer."""
+    argv = [
+        *sched.cfg["ssh_command"],
+        address,
+        shlex.join([sched.cfg["python"], "-S", sched.cfg["node_main"], "reap", tag]),
+    ]
+    try:
+        res = subprocess.run(argv, capture_output=True, timeout=60, check=False)
+        return int(res.stdout.decode().strip() or "0") if res.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None
 
 
 def reap_cleaned(sched: Scheduler) -> None:
@@ -143,11 +157,15 @@ def conclude(sched: Scheduler, row: sqlite3.Row) -> None:
     """An attempt ended and its nodes are empty: requeue it (the retry policy) or end the job."""
     cause_name, detail = json.loads(row["reason"])
     cause = retries.EndCause(cause_name)
-    if cause is retries.EndCause.NODE_LOST:
-        for node in json.loads(row["nodes"]):
-            if f"node {node} stopped answering" in str(detail):
-                sched.down[node] = time.time()
-                sched.log(f"node {node} stopped answering: no job goes there until it answers again")
+    for node in json.loads(row["nodes"]):
+        if cause is retries.EndCause.NODE_LOST and f"node {node} stopped answering" in str(detail):
+            sched.down[node] = time.time()
+            sched.log(f"node {node} stopped answering: no job goes there until it answers again")
+        elif row["tag"] in sched.unreaped.get(node, ()):
+            sched.down[node] = time.time()
+            sched.log(
+                f"node {node} did not answer the cleanup of {row['key']}: no job goes there until it does"
+            )
     history = [retries.Attempt.from_dict(a) for a in json.loads(row["attempts"])]
     policy = retries.RetryPolicy(row["max_retries"], tuple(json.loads(row["retry_codes"])))
     exit_code = row["exit_code"]
