@@ -267,6 +267,41 @@ class NSNode:
                     out[int(entry)] = raw.replace(b"\0", b" ").decode(errors="replace").strip()
         return out
 
+    def tagged(self, tag: str) -> dict[int, str]:
+        """The processes of the job tagged ``tag`` on this node (pid → command line), from its own /proc."""
+        needle = f"BATCHAI_JOB_TAG={tag}".encode()
+        found = {}
+        for pid, cmd in self.processes().items():
+            try:
+                environ = (self.proc / str(pid) / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if needle in environ:
+                found[pid] = cmd
+        return found
+
+    def leftovers(self) -> list[str]:
+        """Anything on the node but its init, sshd and a cluster's scheduler: what jobs left there."""
+        return [
+            f"{pid} {cmd[:100]}"
+            for pid, cmd in self.processes().items()
+            if pid != 1 and cmd and not cmd.startswith("sshd") and cmd.split()[3:4] != ["scheduler"]
+        ]
+
+    def host_pid(self, pid: int) -> int:
+        """This machine's number for the node's process ``pid`` (to signal it from here)."""
+        for host_pid in self.host_pids():
+            with contextlib.suppress(OSError):
+                for line in Path(f"/proc/{host_pid}/status").read_text().splitlines():
+                    if line.startswith("NSpid:") and int(line.split()[-1]) == pid:
+                        return host_pid
+        raise ProcessLookupError(f"no process {pid} on node {self.name}")
+
+    def parent(self, pid: int) -> int:
+        """The parent of the node's process ``pid``, as the node numbers it."""
+        stat = (self.proc / str(pid) / "stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[1])
+
     def host_pids(self) -> list[int]:
         """The node's processes as this machine numbers them (to signal them from here)."""
         assert self.init_pid is not None

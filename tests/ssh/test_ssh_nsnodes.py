@@ -94,29 +94,6 @@ def scripts(tmp_path: Path) -> Callable[[str, str], Path]:
     return write
 
 
-def tagged(node: NSNode, tag: str) -> list[str]:
-    """The processes of the job tagged ``tag`` on ``node``, from that node's own /proc."""
-    needle = f"BATCHAI_JOB_TAG={tag}".encode()
-    found = []
-    for pid, cmd in node.processes().items():
-        try:
-            environ = (node.proc / str(pid) / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if needle in environ:
-            found.append(f"{pid} {cmd[:80]}")
-    return found
-
-
-def left_of_jobs(node: NSNode) -> list[str]:
-    """Anything on ``node`` but its init, sshd and the cluster's scheduler: what jobs left there."""
-    return [
-        f"{pid} {cmd[:100]}"
-        for pid, cmd in node.processes().items()
-        if pid != 1 and cmd and not cmd.startswith("sshd") and cmd.split()[3:4] != ["scheduler"]
-    ]
-
-
 @pytest.fixture(autouse=True)
 def _mended(ns_nodes: NSNodes, cluster: Cluster) -> Iterator[None]:
     yield
@@ -127,7 +104,7 @@ def _mended(ns_nodes: NSNodes, cluster: Cluster) -> Iterator[None]:
             job.terminate(timeout=120)
     wait_for(lambda: cluster.node_counts == NodeCounts(idle=2), timeout=120, what="the nodes to be free")
     for name in ("node1", "node2"):
-        assert left_of_jobs(ns_nodes[name]) == [], name
+        assert ns_nodes[name].leftovers() == [], name
 
 
 def sleeper_job(
@@ -170,7 +147,7 @@ def test_a_process_a_rank_left_on_the_second_node_is_gone_at_the_jobs_end(
     assert orphan["host"] == "node2"
     # by the job's reported end, the child it left is gone from node2 (looked up in node2's own /proc)
     assert orphan["pid"] not in second.processes(), second.processes()
-    assert left_of_jobs(second) == [] and left_of_jobs(head) == []
+    assert second.leftovers() == [] and head.leftovers() == []
 
 
 def test_a_partitioned_node_is_named_unusable_until_it_answers_and_the_first_submit_after_heals_runs(
@@ -191,7 +168,7 @@ def test_a_partitioned_node_is_named_unusable_until_it_answers_and_the_first_sub
     assert f"node {second.address} stopped answering" in reason, reason
     print(f"\npartition detected (link down → job failed, node named) in {detected:.1f} s")
     assert detected < 45, f"the partition took {detected:.0f} s to be noticed"
-    assert tagged(head, str(ranks[0]["tag"])) == []  # the head node's part of the job is gone
+    assert head.tagged(str(ranks[0]["tag"])) == {}  # the head node's part of the job is gone
     wait_for(lambda: cluster.node_counts.unusable == 1, timeout=30, what="node2 to count as unusable")
     time.sleep(3)  # probes of a node that does not answer fail: it stays unusable
     assert cluster.node_counts.unusable == 1
@@ -200,7 +177,7 @@ def test_a_partitioned_node_is_named_unusable_until_it_answers_and_the_first_sub
     wait_for(lambda: cluster.node_counts == NodeCounts(idle=2), timeout=60, what="node2 to answer again")
     usable = time.monotonic() - healed
     # nothing of the failed job survived the partition on node2: a node counts as free only when empty
-    assert tagged(second, str(ranks[1]["tag"])) == []
+    assert second.tagged(str(ranks[1]["tag"])) == {}
     after = exp.create_job("after_heal", cluster=cluster, node_count=2, command_line="hostname")
     after.submit()  # the first submit after the heal: the client's connection to node2 must not be stale
     STARTED.append(after)
@@ -229,7 +206,7 @@ def test_a_node_powered_off_loses_its_ranks_and_the_job_runs_again_when_it_is_ba
     assert attempt["cause"] == "node_lost", attempt
     assert f"node {second.address} stopped answering" in attempt["reason"], attempt
     assert "retry 1 of 1" in attempt["reason"]
-    assert tagged(head, str(ranks[0]["tag"])) == []  # rank 0 did not outlive its job's attempt
+    assert head.tagged(str(ranks[0]["tag"])) == {}  # rank 0 did not outlive its job's attempt
     time.sleep(3)
     assert job.state is JobState.QUEUED  # requeued: it waits for the lost node rather than failing on it
     assert cluster.node_counts.unusable == 1
@@ -252,13 +229,13 @@ def test_the_head_node_cut_off_from_the_others_fails_the_job_and_names_the_node_
     assert job.wait(timeout=120, poll_interval=0.2) is JobState.FAILED
     reason = job.status.failure_reason or ""
     assert f"node {second.address} stopped answering" in reason, reason
-    assert tagged(head, str(ranks[0]["tag"])) == []
+    assert head.tagged(str(ranks[0]["tag"])) == {}
     # the head node (where the scheduler runs) cannot reach node2, though this client can: unusable
     wait_for(lambda: cluster.node_counts.unusable == 1, timeout=30, what="node2 to count as unusable")
     head.unblock(second)
     second.unblock(head)
     wait_for(lambda: cluster.node_counts == NodeCounts(idle=2), timeout=60, what="node2 to answer again")
-    assert tagged(second, str(ranks[1]["tag"])) == [], "rank 1 outlived the partition on node2"
+    assert second.tagged(str(ranks[1]["tag"])) == {}, "rank 1 outlived the partition on node2"
     again = exp.create_job("after_split", cluster=cluster, node_count=2, command_line="hostname").submit()
     STARTED.append(again)
     assert again.wait(timeout=120, poll_interval=0.2) is JobState.SUCCEEDED, again.status.failure_reason
