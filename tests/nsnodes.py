@@ -314,6 +314,26 @@ class NSNode:
                         found.append(int(entry))
         return found
 
+    def popen(self, argv: list[str], **options: Any) -> subprocess.Popen[bytes]:
+        """Start ``argv`` on the node (all its namespaces); stop it with ``terminate``."""
+        assert self.init_pid is not None, f"node {self.name} is off"
+        enter = ["nsenter", "-t", str(self.init_pid), "-n", "-p", "-m", "-u", "--"]
+        return subprocess.Popen([*enter, *argv], start_new_session=True, **options)
+
+    @staticmethod
+    def terminate(proc: subprocess.Popen[bytes], timeout: float = 15) -> None:
+        """End a process ``popen`` started: SIGTERM to it (nsenter passes no signal on), then SIGKILL."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            # nsenter waits for its child and exits with it
+            for pid in _children(proc.pid) + ([proc.pid] if sig == signal.SIGKILL else []):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            try:
+                proc.wait(timeout=timeout)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
     def run(self, command: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
         """``command`` on the node (all its namespaces), as its console would run it."""
         assert self.init_pid is not None, f"node {self.name} is off"
