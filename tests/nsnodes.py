@@ -181,7 +181,10 @@ class NSNode:
         ]  # fmt: skip
         # nsenter joins only the network namespace: unlike `ip netns exec` it keeps this machine's /sys
         # and its cgroup mounts, which slurmd needs
-        self.unshare = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
+        with (self.directory / "init.log").open("ab") as log:  # never the test's own stdout: it outlives us
+            self.unshare = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+            )
         deadline = time.monotonic() + 20
         while self.init_pid is None:
             children = _children(self.unshare.pid)
