@@ -23,8 +23,11 @@ from _helpers import wait_for
 from batchai_sdk import JobState, Workspace
 from batchai_sdk._models import NodeCounts
 from batchai_sdk.cluster import Cluster
+from batchai_sdk.exceptions import SSHError
 from batchai_sdk.experiment import Experiment
 from batchai_sdk.job import Job
+from batchai_sdk.remote.host_keys import HostKeyStore
+from batchai_sdk.remote.ssh import SSHRunner
 from nsnodes import NSNode, NSNodes
 
 pytestmark = [pytest.mark.ssh, pytest.mark.mpi, pytest.mark.nsnodes]
@@ -124,6 +127,34 @@ def sleeper_job(
     assert not job.state.ended, job.status.failure_reason
     ranks = {r: json.loads((out / f"rank-{r}.json").read_text()) for r in (0, 1)}
     return job, ranks
+
+
+def test_a_runner_drops_the_connection_a_partition_left_silent_and_the_first_command_after_the_heal_runs(
+    ns_nodes: NSNodes, second: NSNode, tmp_path: Path
+) -> None:
+    runner = SSHRunner(
+        second.address, host_keys=HostKeyStore(tmp_path / "known_hosts", trust_on_first_use=True),
+        user="root", key_file=ns_nodes.key_file, connect_timeout=2, retries=1, keepalive=1,
+    )  # fmt: skip
+    try:
+        assert runner.run("hostname").stdout == "node2\n"
+        second.partition()
+        time.sleep(3)  # keepalives go unanswered: TCP backs off, the transport still reads "active"
+        assert runner.connected
+        why = runner.check(timeout=1)  # what node_counts asks: a command, not an open transport
+        assert why is not None and "did not run a command within 1 s" in why, why
+        assert not runner.connected  # dropped: the next use connects afresh
+        with pytest.raises(SSHError, match="cannot connect"):
+            runner.run("true")
+        second.heal()
+        assert runner.run("hostname").stdout == "node2\n"
+        second.partition()
+        time.sleep(3)
+        second.heal()  # the connection made before this partition is stale now: run() must not fail on it
+        assert runner.run("hostname", timeout=20).stdout == "node2\n"
+    finally:
+        second.heal()
+        runner.close()
 
 
 def test_a_process_a_rank_left_on_the_second_node_is_gone_at_the_jobs_end(
