@@ -72,35 +72,34 @@ def ws(ns_slurm: SlurmCluster, tmp_path: Path) -> Iterator[Workspace]:
 
 
 @pytest.mark.train
-def test_a_two_node_horovod_job_runs_through_srun_pmix(ws: Workspace, tmp_path: Path) -> None:
-    pytest.importorskip("horovod.tensorflow")
-    script = tmp_path / "hvd.py"
-    script.write_text(HOROVOD)
+@pytest.mark.parametrize(
+    ("toolkit", "module", "source", "expected"),
+    [
+        (
+            "horovod",
+            "horovod.tensorflow",
+            HOROVOD,
+            ["rank 0 of 2 on node1 sum=3", "rank 1 of 2 on node2 sum=3"],
+        ),
+        # each rank's gradient is 4 x (its rank + 1); DDP gives both the mean of the two: (4 + 8) / 2
+        ("pytorch", "torch", DDP, ["rank 0 of 2 on node1 grad=6", "rank 1 of 2 on node2 grad=6"]),
+    ],
+)
+def test_a_two_node_training_job_runs_a_rank_on_each_node(
+    ws: Workspace, tmp_path: Path, toolkit: str, module: str, source: str, expected: list[str]
+) -> None:
+    """Horovod through ``srun --mpi=pmix`` (the backend's default), PyTorch DDP through srun's tasks."""
+    pytest.importorskip(module)
+    script = tmp_path / "train.py"
+    script.write_text(source)
     cluster = ws.create_cluster("cpu", vm_size="slurm", nodes=2)
     job = ws.create_experiment("e").create_job(
-        "hvd", cluster=cluster, node_count=2, process_count=2, python_script=str(script)
+        toolkit, cluster=cluster, toolkit=toolkit, node_count=2, process_count=2, python_script=str(script)
     )
     job.submit()
     assert job.wait(timeout=300) is JobState.SUCCEEDED, job.status.failure_reason
-    lines = sorted(line for line in job.tail("stdout.txt", 20) if line.startswith("rank"))
-    assert lines == ["rank 0 of 2 on node1 sum=3", "rank 1 of 2 on node2 sum=3"]
+    assert sorted(line for line in job.tail("stdout.txt", 20) if line.startswith("rank")) == expected
     assert sorted(job.status.nodes) == ["node1", "node2"]
-
-
-@pytest.mark.train
-def test_a_two_node_pytorch_ddp_job_runs_through_sbatch(ws: Workspace, tmp_path: Path) -> None:
-    pytest.importorskip("torch")
-    script = tmp_path / "ddp.py"
-    script.write_text(DDP)
-    cluster = ws.create_cluster("cpu", vm_size="slurm", nodes=2)
-    job = ws.create_experiment("e").create_job(
-        "ddp", cluster=cluster, toolkit="pytorch", node_count=2, process_count=2, python_script=str(script)
-    )
-    job.submit()
-    assert job.wait(timeout=300) is JobState.SUCCEEDED, job.status.failure_reason
-    lines = sorted(line for line in job.tail("stdout.txt", 20) if line.startswith("rank"))
-    # each rank's gradient is 4 x (its rank + 1); both hold the mean of the two: (4 + 8) / 2
-    assert lines == ["rank 0 of 2 on node1 grad=6", "rank 1 of 2 on node2 grad=6"]
 
 
 def test_the_login_host_path_submits_over_ssh_to_a_login_node(

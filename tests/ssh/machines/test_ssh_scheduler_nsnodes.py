@@ -16,19 +16,16 @@ import json
 import os
 import signal
 import sys
-import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from nslab import STARTED, sleeper_job
 from test_ssh_scheduler import RECORDER
 
-from _helpers import wait_for
-from batchai_sdk import JobState, Workspace
-from batchai_sdk._models import NodeCounts
+from batchai_sdk import JobState
 from batchai_sdk.cluster import Cluster
 from batchai_sdk.experiment import Experiment
-from batchai_sdk.job import Job
 from nsnodes import NSNode, NSNodes
 
 pytestmark = [pytest.mark.ssh, pytest.mark.mpi, pytest.mark.nsnodes]
@@ -36,84 +33,7 @@ pytestmark = [pytest.mark.ssh, pytest.mark.mpi, pytest.mark.nsnodes]
 # RECORDER, which also says its node's hostname
 HOSTNAMED = RECORDER.replace('"busy": busy,', '"busy": busy, "host": __import__("socket").gethostname(),')
 
-# A rank that says where it runs and its tag, then sleeps until it is ended; on SIGTERM it checkpoints.
-SLEEPER = """
-import json, os, signal, socket, sys, time
-rank = os.environ["OMPI_COMM_WORLD_RANK"]
-attempt = os.environ.get("AZ_BATCHAI_JOB_RESTART_COUNT", "0")
-def checkpoint(signum, frame):
-    print(f"rank {rank} checkpointed on {socket.gethostname()}", flush=True)
-    sys.exit(143)
-signal.signal(signal.SIGTERM, checkpoint)
-print(f"rank {rank} attempt {attempt} on {socket.gethostname()}", flush=True)
-if attempt != "0":
-    sys.exit(0)
-info = {"host": socket.gethostname(), "pid": os.getpid(), "tag": os.environ["BATCHAI_JOB_TAG"]}
-path = os.path.join(sys.argv[1], f"rank-{rank}.json")
-with open(path + ".tmp", "w") as f:
-    f.write(json.dumps(info))
-os.rename(path + ".tmp", path)
-time.sleep(600)
-"""
-
-STARTED: list[Job] = []
-
-
-@pytest.fixture(scope="module")
-def lab(ns_nodes: NSNodes, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
-    ws = ns_nodes.workspace("nssched", tmp_path_factory.mktemp("nssched"), ns_nodes.addresses[:2])
-    yield ws
-    ws.close()
-
-
-@pytest.fixture(scope="module")
-def cluster(lab: Workspace) -> Cluster:
-    return lab.create_cluster("c", vm_size="Standard_NC6", nodes=2)
-
-
-@pytest.fixture(scope="module")
-def exp(lab: Workspace) -> Experiment:
-    return lab.create_experiment("e")
-
-
-@pytest.fixture
-def scripts(tmp_path: Path) -> Callable[[str, str], Path]:
-    def write(name: str, source: str) -> Path:
-        path = tmp_path / name
-        path.write_text(textwrap.dedent(source))
-        return path
-
-    return write
-
-
-@pytest.fixture(autouse=True)
-def _nothing_left(ns_nodes: NSNodes, cluster: Cluster) -> Iterator[None]:
-    yield
-    ns_nodes.heal_all()
-    while STARTED:
-        job = STARTED.pop()
-        if not job.state.ended:
-            job.terminate(timeout=120)
-    wait_for(lambda: cluster.node_counts == NodeCounts(idle=2), timeout=120, what="the nodes to be free")
-    for name in ("node1", "node2"):
-        assert ns_nodes[name].leftovers() == [], name
-
-
-def sleeper_job(
-    exp: Experiment, cluster: Cluster, name: str, script: Path, out: Path, **options: object
-) -> tuple[Job, dict[int, dict[str, object]]]:
-    out.mkdir(exist_ok=True)
-    job = exp.create_job(
-        name, cluster=cluster, node_count=2, command_line=f"{sys.executable} {script} {out}", **options
-    ).submit()
-    STARTED.append(job)
-    wait_for(
-        lambda: len(list(out.glob("rank-*.json"))) == 2 or job.state.ended,
-        timeout=90,
-        what=f"both ranks of {name} to run",
-    )
-    assert not job.state.ended, job.status.failure_reason
-    return job, {r: json.loads((out / f"rank-{r}.json").read_text()) for r in (0, 1)}
+WORKSPACE = "nssched"
 
 
 def test_queued_jobs_run_once_each_on_the_node_given_and_never_share_one(
@@ -155,7 +75,7 @@ def test_a_killed_launcher_leaves_nothing_on_either_node_before_the_next_job_sta
     ns_nodes: NSNodes, exp: Experiment, cluster: Cluster, scripts: Callable[[str, str], Path], tmp_path: Path
 ) -> None:
     head, second = ns_nodes["node1"], ns_nodes["node2"]
-    job, ranks = sleeper_job(exp, cluster, "lost", scripts("sleep.py", SLEEPER), tmp_path / "lost")
+    job, ranks = sleeper_job(exp, cluster, "lost", tmp_path / "lost")
     tag = str(ranks[0]["tag"])
     out = tmp_path / "runs"
     out.mkdir()
@@ -181,7 +101,7 @@ def test_a_killed_rank_wrapper_on_the_second_node_fails_the_job_and_leaves_nothi
     ns_nodes: NSNodes, exp: Experiment, cluster: Cluster, scripts: Callable[[str, str], Path], tmp_path: Path
 ) -> None:
     head, second = ns_nodes["node1"], ns_nodes["node2"]
-    job, ranks = sleeper_job(exp, cluster, "shim", scripts("sleep.py", SLEEPER), tmp_path / "shim")
+    job, ranks = sleeper_job(exp, cluster, "shim", tmp_path / "shim")
     assert ranks[1]["host"] == "node2"
     tag = str(ranks[1]["tag"])
     shim = int(str(ranks[1]["pid"]))  # found in node2's /proc, numbered as node2 numbers it
@@ -199,11 +119,11 @@ def test_an_evicted_second_node_checkpoints_there_and_the_job_runs_again(
     ns_nodes: NSNodes, exp: Experiment, cluster: Cluster, scripts: Callable[[str, str], Path], tmp_path: Path
 ) -> None:
     second: NSNode = ns_nodes["node2"]
-    job, ranks = sleeper_job(exp, cluster, "evicted", scripts("sleep.py", SLEEPER), tmp_path / "ev")
+    job, ranks = sleeper_job(exp, cluster, "evicted", tmp_path / "ev")
     assert cluster.simulate_eviction(second.address, grace_seconds=10) == "e/evicted"
     assert job.wait(timeout=120, poll_interval=0.2) is JobState.SUCCEEDED, job.status.failure_reason
     first = job.attempts[0]
     assert first["cause"] == "evicted" and first["extra"]["evictions"][0]["node"] == second.address, first
     assert "rank 1 checkpointed on node2" in job.tail("attempt-1/stdout.txt", 10)
-    assert sorted(job.tail("stdout.txt")) == ["rank 0 attempt 1 on node1", "rank 1 attempt 1 on node2"]
+    assert sorted(job.tail("stdout.txt")) == ["rank 0 back on node1", "rank 1 back on node2"]
     assert second.tagged(str(ranks[1]["tag"])) == {}

@@ -12,39 +12,23 @@ from __future__ import annotations
 
 import json
 import sys
-import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from nslab import STARTED, heal_and_rerun, sleeper_job
 
 from _helpers import wait_for
-from batchai_sdk import JobState, Workspace
-from batchai_sdk._models import NodeCounts
+from batchai_sdk import JobState
 from batchai_sdk.cluster import Cluster
 from batchai_sdk.exceptions import SSHError
 from batchai_sdk.experiment import Experiment
-from batchai_sdk.job import Job
 from batchai_sdk.remote.host_keys import HostKeyStore
 from batchai_sdk.remote.ssh import SSHRunner
 from nsnodes import NSNode, NSNodes
 
 pytestmark = [pytest.mark.ssh, pytest.mark.mpi, pytest.mark.nsnodes]
-
-# A rank that says where it runs (hostname, its pid as its node numbers it, its job's tag), then sleeps.
-SLEEPER = """
-import json, os, socket, sys, time
-rank = os.environ["OMPI_COMM_WORLD_RANK"]
-if os.environ.get("AZ_BATCHAI_JOB_RESTART_COUNT", "0") != "0":
-    print(f"rank {rank} back on {socket.gethostname()}", flush=True)
-    sys.exit(0)
-info = {"host": socket.gethostname(), "pid": os.getpid(), "tag": os.environ["BATCHAI_JOB_TAG"]}
-with open(os.path.join(sys.argv[1], f"rank-{rank}.json.tmp"), "w") as f:
-    f.write(json.dumps(info))
-os.rename(os.path.join(sys.argv[1], f"rank-{rank}.json.tmp"), os.path.join(sys.argv[1], f"rank-{rank}.json"))
-time.sleep(600)
-"""
 
 # Rank 1 starts a child in a session of its own (out of the rank's process group) and leaves it.
 ORPHANER = """
@@ -57,76 +41,7 @@ if rank == "1":
 print(f"rank {rank} done on {socket.gethostname()}", flush=True)
 """
 
-STARTED: list[Job] = []
-
-
-@pytest.fixture(scope="module")
-def lab(ns_nodes: NSNodes, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
-    ws = ns_nodes.workspace("nsfail", tmp_path_factory.mktemp("nsfail"), ns_nodes.addresses[:2])
-    yield ws
-    ws.close()
-
-
-@pytest.fixture(scope="module")
-def cluster(lab: Workspace) -> Cluster:
-    return lab.create_cluster("c", vm_size="Standard_NC6", nodes=2)
-
-
-@pytest.fixture(scope="module")
-def exp(lab: Workspace) -> Experiment:
-    return lab.create_experiment("e")
-
-
-@pytest.fixture
-def head(ns_nodes: NSNodes) -> NSNode:
-    return ns_nodes["node1"]
-
-
-@pytest.fixture
-def second(ns_nodes: NSNodes) -> NSNode:
-    return ns_nodes["node2"]
-
-
-@pytest.fixture
-def scripts(tmp_path: Path) -> Callable[[str, str], Path]:
-    def write(name: str, source: str) -> Path:
-        path = tmp_path / name
-        path.write_text(textwrap.dedent(source))
-        return path
-
-    return write
-
-
-@pytest.fixture(autouse=True)
-def _mended(ns_nodes: NSNodes, cluster: Cluster) -> Iterator[None]:
-    yield
-    ns_nodes.heal_all()
-    while STARTED:  # a test that failed midway leaves no job running for the next one
-        job = STARTED.pop()
-        if not job.state.ended:
-            job.terminate(timeout=120)
-    wait_for(lambda: cluster.node_counts == NodeCounts(idle=2), timeout=120, what="the nodes to be free")
-    for name in ("node1", "node2"):
-        assert ns_nodes[name].leftovers() == [], name
-
-
-def sleeper_job(
-    exp: Experiment, cluster: Cluster, name: str, script: Path, out: Path, **options: object
-) -> tuple[Job, dict[int, dict[str, object]]]:
-    """A 2-node job whose ranks sleep; returns it once both ranks run, with what each rank said."""
-    out.mkdir(exist_ok=True)
-    job = exp.create_job(
-        name, cluster=cluster, node_count=2, command_line=f"{sys.executable} {script} {out}", **options
-    ).submit()
-    STARTED.append(job)
-    wait_for(
-        lambda: len(list(out.glob("rank-*.json"))) == 2 or job.state.ended,
-        timeout=90,
-        what=f"both ranks of {name} to run",
-    )
-    assert not job.state.ended, job.status.failure_reason
-    ranks = {r: json.loads((out / f"rank-{r}.json").read_text()) for r in (0, 1)}
-    return job, ranks
+WORKSPACE = "nsfail"
 
 
 def test_a_runner_drops_the_connection_a_partition_left_silent_and_the_first_command_after_the_heal_runs(
@@ -182,14 +97,14 @@ def test_a_process_a_rank_left_on_the_second_node_is_gone_at_the_jobs_end(
 
 
 def test_a_partitioned_node_is_named_unusable_until_it_answers_and_the_first_submit_after_heals_runs(
+    ns_nodes: NSNodes,
     exp: Experiment,
     cluster: Cluster,
     head: NSNode,
     second: NSNode,
-    scripts: Callable[[str, str], Path],
     tmp_path: Path,
 ) -> None:
-    job, ranks = sleeper_job(exp, cluster, "cut", scripts("sleep.py", SLEEPER), tmp_path / "cut")
+    job, ranks = sleeper_job(exp, cluster, "cut", tmp_path / "cut")
     assert {r["host"] for r in ranks.values()} == {"node1", "node2"}
     cut = time.monotonic()
     second.partition()
@@ -203,19 +118,8 @@ def test_a_partitioned_node_is_named_unusable_until_it_answers_and_the_first_sub
     wait_for(lambda: cluster.node_counts.unusable == 1, timeout=30, what="node2 to count as unusable")
     time.sleep(3)  # probes of a node that does not answer fail: it stays unusable
     assert cluster.node_counts.unusable == 1
-    healed = time.monotonic()
-    second.heal()
-    wait_for(lambda: cluster.node_counts == NodeCounts(idle=2), timeout=60, what="node2 to answer again")
-    usable = time.monotonic() - healed
-    # nothing of the failed job survived the partition on node2: a node counts as free only when empty
-    assert second.tagged(str(ranks[1]["tag"])) == {}
-    after = exp.create_job("after_heal", cluster=cluster, node_count=2, command_line="hostname")
-    after.submit()  # the first submit after the heal: the client's connection to node2 must not be stale
-    STARTED.append(after)
-    submitted = time.monotonic() - healed
-    assert after.wait(timeout=120, poll_interval=0.2) is JobState.SUCCEEDED, after.status.failure_reason
-    print(f"heal → node idle {usable:.1f} s, heal → submit accepted {submitted:.1f} s")
-    assert sorted(after.tail("stdout.txt")) == ["node1", "node2"]
+    usable, submitted = heal_and_rerun(ns_nodes, exp, cluster, "after_heal", str(ranks[1]["tag"]))
+    print(f"heal → node idle {usable:.1f} s, heal → first submit accepted {submitted:.1f} s")
 
 
 def test_a_node_powered_off_loses_its_ranks_and_the_job_runs_again_when_it_is_back(
@@ -223,12 +127,9 @@ def test_a_node_powered_off_loses_its_ranks_and_the_job_runs_again_when_it_is_ba
     cluster: Cluster,
     head: NSNode,
     second: NSNode,
-    scripts: Callable[[str, str], Path],
     tmp_path: Path,
 ) -> None:
-    job, ranks = sleeper_job(
-        exp, cluster, "power", scripts("sleep.py", SLEEPER), tmp_path / "power", max_retries=1
-    )
+    job, ranks = sleeper_job(exp, cluster, "power", tmp_path / "power", max_retries=1)
     off = time.monotonic()
     second.power_off()
     wait_for(lambda: len(job.attempts) == 1, what="the attempt to end", timeout=120)
@@ -247,14 +148,14 @@ def test_a_node_powered_off_loses_its_ranks_and_the_job_runs_again_when_it_is_ba
 
 
 def test_the_head_node_cut_off_from_the_others_fails_the_job_and_names_the_node_it_lost(
+    ns_nodes: NSNodes,
     exp: Experiment,
     cluster: Cluster,
     head: NSNode,
     second: NSNode,
-    scripts: Callable[[str, str], Path],
     tmp_path: Path,
 ) -> None:
-    job, ranks = sleeper_job(exp, cluster, "split", scripts("sleep.py", SLEEPER), tmp_path / "split")
+    job, ranks = sleeper_job(exp, cluster, "split", tmp_path / "split")
     head.block(second)
     second.block(head)  # the client still reaches both
     assert job.wait(timeout=120, poll_interval=0.2) is JobState.FAILED
@@ -263,10 +164,4 @@ def test_the_head_node_cut_off_from_the_others_fails_the_job_and_names_the_node_
     assert head.tagged(str(ranks[0]["tag"])) == {}
     # the head node (where the scheduler runs) cannot reach node2, though this client can: unusable
     wait_for(lambda: cluster.node_counts.unusable == 1, timeout=30, what="node2 to count as unusable")
-    head.unblock(second)
-    second.unblock(head)
-    wait_for(lambda: cluster.node_counts == NodeCounts(idle=2), timeout=60, what="node2 to answer again")
-    assert second.tagged(str(ranks[1]["tag"])) == {}, "rank 1 outlived the partition on node2"
-    again = exp.create_job("after_split", cluster=cluster, node_count=2, command_line="hostname").submit()
-    STARTED.append(again)
-    assert again.wait(timeout=120, poll_interval=0.2) is JobState.SUCCEEDED, again.status.failure_reason
+    heal_and_rerun(ns_nodes, exp, cluster, "after_split", str(ranks[1]["tag"]))
