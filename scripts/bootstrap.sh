@@ -22,6 +22,9 @@ command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
 # A real Slurm for tests/slurm (slurmctld, slurmd, munged started by the test fixture)
 command -v slurmctld >/dev/null 2>&1 || [ -x /usr/sbin/slurmctld ] || need_apt+=(slurm-wlm)
 command -v munged >/dev/null 2>&1 || [ -x /usr/sbin/munged ] || need_apt+=(munge)
+# Namespace nodes for the node-failure tests (tests/nsnodes.py): ip (netns, veth, bridge), unshare, nsenter
+command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || need_apt+=(iproute2)
+command -v nsenter >/dev/null 2>&1 || need_apt+=(util-linux)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
   log "installing system packages: ${need_apt[*]}"
