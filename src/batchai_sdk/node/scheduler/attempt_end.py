@@ -74,7 +74,11 @@ def launcher_ended(sched: Scheduler, job_id: int, code: int | None) -> None:
     if sched.cfg.get("ssh_command") is None and row["tag"] and not procs.tagged_pids(row["tag"]):
         conclude(sched, sched.rows("id = ?", job_id)[0])
         return  # nothing of it is left on this machine: its nodes are free at once
-    sched.cleaning[job_id] = sched.pool_exec.submit(clean_nodes, sched, row["tag"], json.loads(row["nodes"]))
+    nodes = json.loads(row["nodes"])
+    # a node the launcher just found silent is not tried again (an SSH connect timeout): it is emptied
+    # when it answers (health.probe_down_nodes)
+    silent = [n for n in nodes if f"node {n} stopped answering" in str(reason)]
+    sched.cleaning[job_id] = sched.pool_exec.submit(clean_nodes, sched, row["tag"], nodes, silent)
 
 
 def evictions(sched: Scheduler, row: sqlite3.Row) -> list[dict[str, Any]]:
@@ -96,16 +100,18 @@ def clear_evictions(sched: Scheduler, row: sqlite3.Row) -> None:
                 os.unlink(os.path.join(run_dir, name))
 
 
-def clean_nodes(sched: Scheduler, tag: str, node_ids: list[str]) -> int:
-    """End what is left of the job on each of its nodes; returns how many processes survived."""
+def clean_nodes(sched: Scheduler, tag: str, node_ids: list[str], silent: list[str] | None = None) -> int:
+    """End what is left of the job on each of its nodes but the ``silent`` ones (left for when they
+    answer); returns how many processes survived."""
     if not tag:
         return 0
     if sched.cfg.get("ssh_command") is None:
         return procs.reap(tag)
     by_id = {n["id"]: n for n in sched.nodes()}
     left = 0
+    skipped = {by_id[n]["address"] for n in silent or () if n in by_id}
     for address in {by_id[n]["address"] for n in node_ids if n in by_id}:
-        reaped = reap_on(sched, address, tag)
+        reaped = None if address in skipped else reap_on(sched, address, tag)
         if reaped is None:
             # an unreachable node may still run the job (a partition ends no process): it is not free
             # until it answers and is emptied (health.probe_down_nodes)
