@@ -4,9 +4,7 @@ by workspace and cluster), mended after each test."""
 
 from __future__ import annotations
 
-import textwrap
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
 from nslab import STARTED
@@ -47,16 +45,6 @@ def head(ns_nodes: NSNodes) -> NSNode:
 @pytest.fixture
 def second(ns_nodes: NSNodes) -> NSNode:
     return ns_nodes["node2"]
-
-
-@pytest.fixture
-def scripts(tmp_path: Path) -> Callable[[str, str], Path]:
-    def write(name: str, source: str) -> Path:
-        path = tmp_path / name
-        path.write_text(textwrap.dedent(source))
-        return path
-
-    return write
 
 
 @pytest.fixture(autouse=True)

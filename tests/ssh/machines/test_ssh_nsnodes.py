@@ -77,14 +77,14 @@ def test_a_process_a_rank_left_on_the_second_node_is_gone_at_the_jobs_end(
     cluster: Cluster,
     head: NSNode,
     second: NSNode,
-    scripts: Callable[[str, str], Path],
+    script: Callable[[str, str], Path],
     tmp_path: Path,
 ) -> None:
     out = tmp_path / "orphan"
     out.mkdir()
     job = exp.create_job(
         "orphan", cluster=cluster, node_count=2,
-        command_line=f"{sys.executable} {scripts('orphan.py', ORPHANER)} {out}",
+        command_line=f"{sys.executable} {script('orphan.py', ORPHANER)} {out}",
     ).submit()  # fmt: skip
     STARTED.append(job)
     assert job.wait(timeout=120, poll_interval=0.2) is JobState.SUCCEEDED, job.status.failure_reason

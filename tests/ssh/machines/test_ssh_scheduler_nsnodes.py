@@ -37,9 +37,9 @@ WORKSPACE = "nssched"
 
 
 def test_queued_jobs_run_once_each_on_the_node_given_and_never_share_one(
-    ns_nodes: NSNodes, exp: Experiment, cluster: Cluster, scripts: Callable[[str, str], Path], tmp_path: Path
+    ns_nodes: NSNodes, exp: Experiment, cluster: Cluster, script: Callable[[str, str], Path], tmp_path: Path
 ) -> None:
-    recorder = scripts("record.py", HOSTNAMED)
+    recorder = script("record.py", HOSTNAMED)
     out = tmp_path / "runs"
     out.mkdir()
     names = [f"q{i:02d}" for i in range(12)]  # the loopback module runs 3 x 50
@@ -72,7 +72,7 @@ def test_queued_jobs_run_once_each_on_the_node_given_and_never_share_one(
 
 
 def test_a_killed_launcher_leaves_nothing_on_either_node_before_the_next_job_starts(
-    ns_nodes: NSNodes, exp: Experiment, cluster: Cluster, scripts: Callable[[str, str], Path], tmp_path: Path
+    ns_nodes: NSNodes, exp: Experiment, cluster: Cluster, script: Callable[[str, str], Path], tmp_path: Path
 ) -> None:
     head, second = ns_nodes["node1"], ns_nodes["node2"]
     job, ranks = sleeper_job(exp, cluster, "lost", tmp_path / "lost")
@@ -81,7 +81,7 @@ def test_a_killed_launcher_leaves_nothing_on_either_node_before_the_next_job_sta
     out.mkdir()
     follow = exp.create_job(
         "after_lost", cluster=cluster, node_count=2,
-        command_line=f"{sys.executable} {scripts('record.py', HOSTNAMED)} {out} 0 {tag}",
+        command_line=f"{sys.executable} {script('record.py', HOSTNAMED)} {out} 0 {tag}",
     ).submit()  # fmt: skip
     STARTED.append(follow)
     launcher = [pid for pid, cmd in head.tagged(tag).items() if cmd.split()[3:4] == ["launch"]]
@@ -98,7 +98,7 @@ def test_a_killed_launcher_leaves_nothing_on_either_node_before_the_next_job_sta
 
 
 def test_a_killed_rank_wrapper_on_the_second_node_fails_the_job_and_leaves_nothing(
-    ns_nodes: NSNodes, exp: Experiment, cluster: Cluster, scripts: Callable[[str, str], Path], tmp_path: Path
+    ns_nodes: NSNodes, exp: Experiment, cluster: Cluster, script: Callable[[str, str], Path], tmp_path: Path
 ) -> None:
     head, second = ns_nodes["node1"], ns_nodes["node2"]
     job, ranks = sleeper_job(exp, cluster, "shim", tmp_path / "shim")
@@ -116,7 +116,7 @@ def test_a_killed_rank_wrapper_on_the_second_node_fails_the_job_and_leaves_nothi
 
 
 def test_an_evicted_second_node_checkpoints_there_and_the_job_runs_again(
-    ns_nodes: NSNodes, exp: Experiment, cluster: Cluster, scripts: Callable[[str, str], Path], tmp_path: Path
+    ns_nodes: NSNodes, exp: Experiment, cluster: Cluster, script: Callable[[str, str], Path], tmp_path: Path
 ) -> None:
     second: NSNode = ns_nodes["node2"]
     job, ranks = sleeper_job(exp, cluster, "evicted", tmp_path / "ev")
