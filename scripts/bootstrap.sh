@@ -24,6 +24,9 @@ command -v slurmctld >/dev/null 2>&1 || [ -x /usr/sbin/slurmctld ] || need_apt+=
 command -v munged >/dev/null 2>&1 || [ -x /usr/sbin/munged ] || need_apt+=(munge)
 # FUSE mounts for tests/ssh/test_ssh_mounts.py: an unmanagedFileSystems mount command (sshfs) run for real
 command -v sshfs >/dev/null 2>&1 || need_apt+=(sshfs)
+# Namespace nodes for the node-failure tests (tests/nsnodes.py): ip (netns, veth, bridge), unshare, nsenter
+command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || need_apt+=(iproute2)
+command -v nsenter >/dev/null 2>&1 || need_apt+=(util-linux)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
   log "installing system packages: ${need_apt[*]}"

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from batchai_sdk import Workspace
+from nsnodes import NodesUnavailable, NSNodes, start_nodes
 
 
 @pytest.fixture(autouse=True)
@@ -56,3 +57,15 @@ def script(tmp_path: Path) -> Callable[[str, str], Path]:
         return path
 
     return write
+
+
+@pytest.fixture(scope="session")
+def ns_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NSNodes]:
+    """Three nodes that are separate machines (own network, PID, UTS and mount namespaces, sshd on
+    port 22; see nsnodes.py), shared by the session: each test that breaks one mends it
+    (``heal_all``), and they are removed at the end, or skipped where namespaces are not allowed."""
+    try:
+        with start_nodes(tmp_path_factory.mktemp("nsnodes"), tmp_path_factory.getbasetemp(), 3) as nodes:
+            yield nodes
+    except NodesUnavailable as exc:
+        pytest.skip(f"namespace nodes: {exc}")

@@ -4,14 +4,17 @@ and a Slurm workspace on a temporary share."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from slurm_daemons import SlurmCluster, skip_reason, start_cluster
+from slurm_daemons import Placement, SlurmCluster, skip_reason, start_cluster
 
 from batchai_sdk import Workspace
+from nsnodes import LOCK_DIR, NSNode, NSNodes
 
 
 @pytest.fixture(scope="session")
@@ -47,3 +50,27 @@ def slurm_ws(slurm: SlurmCluster, tmp_path: Path) -> Iterator[Workspace]:
     yield ws
     slurm.cancel_all()
     ws.close()
+
+
+@pytest.fixture(scope="session")
+def ns_slurm(ns_nodes: NSNodes) -> Iterator[SlurmCluster]:
+    """A Slurm on namespace nodes: slurmd on node1 and node2 (NodeAddr their addresses), slurmctld on
+    node3, the login node; munged here (its socket is a file every node sees). Slurm's commands reach
+    it with ``ns_slurm.env`` (SLURM_CONF), which this fixture leaves out of os.environ."""
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    compute, login = [ns_nodes["node1"], ns_nodes["node2"]], ns_nodes["node3"]
+
+    def spawn(where: str | None, argv: list[str], options: dict[str, Any]) -> subprocess.Popen[bytes]:
+        return (ns_nodes[where] if where else login).popen(argv, **options)
+
+    placement = Placement(
+        nodes={n.name: n.address for n in compute},
+        ctld=(login.name, login.address),
+        parent=LOCK_DIR,  # under /run: every node sees it (their /tmp is their own) and munge can enter it
+        spawn=spawn,
+        stop=NSNode.terminate,
+    )
+    with start_cluster(placement=placement) as cluster:
+        yield cluster

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scancel", "srun")
 PARTITION = "batchai"
@@ -85,8 +86,12 @@ class SlurmCluster:
         return path.read_text(errors="replace") if path.exists() else ""
 
     def node_state(self) -> str:
-        out = self.command("sinfo", "-h", "-N", "-o", "%N %T", check=False).stdout.split()
-        return out[1] if len(out) >= 2 else ""
+        """The nodes' state (one word when they all share it, else each node's)."""
+        lines = self.command("sinfo", "-h", "-N", "-o", "%N %T", check=False).stdout.splitlines()
+        states = dict(line.split()[:2] for line in lines if len(line.split()) >= 2)
+        if len(set(states.values())) == 1 and len(states) == len(self.node.split(",")):
+            return next(iter(states.values()))
+        return " ".join(f"{n}={st}" for n, st in sorted(states.items()))
 
     def wait_idle(self, timeout: float = 60) -> None:
         """Until the node reads idle (jobs of earlier tests have left it)."""
@@ -103,11 +108,25 @@ class SlurmCluster:
         self.command("scancel", "--partition", self.partition, check=False)
 
 
-def slurm_conf(root: Path, node: str, *, ctld_port: int, slurmd_port: int, munge_socket: Path) -> str:
+def slurm_conf(
+    root: Path,
+    node: str,
+    *,
+    ctld_port: int,
+    slurmd_port: int,
+    munge_socket: Path,
+    nodes: dict[str, str] | None = None,
+    ctld: tuple[str, str] | None = None,
+) -> str:
+    """slurm.conf for one slurmd ``node`` on 127.0.0.1, or for ``nodes`` (name → NodeAddr, one slurmd
+    each, files named by %n) with slurmctld on ``ctld`` (name, address)."""
+    nodes = nodes or {node: "127.0.0.1"}
+    ctld_name, ctld_addr = ctld or (node, "127.0.0.1")
+    names = ",".join(nodes)
     return "\n".join(
         [
             "ClusterName=batchaitest",
-            f"SlurmctldHost={node}(127.0.0.1)",
+            f"SlurmctldHost={ctld_name}({ctld_addr})",
             f"SlurmctldPort={ctld_port}",
             f"SlurmdPort={slurmd_port}",
             "SlurmUser=root",
@@ -116,11 +135,11 @@ def slurm_conf(root: Path, node: str, *, ctld_port: int, slurmd_port: int, munge
             "CredType=cred/munge",
             f"AuthInfo=socket={munge_socket}",
             f"StateSaveLocation={root / 'state'}",
-            f"SlurmdSpoolDir={root / 'spool'}",
+            f"SlurmdSpoolDir={root / 'spool'}" + ("/%n" if len(nodes) > 1 else ""),
             f"SlurmctldPidFile={root / 'run' / 'slurmctld.pid'}",
-            f"SlurmdPidFile={root / 'run' / 'slurmd.pid'}",
+            f"SlurmdPidFile={root / 'run' / 'slurmd'}" + ("-%n" if len(nodes) > 1 else "") + ".pid",
             f"SlurmctldLogFile={root / 'log' / 'slurmctld.log'}",
-            f"SlurmdLogFile={root / 'log' / 'slurmd.log'}",
+            f"SlurmdLogFile={root / 'log' / 'slurmd'}" + ("-%n" if len(nodes) > 1 else "") + ".log",
             "ProctrackType=proctrack/linuxproc",
             "TaskPlugin=task/none",
             "SelectType=select/cons_tres",
@@ -140,8 +159,8 @@ def slurm_conf(root: Path, node: str, *, ctld_port: int, slurmd_port: int, munge
             "SlurmdTimeout=30",
             "SlurmctldDebug=info",
             "SlurmdDebug=info",
-            f"NodeName={node} NodeAddr=127.0.0.1 CPUs={CPUS} State=UNKNOWN",
-            f"PartitionName={PARTITION} Nodes={node} Default=YES MaxTime=INFINITE State=UP",
+            *(f"NodeName={n} NodeAddr={addr} CPUs={CPUS} State=UNKNOWN" for n, addr in nodes.items()),
+            f"PartitionName={PARTITION} Nodes={names} Default=YES MaxTime=INFINITE State=UP",
             "",
         ]
     )
@@ -158,14 +177,42 @@ def _wait(check: Callable[[], bool], what: str, timeout: float, cluster: SlurmCl
                     f"{name} exited with {proc.returncode} before {what}:\n{cluster.log(name)}"
                 )
         time.sleep(0.2)
-    logs = "\n".join(f"--- {d}\n{cluster.log(d)[-3000:]}" for d in ("munged", "slurmctld", "slurmd"))
+    logs = "\n".join(f"--- {d}\n{cluster.log(d)[-3000:]}" for d in dict.fromkeys(["munged", *cluster.procs]))
     raise RuntimeError(f"timed out after {timeout:g}s waiting for {what}\n{logs}")
 
 
+# How a daemon starts somewhere else (a namespace node): (where, argv, Popen options) → the process, and
+# how it is stopped. ``where`` is the slurmd's node name, or None for slurmctld.
+Spawn = Callable[[str | None, list[str], dict[str, Any]], "subprocess.Popen[bytes]"]
+Stop = Callable[["subprocess.Popen[bytes]"], None]
+
+
+@dataclass
+class Placement:
+    """Where the daemons run: slurmd ``nodes`` (name → NodeAddr), slurmctld on ``ctld`` (name, address),
+    every file under ``parent`` (a folder all of them see)."""
+
+    nodes: dict[str, str]
+    ctld: tuple[str, str]
+    parent: Path
+    spawn: Spawn
+    stop: Stop
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 @contextlib.contextmanager
-def start_cluster(timeout: float = 60) -> Iterator[SlurmCluster]:
-    """Start munged, slurmctld and one slurmd; stop them (and any job left) on exit."""
-    root = Path(tempfile.mkdtemp(prefix="batchai-slurm-"))
+def start_cluster(timeout: float = 60, *, placement: Placement | None = None) -> Iterator[SlurmCluster]:
+    """Start munged, slurmctld and one slurmd on this machine (or as ``placement`` says: one slurmd per
+    node); stop them (and any job left) on exit."""
+    root = Path(tempfile.mkdtemp(prefix="batchai-slurm-", dir=placement.parent if placement else None))
     root.chmod(0o755)  # munged (as munge) must traverse to its own folder
     munge = pwd.getpwnam("munge")
     munge_dir = root / "munge"
@@ -179,12 +226,19 @@ def start_cluster(timeout: float = 60) -> Iterator[SlurmCluster]:
         (root / sub).mkdir()
     (root / "log").chmod(0o777)
     node = socket.gethostname().split(".")[0]
+    nodes = placement.nodes if placement else {node: "127.0.0.1"}
+    ctld = placement.ctld if placement else (node, "127.0.0.1")
     munge_socket = munge_dir / "munge.socket"
     conf = root / "slurm.conf"
     conf.write_text(
-        slurm_conf(root, node, ctld_port=free_port(), slurmd_port=free_port(), munge_socket=munge_socket)
+        slurm_conf(root, node, ctld_port=free_port(), slurmd_port=free_port(), munge_socket=munge_socket,
+                   nodes=nodes, ctld=ctld)
+    )  # fmt: skip
+    cluster = SlurmCluster(root=root, conf=conf, node=",".join(nodes))
+    spawn: Spawn = (
+        placement.spawn if placement else (lambda _where, argv, options: subprocess.Popen(argv, **options))
     )
-    cluster = SlurmCluster(root=root, conf=conf, node=node)
+    stop: Stop = placement.stop if placement else _stop
     env = {**os.environ, **cluster.env}
     try:
         cluster.procs["munged"] = subprocess.Popen(
@@ -204,27 +258,27 @@ def start_cluster(timeout: float = 60) -> Iterator[SlurmCluster]:
             stderr=open(root / "log" / "munged.err", "wb"),  # noqa: SIM115 - the child keeps it
         )
         _wait(munge_socket.exists, "munged's socket", timeout, cluster)
-        for daemon, extra in (("slurmctld", ["-i"]), ("slurmd", ["-N", node])):
-            cluster.procs[daemon] = subprocess.Popen(
-                [sbin(daemon), "-D", "-f", str(conf), *extra],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=open(root / "log" / f"{daemon}.err", "wb"),  # noqa: SIM115
+        daemons: list[tuple[str, str | None, list[str]]] = [("slurmctld", None, ["-i"])]
+        daemons += [("slurmd" if len(nodes) == 1 else f"slurmd-{n}", n, ["-N", n]) for n in nodes]
+        for name, where, extra in daemons:
+            cluster.procs[name] = spawn(
+                where,
+                [sbin(name.split("-")[0]), "-D", "-f", str(conf), *extra],
+                {
+                    "env": env,
+                    "stdin": subprocess.DEVNULL,
+                    "stdout": subprocess.DEVNULL,
+                    "stderr": open(root / "log" / f"{name}.err", "wb"),  # noqa: SIM115
+                },
             )
-        _wait(lambda: cluster.node_state() == "idle", f"node {node} idle in sinfo", timeout, cluster)
+        _wait(lambda: cluster.node_state() == "idle", f"nodes {cluster.node} idle in sinfo", timeout, cluster)
         yield cluster
     finally:
         if "slurmctld" in cluster.procs and cluster.procs["slurmctld"].poll() is None:
             cluster.cancel_all()
-        for name in ("slurmd", "slurmctld", "munged"):
+        for name in [n for n in cluster.procs if n.startswith("slurmd")] + ["slurmctld", "munged"]:
             proc = cluster.procs.get(name)
             if proc is None or proc.poll() is not None:
                 continue
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            (_stop if name == "munged" else stop)(proc)
         shutil.rmtree(root, ignore_errors=True)

@@ -64,7 +64,8 @@ def test_ssh_config_is_strict() -> None:
         "    StrictHostKeyChecking yes",
         "    BatchMode yes",
         "    ConnectTimeout 10",
-        "    ServerAliveInterval 15",
+        "    ServerAliveInterval 5",
+        "    ServerAliveCountMax 3",
         "    LogLevel ERROR",
     ]
 

@@ -176,8 +176,14 @@ class SSHRunner(Runner):
                     return self._sftp
             try:
                 self._sftp = client.open_sftp()
-            except (OSError, EOFError, paramiko.SSHException) as exc:
-                raise SSHError(self._where(), f"cannot open SFTP: {_describe(exc)}", code="protocol") from exc
+            except (OSError, EOFError, paramiko.SSHException):
+                self._drop()  # a stale connection (see _open_session): once more on a fresh one
+                try:
+                    self._sftp = self.connect().open_sftp()
+                except (OSError, EOFError, paramiko.SSHException) as exc:
+                    raise SSHError(
+                        self._where(), f"cannot open SFTP: {_describe(exc)}", code="protocol"
+                    ) from exc
             return self._sftp
 
     def close(self) -> None:
@@ -208,13 +214,15 @@ class SSHRunner(Runner):
         # The shell first reports its pid (it leads the session sshd made for the command) so a
         # timed-out command's whole process group can be killed.
         wrapped = "exec /bin/sh -c " + shlex.quote(f'echo "{_PID_MARK} $$" >&2\n{command}')
+        channel = self._open_session()
         try:
-            channel = self.transport().open_session(timeout=self.connect_timeout)
             channel.exec_command(wrapped)
             if stdin:
                 channel.sendall(stdin.encode("utf-8"))
             channel.shutdown_write()
         except (OSError, EOFError, paramiko.SSHException) as exc:
+            channel.close()
+            self._drop_broken(channel.get_transport())
             raise SSHError(
                 self._where(), f"cannot start a command: {_describe(exc)}", code="protocol"
             ) from exc
@@ -226,6 +234,54 @@ class SSHRunner(Runner):
             self._kill_group(pid)
             raise BatchAITimeoutError(f"command on {self.node}", timeout or 0)
         return CommandResult(self.node, code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+
+    def _open_session(self) -> paramiko.Channel:
+        """A session channel. A connection that cannot open one in ``connect_timeout`` is dropped and
+        made afresh, once: after a partition heals, an old connection's TCP can stay silent for tens
+        of seconds (its retransmissions backed off) while ``is_active()`` still says True."""
+        for attempt in (1, 2):
+            transport = self.transport()
+            try:
+                return transport.open_session(timeout=self.connect_timeout)
+            except (OSError, EOFError, paramiko.SSHException) as exc:
+                self._drop_broken(transport)
+                if attempt == 2:
+                    raise SSHError(
+                        self._where(), f"cannot start a command: {_describe(exc)}", code="protocol"
+                    ) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _drop_broken(self, transport: paramiko.Transport | None) -> None:
+        """Drop the connection if it still is ``transport`` (another thread may have renewed it)."""
+        with self._lock:
+            if self._client is not None and self._client.get_transport() is transport:
+                self._drop()
+
+    def check(self, *, timeout: float) -> str | None:
+        """None when the node runs ``true`` within ``timeout`` over the current connection; else why,
+        and the connection is dropped, so the next use connects afresh. (An open transport proves
+        nothing: it stays "active" through TCP's whole retry period when the peer went silent.)"""
+        with self._lock:
+            client = self._client
+        transport = client.get_transport() if client is not None else None
+        if transport is None or not transport.is_active():
+            return "not connected"
+        deadline = time.monotonic() + timeout
+        try:
+            channel = transport.open_session(timeout=timeout)
+            try:
+                channel.exec_command("true")
+                while not channel.exit_status_ready():
+                    if time.monotonic() > deadline or channel.closed:
+                        raise TimeoutError()
+                    time.sleep(0.01)
+                code = channel.recv_exit_status()
+            finally:
+                channel.close()
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            self._drop_broken(transport)
+            return f"{self._where()} did not run a command within {timeout:g} s: {_describe(exc)}"
+        return None if code == 0 else f"{self._where()}: `true` exited with code {code}"
 
     def _collect(
         self, channel: paramiko.Channel, timeout: float | None

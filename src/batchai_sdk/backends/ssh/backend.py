@@ -242,8 +242,10 @@ class SSHBackend(Backend):
         )
 
     def _probe(self, node: Node) -> str | None:
-        """None when ``node`` answers: a live connection counts, else a quick look for its SSH server."""
-        if self.runner(node).connected:
+        """None when ``node`` answers: it runs a command over the open connection, else (no connection,
+        or a stale one, which ``check`` drops) its SSH server answers a quick look."""
+        runner = self.runner(node)
+        if runner.connected and runner.check(timeout=self.probe_timeout) is None:
             return None
         return probe_ssh(node.address, self.port, timeout=self.probe_timeout, via=self._jump)
 

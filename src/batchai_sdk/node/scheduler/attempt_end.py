@@ -76,7 +76,11 @@ def launcher_ended(sched: Scheduler, job_id: int, code: int | None) -> None:
     if sched.cfg.get("ssh_command") is None and row["tag"] and not procs.tagged_pids(row["tag"]):
         conclude(sched, sched.rows("id = ?", job_id)[0])
         return  # nothing of it is left on this machine: its nodes are free at once
-    sched.cleaning[job_id] = sched.pool_exec.submit(clean_nodes, sched, row["tag"], json.loads(row["nodes"]))
+    nodes = json.loads(row["nodes"])
+    # a node the launcher just found silent is not tried again (an SSH connect timeout): it is emptied
+    # when it answers (health.probe_down_nodes)
+    silent = [n for n in nodes if f"node {n} stopped answering" in str(reason)]
+    sched.cleaning[job_id] = sched.pool_exec.submit(clean_nodes, sched, row["tag"], nodes, silent)
 
 
 def launcher_result(sched: Scheduler, row: sqlite3.Row) -> dict[str, Any] | None:
@@ -110,26 +114,42 @@ def clear_evictions(sched: Scheduler, row: sqlite3.Row) -> None:
                 os.unlink(os.path.join(run_dir, name))
 
 
-def clean_nodes(sched: Scheduler, tag: str, node_ids: list[str]) -> int:
-    """End what is left of the job on each of its nodes; returns how many processes survived."""
+def clean_nodes(sched: Scheduler, tag: str, node_ids: list[str], silent: list[str] | None = None) -> int:
+    """End what is left of the job on each of its nodes but the ``silent`` ones (left for when they
+    answer); returns how many processes survived."""
     if not tag:
         return 0
     if sched.cfg.get("ssh_command") is None:
         return procs.reap(tag)
     by_id = {n["id"]: n for n in sched.nodes()}
     left = 0
+    skipped = {by_id[n]["address"] for n in silent or () if n in by_id}
     for address in {by_id[n]["address"] for n in node_ids if n in by_id}:
-        argv = [
-            *sched.cfg["ssh_command"],
-            address,
-            shlex.join([sched.cfg["python"], "-S", sched.cfg["node_main"], "reap", tag]),
-        ]
-        try:
-            res = subprocess.run(argv, capture_output=True, timeout=60, check=False)
-            left += int(res.stdout.decode().strip() or "0") if res.returncode == 0 else 0
-        except (OSError, subprocess.TimeoutExpired, ValueError):
-            pass  # an unreachable node cannot run the job's processes for us to see; its work is lost
+        reaped = None if address in skipped else reap_on(sched, address, tag)
+        if reaped is None:
+            # an unreachable node may still run the job (a partition ends no process): it is not free
+            # until it answers and is emptied (health.probe_down_nodes)
+            for node_id in node_ids:
+                if by_id.get(node_id, {}).get("address") == address:
+                    sched.unreaped.setdefault(node_id, set()).add(tag)
+        else:
+            left += reaped
     return left
+
+
+def reap_on(sched: Scheduler, address: str, tag: str) -> int | None:
+    """End the job tagged ``tag`` on the node at ``address``: how many processes survived, or None when
+    the node did not answer."""
+    argv = [
+        *sched.cfg["ssh_command"],
+        address,
+        shlex.join([sched.cfg["python"], "-S", sched.cfg["node_main"], "reap", tag]),
+    ]
+    try:
+        res = subprocess.run(argv, capture_output=True, timeout=60, check=False)
+        return int(res.stdout.decode().strip() or "0") if res.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None
 
 
 def reap_cleaned(sched: Scheduler) -> None:
@@ -157,11 +177,15 @@ def conclude(sched: Scheduler, row: sqlite3.Row) -> None:
     """An attempt ended and its nodes are empty: requeue it (the retry policy) or end the job."""
     cause_name, detail = json.loads(row["reason"])
     cause = retries.EndCause(cause_name)
-    if cause is retries.EndCause.NODE_LOST:
-        for node in json.loads(row["nodes"]):
-            if f"node {node} stopped answering" in str(detail):
-                sched.down[node] = time.time()
-                sched.log(f"node {node} stopped answering: no job goes there until it answers again")
+    for node in json.loads(row["nodes"]):
+        if cause is retries.EndCause.NODE_LOST and f"node {node} stopped answering" in str(detail):
+            sched.down[node] = time.time()
+            sched.log(f"node {node} stopped answering: no job goes there until it answers again")
+        elif row["tag"] in sched.unreaped.get(node, ()):
+            sched.down[node] = time.time()
+            sched.log(
+                f"node {node} did not answer the cleanup of {row['key']}: no job goes there until it does"
+            )
     history = [retries.Attempt.from_dict(a) for a in json.loads(row["attempts"])]
     policy = retries.RetryPolicy(row["max_retries"], tuple(json.loads(row["retry_codes"])))
     exit_code = row["exit_code"]

@@ -82,7 +82,9 @@ class Scheduler:
         self.trackers: dict[int, watchdog.OutputTracker] = {}
         # nodes that stopped answering during a job: out of placement until a probe reaches them again
         self.down: dict[str, float] = {}
-        self.probes: dict[str, concurrent.futures.Future[bool]] = {}
+        self.probes: dict[str, concurrent.futures.Future[frozenset[str] | None]] = {}
+        # node id → tags of jobs that ended while it did not answer: reaped there before it is free
+        self.unreaped: dict[str, set[str]] = {}
         self.down_idle_since: float | None = None
         self.hangs: dict[int, concurrent.futures.Future[list[str]]] = {}
         self.hang_checked: dict[int, float] = {}

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..job import stacks
 from ..policy import retries, watchdog
+from . import attempt_end
 from .store import ACTIVE
 
 if TYPE_CHECKING:
@@ -39,9 +40,16 @@ def probe_down_nodes(sched: Scheduler) -> None:
     for node_id, fut in list(sched.probes.items()):
         if fut.done():
             del sched.probes[node_id]
-            if fut.result():
+            reaped = fut.result()
+            if reaped is not None:
+                left = sched.unreaped.get(node_id, set()) - reaped
+                if left:  # another job's cleanup failed there meanwhile: the next probe reaps it
+                    sched.unreaped[node_id] = left
+                    continue
+                sched.unreaped.pop(node_id, None)
                 sched.down.pop(node_id, None)
-                sched.log(f"node {node_id} answers again")
+                emptied = f"; emptied of {', '.join(sorted(reaped))}" if reaped else ""
+                sched.log(f"node {node_id} answers again{emptied}")
     t = time.time()
     if sched.down and not sched.rows(f"state IN {ACTIVE}"):
         sched.down_idle_since = sched.down_idle_since or t
@@ -54,19 +62,26 @@ def probe_down_nodes(sched: Scheduler) -> None:
     for node_id, since in list(sched.down.items()):
         if node_id not in sched.probes and t - since > 2.0 and node_id in by_id:
             sched.down[node_id] = t
-            sched.probes[node_id] = sched.pool_exec.submit(answers, sched, by_id[node_id]["address"])
+            tags = frozenset(sched.unreaped.get(node_id, ()))
+            sched.probes[node_id] = sched.pool_exec.submit(answers, sched, by_id[node_id]["address"], tags)
 
 
-def answers(sched: Scheduler, address: str) -> bool:
-    """Whether the node at ``address`` runs a command over SSH (always, without SSH)."""
+def answers(sched: Scheduler, address: str, tags: frozenset[str] = frozenset()) -> frozenset[str] | None:
+    """None unless the node at ``address`` runs a command over SSH (always, without SSH) and every job
+    in ``tags`` (jobs that ended while it did not answer) is ended there; else the tags it emptied."""
     if sched.cfg.get("ssh_command") is None:
-        return True
+        return tags
     # a new connection, not the shared one: the probe is of the node and its network
     argv = [*sched.cfg["ssh_command"], "-o", "ControlPath=none", "-o", "ConnectTimeout=5", address, "true"]
     try:
-        return subprocess.run(argv, capture_output=True, timeout=15, check=False).returncode == 0
+        if subprocess.run(argv, capture_output=True, timeout=15, check=False).returncode != 0:
+            return None
     except (OSError, subprocess.TimeoutExpired):
-        return False
+        return None
+    for tag in tags:
+        if attempt_end.reap_on(sched, address, tag) != 0:
+            return None
+    return tags
 
 
 def warm_connection(sched: Scheduler, address: str) -> None:
