@@ -17,6 +17,7 @@ from typing import IO, TYPE_CHECKING, Any
 from . import _layout as layout
 from . import _progress
 from ._display import waiting_line
+from ._hints import with_hint
 from ._layout import JobPaths, share_relative
 from ._models import (
     JobSpec,
@@ -375,7 +376,9 @@ class Job:
         if self.workspace.backend.kind == "slurm":  # Slurm's own queue says what our records cannot
             self._scheduler().refresh(self.experiment.name, self.name)
         record = self.workspace.share.read_json_or_none(self.paths.status)
-        return JobStatus.from_record(record, timeout=heartbeat_timeout())
+        status = JobStatus.from_record(record, timeout=heartbeat_timeout())
+        reason = with_hint(status.failure_reason, self.spec)
+        return status if reason == status.failure_reason else replace(status, failure_reason=reason)
 
     @property
     def attempts(self) -> list[dict[str, Any]]:

@@ -98,7 +98,7 @@ def _cluster_command(c: Commands, name: str, handler: Handler, help_text: str) -
 
 
 def cluster_create(ctx: Context, args: argparse.Namespace) -> Result | None:
-    group = ctx.group()
+    group = ctx.scope()
     ws = ctx.open_workspace(group)
     kind = ws.backend.kind
     where = {
@@ -132,25 +132,25 @@ def cluster_create(ctx: Context, args: argparse.Namespace) -> Result | None:
 
 
 def cluster_show(ctx: Context, args: argparse.Namespace) -> Result | None:
-    group = ctx.group()
+    group = ctx.scope()
     return Result(cluster_view(ctx.open_workspace(group).get_cluster(args.name), group), cluster_table)
 
 
 def cluster_list(ctx: Context, args: argparse.Namespace) -> Result | None:
-    group = ctx.group()
+    group = ctx.scope()
     return Result(
         [cluster_view(c, group) for c in ctx.open_workspace(group).list_clusters()], cluster_list_table
     )
 
 
 def cluster_resize(ctx: Context, args: argparse.Namespace) -> Result | None:
-    group = ctx.group()
+    group = ctx.scope()
     cluster = ctx.open_workspace(group).get_cluster(args.name).resize(args.target)
     return Result(cluster_view(cluster, group), cluster_table)
 
 
 def cluster_auto_scale(ctx: Context, args: argparse.Namespace) -> Result | None:
-    group = ctx.group()
+    group = ctx.scope()
     cluster = ctx.open_workspace(group).get_cluster(args.name)
     cluster.set_autoscale(
         min_nodes=args.min,
@@ -162,14 +162,14 @@ def cluster_auto_scale(ctx: Context, args: argparse.Namespace) -> Result | None:
 
 
 def cluster_simulate_eviction(ctx: Context, args: argparse.Namespace) -> Result | None:
-    group = ctx.group()
+    group = ctx.scope()
     cluster = ctx.open_workspace(group).get_cluster(args.name)
     job = cluster.simulate_eviction(args.node, grace_seconds=args.grace)
     return Result({"cluster": cluster.name, "node": args.node, "job": job, "evicted": True})
 
 
 def cluster_delete(ctx: Context, args: argparse.Namespace) -> Result | None:
-    group = ctx.group()
+    group = ctx.scope()
     ws = ctx.open_workspace(group)
     ws.get_cluster(args.name)
     ctx.confirm(f"delete cluster {args.name!r}" + (" and terminate its jobs" if args.force else ""))

@@ -26,7 +26,8 @@ def register(commands: Commands) -> None:
     )
     p.add_argument("--backend", choices=BACKENDS, help="backend of workspaces created from now on")
     p.add_argument(
-        "--root", help="local: folder holding the local workspaces (default: $BATCHAI_HOME/groups)"
+        "--local-root",
+        help="local: folder holding the -g/-w local workspaces (default: $BATCHAI_HOME/groups)",
     )
     p.add_argument("--hosts", nargs="+", help="ssh: the nodes' addresses; the first is the head node")
     p.add_argument("--user", help="ssh: user on the nodes")
@@ -59,8 +60,12 @@ def configure(ctx: Context, args: argparse.Namespace) -> Result | None:
     if args.backend:
         data["backend"] = args.backend
         changed = True
+    local_root = args.local_root
+    if local_root is None and getattr(args, "root", None):  # this command's --root before --local-root
+        ctx.note("batchai configure --root is now --local-root (--root names one workspace's folder)")
+        local_root = args.root
     sections = {
-        "local": {"root": args.root},
+        "local": {"root": local_root},
         "ssh": {
             "hosts": args.hosts,
             "user": args.user,

@@ -1,0 +1,40 @@
+"""What to do next, added to a failure reason where the reason alone would leave a newcomer guessing.
+
+A script that imports a module beside it fails on the node with ``ModuleNotFoundError: No module named
+'helpers'`` when only the script was uploaded: the fix is ``source_dir=`` (``--source-dir`` on the CLI),
+which nothing in the bare error suggests. The hint is added when the status is read (client side), so it
+names the script as the user gave it.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+
+from ._models import JobSpec
+
+_MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '(?P<name>[\w.]+)'")
+SOURCE_DIR_HINT = "pass source_dir="
+CLI_SOURCE_DIR_HINT = "pass --source-dir"
+
+
+def with_hint(reason: str | None, spec: JobSpec) -> str | None:
+    """``reason`` with the ``source_dir`` hint when a module next to an uploaded lone script is missing."""
+    if not reason or spec.source_dir is not None or not spec.python_script:
+        return reason
+    script = spec.python_script
+    if not script.endswith(".py") or "$" in script or SOURCE_DIR_HINT in reason:
+        return reason  # a module name or a share path: nothing was uploaded from a folder
+    found = _MISSING_MODULE.search(reason)
+    if found is None:
+        return reason
+    name = posixpath.basename(script.replace("\\", "/"))
+    return (
+        f"{reason} (only {name} was uploaded: {SOURCE_DIR_HINT} its project folder to upload the modules "
+        "beside it too)"
+    )
+
+
+def cli_reason(reason: str | None) -> str | None:
+    """The same reason as the CLI says it: its flag instead of the keyword."""
+    return reason.replace(SOURCE_DIR_HINT, CLI_SOURCE_DIR_HINT) if reason else reason
