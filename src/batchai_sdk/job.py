@@ -233,7 +233,14 @@ class Job:
             if state is NodeState.UNUSABLE
         }
         if down and len(status.nodes) >= self.spec.node_count:
-            raise NodeError("submitting the job: node(s) unusable", down, [n.id for n in nodes])
+            count = len(down)
+            raise NodeError(
+                "submit",
+                down,
+                [n.id for n in nodes],
+                summary=f"cannot submit job {self.name!r}: {count} of the cluster's "
+                f"{len(status.nodes)} nodes {'is' if count == 1 else 'are'} unusable",
+            )
         raise CapacityError(cluster.name, self.spec.node_count, len(nodes))
 
     def _prepare(self, cluster: Cluster, nodes: tuple[Node, ...]) -> LaunchTarget:

@@ -15,7 +15,7 @@ def register(commands: Commands) -> None:
         "clusters of nodes",
         examples=(
             "batchai cluster create -g batchai.horovod -w batchaidev -n nc6cluster "
-            "--vm-size Standard_NC6 --vm-priority dedicated --target 2 --generate-ssh-keys",
+            "--vm-size Standard_NC4as_T4_v3 --vm-priority dedicated --target 2 --generate-ssh-keys",
             "batchai cluster create -g batchai.horovod -w batchaidev -n auto "
             "--min 0 --max 4 --idle-seconds 300",
             "batchai cluster show -g batchai.horovod -w batchaidev -n nc6cluster --output table",
