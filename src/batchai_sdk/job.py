@@ -17,7 +17,7 @@ from typing import IO, TYPE_CHECKING, Any
 from . import _layout as layout
 from . import _progress
 from ._display import waiting_line
-from ._hints import with_hint
+from ._hints import with_hint, with_skipped
 from ._layout import JobPaths, share_relative
 from ._models import (
     JobSpec,
@@ -75,6 +75,7 @@ class Job:
         self.spec = spec
         self.reattached = False  # from create_job(exist_ok=True): submit() leaves it as it is
         self._record = dict(record) if record else None
+        self._submit_notes: list[str] | None = None  # the launch configuration's notes, read once
         # Paths come from the validated names, never from a record's contents.
         self.paths = JobPaths.for_spec(spec, self.workspace.share.name)
 
@@ -385,7 +386,16 @@ class Job:
         record = self.workspace.share.read_json_or_none(self.paths.status)
         status = JobStatus.from_record(record, timeout=heartbeat_timeout())
         reason = with_hint(status.failure_reason, self.spec)
+        if status.state is JobState.FAILED:
+            reason = with_skipped(reason, self._notes())
         return status if reason == status.failure_reason else replace(status, failure_reason=reason)
+
+    def _notes(self) -> list[str]:
+        """What the backend left out at submit (e.g. a job preparation skipped on the local backend)."""
+        if self._submit_notes is None:
+            launch = self.workspace.share.read_json_or_none(join(self.paths.run_dir, "launch.json")) or {}
+            self._submit_notes = [str(n) for n in launch.get("notes") or []]
+        return self._submit_notes
 
     @property
     def attempts(self) -> list[dict[str, Any]]:
