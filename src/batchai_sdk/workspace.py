@@ -46,7 +46,10 @@ class Workspace:
         allow_host_changes: bool | None = None,
     ) -> Workspace:
         """The embedded backend: this machine is the cluster; ``root`` (default ``$BATCHAI_HOME`` or
-        ``~/.batchai``) holds the share and the records. Created if missing."""
+        ``~/.batchai``) holds the share and the records. Created if missing.
+
+        The ``batchai`` CLI opens the same workspace when given no ``-g``/``-w`` (``--root DIR`` for
+        another ``root``): ``batchai job list -e EXPERIMENT`` lists the jobs made here, and the reverse."""
         from .backends.local import LocalBackend
 
         return cls(
