@@ -37,7 +37,7 @@ class Result:
 Handler = Callable[["Context", argparse.Namespace], "Result | None"]
 
 
-# ``ctx.group()`` for a workspace outside the registry (``--root DIR``, or the default one in
+# ``ctx.scope()`` for a workspace outside the registry (``--root DIR``, or the default one in
 # ``$BATCHAI_HOME``, the one ``Workspace.local()`` opens): views show no resource group for it.
 NO_GROUP = ""
 DEFAULT_EXPERIMENT = "default"  # the experiment of job commands without -e (as Azure ML's "Default")
