@@ -40,7 +40,7 @@ def submit_to_running(runs: int) -> tuple[list[float], list[float]]:
         script.write_text("import time\ntime.sleep(0.5)\n")
         ws = Workspace.local(root=Path(tmp) / "ws")
         exp = ws.create_experiment("bench")
-        cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=2)
+        cluster = ws.create_cluster("c", nodes=2)
         for i in range(runs):
             job = exp.create_job(f"j{i}", cluster=cluster, node_count=2, python_script=str(script))
             t0 = time.perf_counter()

@@ -40,7 +40,7 @@ def run_queue(jobs: int, secs: float, mixed: bool) -> tuple[float, float, list[f
         out.mkdir()
         ws = Workspace.local(root=Path(tmp) / "ws")
         exp = ws.create_experiment("bench")
-        cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=2)
+        cluster = ws.create_cluster("c", nodes=2)
         t0 = time.time()
         handles = []
         for i in range(jobs):
@@ -74,7 +74,7 @@ def submit_to_running(runs: int) -> list[float]:
     with tempfile.TemporaryDirectory() as tmp:
         ws = Workspace.local(root=Path(tmp) / "ws")
         exp = ws.create_experiment("bench")
-        cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=2)
+        cluster = ws.create_cluster("c", nodes=2)
         for i in range(runs):
             job = exp.create_job(f"s{i}", cluster=cluster, command_line="sleep 0.3")
             t0 = time.perf_counter()

@@ -68,7 +68,7 @@ def main() -> int:
             print(f"Workspace.ssh (connect + first SFTP): {time.perf_counter() - t:.2f} s")
             with ws:
                 exp = ws.create_experiment("bench")
-                cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=2)
+                cluster = ws.create_cluster("c", nodes=2)
                 submit_s: list[float] = []
                 running_s: list[float] = []
                 setup_after_first: dict[str, float] = {}

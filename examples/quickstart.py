@@ -28,7 +28,7 @@ def main() -> int:
     ws = Workspace.local(root=opts.root)  # az batchai workspace create
     exp = ws.create_experiment("cifar", exist_ok=True)  # az batchai experiment create
     cluster = ws.create_cluster(  # az batchai cluster create --vm-size ... --target N
-        "nc6cluster", vm_size="Standard_NC6", nodes=opts.nodes, vm_priority="dedicated", exist_ok=True
+        "nc6cluster", nodes=opts.nodes, vm_priority="dedicated", exist_ok=True
     )  # exist_ok: an earlier run's cluster, grown back if it was resized to 0
     cluster.wait_until_steady(timeout=60)
     print(f"cluster {cluster.name}: {cluster.state} {cluster.node_counts}")

@@ -162,7 +162,10 @@ def test_generic_output_rules() -> None:
 @pytest.mark.parametrize(
     ("argv", "words"),
     [
-        (["cluster", "show", "-n", "x"], ["--resource-group/-g is required", "configure --defaults group="]),
+        (
+            ["cluster", "show", "-w", "w", "-n", "x"],
+            ["--resource-group/-g is required", "configure --defaults group="],
+        ),
         (["cluster", "show", "-g", "g", "-w", "w"], ["batchai cluster show", "required: --name/-n"]),
         (["clusterz"], ["invalid choice: 'clusterz'"]),
         (["cluster"], ["required: COMMAND"]),

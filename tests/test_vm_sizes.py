@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -71,3 +73,13 @@ def test_current_and_unknown_sizes_pass_silently(size: str) -> None:
 )
 def test_gpus_for(size: str, gpus: int | None) -> None:
     assert gpus_for(size) == gpus
+
+
+def test_the_retired_size_warning_points_at_the_callers_line(tmp_path: Path) -> None:
+    from batchai_sdk import Workspace
+
+    ws = Workspace.local(root=tmp_path / "ws")
+    with pytest.warns(UserWarning, match="Standard_NC6 was retired") as caught:
+        line = inspect.currentframe().f_lineno + 1  # type: ignore[union-attr]
+        ws.create_cluster("c", vm_size="Standard_NC6", nodes=1)
+    assert (caught[0].filename, caught[0].lineno) == (__file__, line)

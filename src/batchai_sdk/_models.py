@@ -202,7 +202,7 @@ class ClusterSpec:
         validate_name(self.name, "cluster name")
         object.__setattr__(self, "mounts", validate_mounts(self.mounts))
         if not isinstance(self.vm_size, str) or not self.vm_size.strip():
-            raise ValidationError("vm_size", self.vm_size, "a VM size such as 'Standard_NC6'")
+            raise ValidationError("vm_size", self.vm_size, "a VM size such as 'Standard_NC4as_T4_v3'")
         validate_node_target(self.nodes, "nodes")
         object.__setattr__(self, "vm_priority", _priority(self.vm_priority))
         object.__setattr__(self, "price_per_hour", validate_price(self.price_per_hour))

@@ -160,7 +160,7 @@ class Cluster:
 
     @property
     def vm_size(self) -> str:
-        """The VM size it was created with, e.g. ``Standard_NC6`` (only Azure provisions by it)."""
+        """The VM size it was created with, e.g. ``Standard_NC4as_T4_v3`` (only Azure provisions by it)."""
         return self._spec.vm_size
 
     @property

@@ -115,14 +115,24 @@ TimeoutError = BatchAITimeoutError  # batchai_sdk.TimeoutError is also a builtin
 
 
 class NodeError(BatchAIError):
-    """Nodes failed an operation. ``failures`` maps node → reason; ``succeeded`` lists the rest."""
+    """Nodes failed an operation. ``failures`` maps node → reason; ``succeeded`` lists the rest.
+    ``summary`` replaces the message's opening ("<operation> failed on N node(s)")."""
 
-    def __init__(self, operation: str, failures: dict[str, str], succeeded: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        operation: str,
+        failures: dict[str, str],
+        succeeded: list[str] | None = None,
+        *,
+        summary: str | None = None,
+    ) -> None:
         self.operation = operation
         self.failures = failures
         self.succeeded = succeeded or []
         detail = "; ".join(f"{node}: {why}" for node, why in failures.items())
-        super().__init__(f"{operation} failed on {len(failures)} node(s): {detail}")
+        count = len(failures)
+        opening = summary or f"{operation} failed on {count} node{'' if count == 1 else 's'}"
+        super().__init__(f"{opening}: {detail}")
 
 
 class UnhealthyNodesError(NodeError):
@@ -161,14 +171,33 @@ class BackendError(BatchAIError):
 class SSHError(BackendError):
     """An SSH connection or command channel failed.
 
-    ``host`` names the machine; ``code`` says how: ``unreachable`` (no TCP connection / no SSH server),
-    ``auth`` (the key was not accepted), ``protocol`` (the SSH session broke), ``start`` (a detached start
-    did not start).
+    ``host`` names the machine (``host:port``); ``code`` says how: ``unreachable`` (no TCP connection / no
+    SSH server), ``auth`` (the key was not accepted), ``protocol`` (the SSH session broke), ``start`` (a
+    detached start did not start). ``try_command`` is the ``ssh`` command line that reproduces the
+    connection by hand (key file, port, user@host), where it is known; the message ends with it.
     """
 
-    def __init__(self, host: str, message: str, *, code: str) -> None:
+    def __init__(self, host: str, message: str, *, code: str, try_command: str | None = None) -> None:
         self.host = host
-        super().__init__(f"ssh {host}: {message}", code=code)
+        self.try_command = try_command
+        tried = f" (try it by hand: {try_command})" if try_command else ""
+        super().__init__(f"ssh {host}: {message}{tried}", code=code)
+
+
+class SSHAuthenticationError(SSHError):
+    """The node refused the key: ``user``, ``key_file`` and ``host`` say which login failed."""
+
+    def __init__(self, host: str, *, user: str | None, key_file: str | None, detail: str, try_command: str):
+        self.user = user
+        self.key_file = key_file
+        key = f"the key {key_file}" if key_file else "no key file (agent and ~/.ssh keys)"
+        super().__init__(
+            host,
+            f"{key} was not accepted for user {user!r} ({detail}): is its public key in that user's "
+            "~/.ssh/authorized_keys on the node?",
+            code="auth",
+            try_command=try_command,
+        )
 
 
 class AzureError(BackendError):

@@ -75,9 +75,12 @@ class Experiment:
     ) -> Job:
         """Describe a job (nothing runs until ``Job.submit``).
 
-        ``python_script`` is a local file (uploaded at submit), a path on the share written with
+        ``python_script`` is a local file (uploaded at submit, alone), a path on the share written with
         ``$AZ_BATCHAI_JOB_MOUNT_ROOT/...``, or a module name such as ``"batchai_sdk.train.cifar10"``
-        (its file is uploaded). ``args`` may use ``$VARS``: they are expanded on the node.
+        (its file is uploaded). A script that imports modules beside it needs ``source_dir``: the local
+        project folder, uploaded whole (``.batchaiignore`` leaves files out), ``python_script`` then a
+        path inside it (``source_dir="proj", python_script="train.py"``); the job runs in that folder.
+        ``args`` may use ``$VARS``: they are expanded on the node.
         ``toolkit`` (``"horovod"``, ``"pytorch"``, ``"tensorflow"``, ...) and ``toolkit_settings`` (e.g.
         ``{"communication_backend": "gloo"}``) are Batch AI's ``<toolkit>Settings``: see docs/toolkits.md.
         ``secrets`` are environment variables never written to records or logs.

@@ -17,6 +17,7 @@ from typing import IO, TYPE_CHECKING, Any
 from . import _layout as layout
 from . import _progress
 from ._display import waiting_line
+from ._hints import with_hint, with_skipped
 from ._job_files import confined, list_confined
 from ._layout import JobPaths, share_relative
 from ._models import (
@@ -79,6 +80,7 @@ class Job:
         self.reattached = False  # from create_job(exist_ok=True): submit() leaves it as it is
         self._mount_notes: list[str] = []  # what the backend made of mounts the cluster does not declare
         self._record = dict(record) if record else None
+        self._submit_notes: list[str] | None = None  # the launch configuration's notes, read once
         # Paths come from the validated names, never from a record's contents.
         self.paths = JobPaths.for_spec(spec, self.workspace.share.name)
 
@@ -264,7 +266,14 @@ class Job:
             if state is NodeState.UNUSABLE
         }
         if down and len(status.nodes) >= self.spec.node_count:
-            raise NodeError("submitting the job: node(s) unusable", down, [n.id for n in nodes])
+            count = len(down)
+            raise NodeError(
+                "submit",
+                down,
+                [n.id for n in nodes],
+                summary=f"cannot submit job {self.name!r}: {count} of the cluster's "
+                f"{len(status.nodes)} nodes {'is' if count == 1 else 'are'} unusable",
+            )
         raise CapacityError(cluster.name, self.spec.node_count, len(nodes))
 
     def _prepare(self, cluster: Cluster, nodes: tuple[Node, ...]) -> LaunchTarget:
@@ -423,7 +432,12 @@ class Job:
         record = self.workspace.share.read_json_or_none(self.paths.status)
         record = with_cluster_heartbeat(self.workspace.share, self.spec.cluster, record)
         status = JobStatus.from_record(record, timeout=heartbeat_timeout())
-        return self._confirm_lost(status, record or {}) if status.lost else status
+        if status.lost:
+            status = self._confirm_lost(status, record or {})
+        reason = with_hint(status.failure_reason, self.spec)
+        if status.state is JobState.FAILED:
+            reason = with_skipped(reason, self._notes())
+        return status if reason == status.failure_reason else replace(status, failure_reason=reason)
 
     def _confirm_lost(self, status: JobStatus, record: Mapping[str, Any]) -> JobStatus:
         """A stale record is only a hint (a full share stops the scheduler's writes, not its work): the
@@ -457,6 +471,13 @@ class Job:
             self.workspace.share.write_json(self.paths.status, ended)
         except (OSError, BatchAIError) as exc:
             log.debug("could not record the end of lost job %s: %s", self.name, exc)
+
+    def _notes(self) -> list[str]:
+        """What the backend left out at submit (e.g. a job preparation skipped on the local backend)."""
+        if self._submit_notes is None:
+            launch = self.workspace.share.read_json_or_none(join(self.paths.run_dir, LAUNCH_CONFIG)) or {}
+            self._submit_notes = [str(n) for n in launch.get("notes") or []]
+        return self._submit_notes
 
     @property
     def attempts(self) -> list[dict[str, Any]]:

@@ -12,9 +12,9 @@ SKUs API to say, not for a table.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
+from ._warn import warn_caller
 from .exceptions import UnsupportedVMSizeError
 
 RETIRED_2023 = "2023-09-06"  # NC, NCv2, ND, NV (Kepler, Pascal, Maxwell)
@@ -178,11 +178,9 @@ def check_vm_size(size: str, backend_kind: str) -> VMSize | None:
         return entry
     if backend_kind == "azure":
         raise UnsupportedVMSizeError(size, entry.retired, entry.successors)
-    warnings.warn(
+    warn_caller(
         f"{entry.name} was retired by Azure on {entry.retired}; it is only a label on the "
-        f"{backend_kind} backend (on Azure use {', '.join(entry.successors) or 'a current size'})",
-        UserWarning,
-        stacklevel=2,
+        f"{backend_kind} backend (on Azure use {', '.join(entry.successors) or 'a current size'})"
     )
     return entry
 

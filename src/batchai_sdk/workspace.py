@@ -55,7 +55,10 @@ class Workspace:
         allow_host_changes: bool | None = None,
     ) -> Workspace:
         """The embedded backend: this machine is the cluster; ``root`` (default ``$BATCHAI_HOME`` or
-        ``~/.batchai``) holds the share and the records. Created if missing."""
+        ``~/.batchai``) holds the share and the records. Created if missing.
+
+        The ``batchai`` CLI opens the same workspace when given no ``-g``/``-w`` (``--root DIR`` for
+        another ``root``): ``batchai job list -e EXPERIMENT`` lists the jobs made here, and the reverse."""
         from .backends.local import LocalBackend
 
         return cls(
@@ -109,23 +112,47 @@ class Workspace:
         jump_host: str | None = None,
         **options: Any,
     ) -> Workspace:
-        """Machines reached by SSH that all see ``share_path``; the first host is the head node."""
+        """Machines reached by SSH that all see ``share_path``; the first host is the head node.
+
+        ``key_file`` must exist and ``share_path`` must be a folder on the head node (made by you: a mount
+        of the shared file system); both are checked here, before anything is written. Other options
+        (``python``, ``authorized_keys_path``, ``tcp_interface``, ``mpi_args``, ``node_state_dir``, ...):
+        see docs/ssh.md; ``Workspace.ssh_from_file`` reads them all from one file."""
         from .backends.ssh import SSHBackend
 
-        return cls(
-            SSHBackend(
-                validate_name(name, "workspace name"),
-                hosts=list(hosts),
-                user=user,
-                key_file=key_file,
-                port=port,
-                share_path=share_path,
-                known_hosts=known_hosts,
-                trust_on_first_use=trust_on_first_use,
-                jump_host=jump_host,
-                **options,
-            )
+        backend = SSHBackend(
+            validate_name(name, "workspace name"),
+            hosts=list(hosts),
+            user=user,
+            key_file=key_file,
+            port=port,
+            share_path=share_path,
+            known_hosts=known_hosts,
+            trust_on_first_use=trust_on_first_use,
+            jump_host=jump_host,
+            **options,
         )
+        try:
+            backend.check_share_path()
+        except BaseException:
+            backend.close()
+            raise
+        return cls(backend)
+
+    @classmethod
+    def ssh_from_file(cls, path: str | os.PathLike[str], *, name: str | None = None) -> Workspace:
+        """The SSH workspace a cluster file describes: hosts, user, key_file, share_path and any other
+        keyword of ``Workspace.ssh``, in YAML or JSON (see docs/ssh.md). ``name`` (default: the file's
+        ``name``, else its stem) names the workspace.
+
+        ``batchai workspace create -g G -w W --cluster-file FILE`` reads the same file: both then see the
+        same jobs."""
+        from .backends.ssh.cluster_file import load_cluster_file
+
+        options = load_cluster_file(path)
+        label = name or options.pop("name", None) or os.path.splitext(os.path.basename(path))[0]
+        options.pop("name", None)
+        return cls.ssh(str(label), **options)
 
     @classmethod
     def azure(

@@ -185,6 +185,7 @@ class SSHNodes:
             "connect_timeout": 5.0,
             **options,
         }
+        Path(settings["share_path"]).mkdir(parents=True, exist_ok=True)  # the mount every node sees
         return Workspace.ssh(
             name, hosts=hosts, user=self.user, key_file=self.key_file, port=self.port,
             trust_on_first_use=True, authorized_keys_path=str(self.authorized_keys), **settings,

@@ -242,21 +242,3 @@ def test_failed_node_setup_names_the_nodes_and_keeps_its_logs(lab: Workspace, tm
     assert b"no such package" in logs["stderr-setup-127.0.0.3.txt"][1]
     assert b'"state": "failed"' in logs["127.0.0.2.json"][1]
     assert not job.submitted
-
-
-def test_a_missing_share_path_is_created(ssh_nodes: SSHNodes, tmp_path: Path) -> None:
-    share = tmp_path / "mnt" / "share"
-    ws = ssh_workspace(ssh_nodes, tmp_path, NODE_ADDRESSES[:1], name="fresh")
-    try:
-        assert share.is_dir()  # made by ssh_workspace; now a share path nobody made
-        ws2 = ssh_nodes.workspace(
-            "fresh2", tmp_path / "second", NODE_ADDRESSES[:1], share_path=str(tmp_path / "new" / "share")
-        )
-        try:
-            assert (tmp_path / "new" / "share" / ".batchai" / "workspace.json").is_file()
-            ws2.create_experiment("e")
-            assert [e.name for e in ws2.list_experiments()] == ["e"]
-        finally:
-            ws2.close()
-    finally:
-        ws.close()

@@ -163,7 +163,7 @@ def _items(result: Any) -> list[dict[str, Any]]:
 
 def cluster_view(cluster: Cluster, group: str) -> dict[str, Any]:
     data = cluster.to_dict()
-    return {"name": data.pop("name"), "resourceGroup": group, **data}
+    return {"name": data.pop("name"), "resourceGroup": group or None, **data}
 
 
 def cluster_table(result: Any) -> list[Row]:
@@ -213,7 +213,7 @@ def health_table(result: Any) -> list[Row]:
 
 def job_view(job: Job, group: str) -> dict[str, Any]:
     data = job.to_dict()
-    return {"name": data.pop("name"), "resourceGroup": group, "workspace": job.workspace.name, **data}
+    return {"name": data.pop("name"), "resourceGroup": group or None, "workspace": job.workspace.name, **data}
 
 
 def job_table(result: Any) -> list[Row]:
@@ -249,7 +249,7 @@ def file_table(result: Any) -> list[Row]:
 
 def experiment_view(exp: Experiment, group: str) -> dict[str, Any]:
     data = exp.to_dict()
-    return {"name": data.pop("name"), "resourceGroup": group, **data}
+    return {"name": data.pop("name"), "resourceGroup": group or None, **data}
 
 
 def experiment_table(result: Any) -> list[Row]:

@@ -126,6 +126,13 @@ def global_arguments() -> argparse.ArgumentParser:
         "--debug", action="store_true", default=argparse.SUPPRESS, help="log everything; tracebacks"
     )
     group.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help="log progress")
+    group.add_argument(
+        "--root",
+        default=argparse.SUPPRESS,
+        metavar="DIR",
+        help="work on the local workspace kept in DIR, as Workspace.local(root=DIR) (without --root, -g "
+        "and -w: the default one in $BATCHAI_HOME, as Workspace.local())",
+    )
     group.add_argument("--only-show-errors", action="store_true", default=argparse.SUPPRESS, help="no notes")
     return parent
 
@@ -158,7 +165,7 @@ def experiment_arg(p: argparse.ArgumentParser) -> None:
         "-e",
         dest="experiment",
         metavar="EXPERIMENT",
-        help="experiment (default: the profile's defaults.experiment)",
+        help="experiment (default: the profile's defaults.experiment, else 'default': job create makes it)",
     )
 
 

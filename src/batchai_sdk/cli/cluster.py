@@ -18,7 +18,7 @@ def register(commands: Commands) -> None:
         "clusters of nodes",
         examples=(
             "batchai cluster create -g batchai.horovod -w batchaidev -n nc6cluster "
-            "--vm-size Standard_NC6 --vm-priority dedicated --target 2 --generate-ssh-keys",
+            "--vm-size Standard_NC4as_T4_v3 --vm-priority dedicated --target 2 --generate-ssh-keys",
             "batchai cluster create -g batchai.horovod -w batchaidev -n auto "
             "--min 0 --max 4 --idle-seconds 300",
             "batchai cluster show -g batchai.horovod -w batchaidev -n nc6cluster --output table",
@@ -123,7 +123,7 @@ def _cluster_command(c: Commands, name: str, handler: Handler, help_text: str) -
 
 
 def cluster_create(ctx: Context, args: argparse.Namespace) -> Result | None:
-    group = ctx.group()
+    group = ctx.scope()
     ws = ctx.open_workspace(group)
     kind = ws.backend.kind
     where = {
@@ -172,25 +172,25 @@ def cluster_create(ctx: Context, args: argparse.Namespace) -> Result | None:
 
 
 def cluster_show(ctx: Context, args: argparse.Namespace) -> Result | None:
-    group = ctx.group()
+    group = ctx.scope()
     return Result(cluster_view(ctx.open_workspace(group).get_cluster(args.name), group), cluster_table)
 
 
 def cluster_list(ctx: Context, args: argparse.Namespace) -> Result | None:
-    group = ctx.group()
+    group = ctx.scope()
     return Result(
         [cluster_view(c, group) for c in ctx.open_workspace(group).list_clusters()], cluster_list_table
     )
 
 
 def cluster_resize(ctx: Context, args: argparse.Namespace) -> Result | None:
-    group = ctx.group()
+    group = ctx.scope()
     cluster = ctx.open_workspace(group).get_cluster(args.name).resize(args.target)
     return Result(cluster_view(cluster, group), cluster_table)
 
 
 def cluster_auto_scale(ctx: Context, args: argparse.Namespace) -> Result | None:
-    group = ctx.group()
+    group = ctx.scope()
     cluster = ctx.open_workspace(group).get_cluster(args.name)
     cluster.set_autoscale(
         min_nodes=args.min,
@@ -202,7 +202,7 @@ def cluster_auto_scale(ctx: Context, args: argparse.Namespace) -> Result | None:
 
 
 def cluster_simulate_eviction(ctx: Context, args: argparse.Namespace) -> Result | None:
-    group = ctx.group()
+    group = ctx.scope()
     cluster = ctx.open_workspace(group).get_cluster(args.name)
     job = cluster.simulate_eviction(args.node, grace_seconds=args.grace)
     return Result({"cluster": cluster.name, "node": args.node, "job": job, "evicted": True})
@@ -223,7 +223,7 @@ def cluster_check(ctx: Context, args: argparse.Namespace) -> Result | None:
 
 
 def cluster_delete(ctx: Context, args: argparse.Namespace) -> Result | None:
-    group = ctx.group()
+    group = ctx.scope()
     ws = ctx.open_workspace(group)
     ws.get_cluster(args.name)
     ctx.confirm(f"delete cluster {args.name!r}" + (" and terminate its jobs" if args.force else ""))

@@ -38,28 +38,28 @@ def register(commands: Commands) -> None:
 
 
 def experiment_create(ctx: Context, args: argparse.Namespace) -> Result | None:
-    group = ctx.group()
+    group = ctx.scope()
     ws = ctx.open_workspace(group)
     exp = ws.create_experiment(args.name, exist_ok=True)
     return Result(experiment_view(exp, group), experiment_table)
 
 
 def experiment_show(ctx: Context, args: argparse.Namespace) -> Result | None:
-    group = ctx.group()
+    group = ctx.scope()
     return Result(
         experiment_view(ctx.open_workspace(group).get_experiment(args.name), group), experiment_table
     )
 
 
 def experiment_list(ctx: Context, args: argparse.Namespace) -> Result | None:
-    group = ctx.group()
+    group = ctx.scope()
     return Result(
         [experiment_view(e, group) for e in ctx.open_workspace(group).list_experiments()], experiment_table
     )
 
 
 def experiment_delete(ctx: Context, args: argparse.Namespace) -> Result | None:
-    group = ctx.group()
+    group = ctx.scope()
     ws = ctx.open_workspace(group)
     ws.get_experiment(args.name)
     ctx.confirm(f"delete experiment {args.name!r} and its jobs")

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import argparse
 import os
+import posixpath
 import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._models import JobState
+from .._hints import cli_reason
+from .._models import JobState, Toolkit
 from ..batchai_json import json_field_error, parse_job_json
 from ..exceptions import NotFoundError, ValidationError
 from ..experiment import unique_job_name
 from ..share import join
-from ._context import Context, Handler, Result, UsageError
+from ._context import NO_GROUP, Context, Handler, Result, UsageError
 from ._format import file_table, file_view, job_table, job_view
 from ._params import Commands, experiment_arg, positive, resource_group_arg, seconds, workspace_arg, yes_arg
 
@@ -111,12 +113,24 @@ def _register_create(j: Commands) -> None:
     )
     p.add_argument(
         "--python-script",
-        help="without --config-file: the Horovod script (a local file, a "
-        "$AZ_BATCHAI_JOB_MOUNT_ROOT/... share path or a module name)",
+        help="without --config-file: the script (a local file, a $AZ_BATCHAI_JOB_MOUNT_ROOT/... share "
+        "path or a module name); with --source-dir, a file in that folder",
     )
-    p.add_argument("--script-args", help="without --config-file: the script's arguments, one string")
     p.add_argument(
-        "--source-dir", help="a local project folder, uploaded whole; --python-script is a file in it"
+        "--toolkit",
+        choices=[t.value for t in Toolkit],
+        type=str.lower,
+        help="how --python-script's ranks start (default horovod; pytorch: DDP's variables, "
+        "tensorflow: TF_CONFIG; see docs/toolkits.md)",
+    )
+    p.add_argument(
+        "--script-args",
+        help="the script's arguments, one string; with --config-file, added after the file's commandLineArgs",
+    )
+    p.add_argument(
+        "--source-dir",
+        help="a local project folder, uploaded whole (its sibling modules import); --python-script, or "
+        "with --config-file the file's script name, is a file in it",
     )
     p.add_argument("--command-line", help="without --config-file: a custom MPI command line")
     p.add_argument("--process-count", type=positive, help="without --config-file: number of ranks")
@@ -166,19 +180,21 @@ def _storage_account_for(ctx: Context, args: argparse.Namespace, group: str) -> 
     env = os.environ.get("AZURE_BATCHAI_STORAGE_ACCOUNT")
     if env:
         return env
+    if group == NO_GROUP:
+        return None
     accounts = list(ctx.registry.get_group(group).get("storageAccounts", {}))
     return accounts[0] if len(accounts) == 1 else None
 
 
 def job_create(ctx: Context, args: argparse.Namespace) -> Result | None:
-    group, _, exp = ctx.experiment()
+    group, _, exp = ctx.experiment(create_default=True)
     name = args.name or unique_job_name()
     convenience = {
         "--python-script": args.python_script,
-        "--script-args": args.script_args,
         "--command-line": args.command_line,
         "--job-preparation": args.job_preparation,
         "--process-count": args.process_count,
+        "--toolkit": args.toolkit,
     }
     given = [flag for flag, value in convenience.items() if value is not None]
     if args.config_file:
@@ -196,6 +212,14 @@ def job_create(ctx: Context, args: argparse.Namespace) -> Result | None:
         )
         if args.nodes is not None:
             spec = spec.replace(node_count=args.nodes)
+        if args.script_args:
+            spec = spec.replace(args=(*spec.args, *shlex.split(args.script_args)))
+        if args.source_dir is not None:
+            if spec.python_script is None:
+                raise UsageError("--source-dir needs a script: the file's toolkit runs a command line")
+            # the file's script folder (a share path) gives way to the local project: its script, by name
+            script = posixpath.basename(spec.python_script)
+            spec = spec.replace(source_dir=args.source_dir, python_script=script)
         spec = spec.replace(**_survive_options(args))
         try:
             job = exp.job_from_spec(spec)
@@ -204,7 +228,8 @@ def job_create(ctx: Context, args: argparse.Namespace) -> Result | None:
     else:
         if args.python_script is None and args.command_line is None:
             raise UsageError(
-                "give --config-file, or --python-script (Horovod) or --command-line (custom MPI)"
+                "give --config-file, or --python-script (with --toolkit; default horovod) or --command-line "
+                "(custom MPI)"
             )
         if args.python_script is not None and args.command_line is not None:
             raise UsageError("give either --python-script or --command-line, not both")
@@ -215,14 +240,16 @@ def job_create(ctx: Context, args: argparse.Namespace) -> Result | None:
             python_script=args.python_script,
             args=shlex.split(args.script_args or ""),
             command_line=args.command_line,
+            toolkit=args.toolkit,
             process_count=args.process_count,
             job_preparation=args.job_preparation,
             source_dir=args.source_dir,
             **_survive_options(args),
         )
     job.submit()
+    where = ctx.where(group, job.workspace.name)
     if args.stream:
-        return _follow(job, group, "stdout.txt")
+        return _follow(job, where, "stdout.txt")
     return Result(job_view(job, group), job_table)
 
 
@@ -247,20 +274,26 @@ def _waiting_line(job: Job) -> str:
     )
 
 
-def _end_line(job: Job, group: str) -> tuple[str | None, int]:
+def _command(verb: str, job: Job, where: str) -> str:
+    """``batchai job VERB`` naming this job again (``where``: the workspace's flags, see Context.where)."""
+    parts = ["batchai job", verb, where, f"-e {shlex.quote(job.experiment.name)} -n {shlex.quote(job.name)}"]
+    return " ".join(p for p in parts if p)
+
+
+def _end_line(job: Job, where: str) -> tuple[str | None, int]:
     """How the job ended, for stderr, and the exit status that says it (0: succeeded)."""
     status = job.status
     if status.state is JobState.SUCCEEDED:
         return None, 0
-    where = (
-        f"the full output: batchai job logs -g {shlex.quote(group)} -w {shlex.quote(job.workspace.name)} "
-        f"-e {shlex.quote(job.experiment.name)} -n {shlex.quote(job.name)} --file-name stderr.txt"
+    reason = cli_reason(status.failure_reason) or "no reason recorded"
+    line = (
+        f"job {job.name} {status.state.value}: {reason}\n"
+        f"the full output: {_command('logs', job, where)} --file-name stderr.txt"
     )
-    line = f"job {job.name} {status.state.value}: {status.failure_reason or 'no reason recorded'}\n{where}"
     return line, status.exit_code or 1
 
 
-def _follow(job: Job, group: str, name: str, *, directory: str | None = None, follow: bool = True) -> Result:
+def _follow(job: Job, where: str, name: str, *, directory: str | None = None, follow: bool = True) -> Result:
     """Print a job file as it grows; say what a queued job waits for; end with how the job ended."""
     if follow and job.state is JobState.QUEUED:
         print(_waiting_line(job), file=sys.stderr, flush=True)
@@ -275,15 +308,12 @@ def _follow(job: Job, group: str, name: str, *, directory: str | None = None, fo
         for line in job.stream(name, follow=follow, directory=directory):
             print(line, flush=True)
     except KeyboardInterrupt:
-        stop = (
-            f"batchai job terminate -g {shlex.quote(group)} -w {shlex.quote(job.workspace.name)} "
-            f"-e {shlex.quote(job.experiment.name)} -n {shlex.quote(job.name)}"
-        )
+        stop = _command("terminate", job, where)
         print(f"detached; the job is still running (`{stop}` stops it)", file=sys.stderr, flush=True)
         return Result(None, exit_code=130)
     if not follow and not job.state.ended:
         return Result(None)
-    end, code = _end_line(job, group)
+    end, code = _end_line(job, where)
     if end:
         print(end, file=sys.stderr, flush=True)
     return Result(None, exit_code=code)
@@ -292,6 +322,10 @@ def _follow(job: Job, group: str, name: str, *, directory: str | None = None, fo
 def _job(ctx: Context, name: str) -> tuple[str, Job]:
     group, _, exp = ctx.experiment()
     return group, exp.get_job(name)
+
+
+def _where(ctx: Context, group: str, job: Job) -> str:
+    return ctx.where(group, job.workspace.name)
 
 
 def job_show(ctx: Context, args: argparse.Namespace) -> Result | None:
@@ -308,7 +342,7 @@ def job_wait(ctx: Context, args: argparse.Namespace) -> Result | None:
     """Like az: blocks until the job ends; the exit status is the job's exit code."""
     group, job = _job(ctx, args.name)
     job.wait(timeout=args.timeout, poll_interval=args.interval)
-    end, code = _end_line(job, group)
+    end, code = _end_line(job, _where(ctx, group, job))
     if end:
         print(end, file=sys.stderr, flush=True)
     return Result(job_view(job, group), job_table, exit_code=code)
@@ -316,7 +350,7 @@ def job_wait(ctx: Context, args: argparse.Namespace) -> Result | None:
 
 def job_logs(ctx: Context, args: argparse.Namespace) -> Result | None:
     group, job = _job(ctx, args.name)
-    return _follow(job, group, args.file_name, follow=args.follow)
+    return _follow(job, _where(ctx, group, job), args.file_name, follow=args.follow)
 
 
 def job_terminate(ctx: Context, args: argparse.Namespace) -> Result | None:
@@ -343,7 +377,7 @@ def job_file_stream(ctx: Context, args: argparse.Namespace) -> Result | None:
     group, job = _job(ctx, args.job)
     name = join(args.path or "", args.file_name)
     directory = None if args.output_directory_id == "stdouterr" else args.output_directory_id
-    return _follow(job, group, name, directory=directory)
+    return _follow(job, _where(ctx, group, job), name, directory=directory)
 
 
 def job_file_download(ctx: Context, args: argparse.Namespace) -> Result | None:

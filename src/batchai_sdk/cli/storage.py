@@ -8,6 +8,7 @@ import posixpath
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._layout import META
 from .._models import utcnow, validate_name
 from ..exceptions import AlreadyExistsError, BatchAIError, NotFoundError
 from ..share import join, normalize
@@ -65,10 +66,20 @@ def register(commands: Commands) -> None:
     sd = s.group(
         "directory",
         "directories on a share",
-        examples=("batchai storage directory create -n cifar" + _SHARE,),
+        examples=(
+            "batchai storage directory create -n cifar" + _SHARE,
+            "batchai storage directory delete -n cifar --recursive" + _SHARE,
+        ),
     )
     p = sd.command("create", storage_directory_create, "create a directory on a share")
     p.add_argument("--name", "-n", required=True, help="the directory's path on the share")
+    _share_args(p)
+    p = sd.command(
+        "delete", storage_directory_delete, "delete an empty directory (with --recursive: and its files)"
+    )
+    p.add_argument("--name", "-n", required=True, help="the directory's path on the share")
+    p.add_argument("--recursive", action="store_true", help="also delete what it holds")
+    p.add_argument("--fail-not-exist", action="store_true", help="an error when it does not exist")
     _share_args(p)
     _register_file(
         s.group(
@@ -78,6 +89,7 @@ def register(commands: Commands) -> None:
                 "batchai storage file upload --source cifar_cnn_distributed.py --path cifar" + _SHARE,
                 "batchai storage file download --path cifar/model.h5 --dest ." + _SHARE,
                 "batchai storage file list --path cifar" + _SHARE + " --output table",
+                "batchai storage file delete --path cifar/old.py" + _SHARE,
             ),
         )
     )
@@ -103,7 +115,15 @@ def _register_account(sa: Commands) -> None:
 def _register_file(sf: Commands) -> None:
     p = sf.command("upload", storage_file_upload, "upload a file (a directory --path receives it by name)")
     p.add_argument("--source", required=True, help="the local file to upload")
-    p.add_argument("--path", "-p", help="path on the share (a directory, or the file's new path)")
+    p.add_argument(
+        "--path",
+        "-p",
+        help="where on the share: a directory (created when missing) receives the file under its own name; "
+        "a path ending in the file's extension is its new name",
+    )
+    _share_args(p)
+    p = sf.command("delete", storage_file_delete, "delete a file")
+    p.add_argument("--path", "-p", required=True, help="the file's path on the share")
     _share_args(p)
     p = sf.command(
         "download", storage_file_download, "download a file (into the working directory by default)"
@@ -255,18 +275,77 @@ def storage_directory_create(ctx: Context, args: argparse.Namespace) -> Result |
     return Result({"created": not existed})
 
 
+def _user_path(path: str, flag: str) -> str:
+    """A share path the user names, never the workspace's own records (``.batchai/``)."""
+    rel = normalize(path)
+    if not rel:
+        raise UsageError(f"{flag} names the share's root: give a path inside it")
+    if rel.split("/", 1)[0] == META:
+        raise UsageError(f"{flag} {path!r} is the workspace's records: use batchai job/cluster delete")
+    return rel
+
+
+def _is_new_directory(path: str, source: Path) -> bool:
+    """Whether a ``--path`` that does not exist yet names a directory: it ends with ``/``, or its last part
+    lacks the uploaded file's extension (``--path cifar`` for ``train.py``; ``cifar/run.py`` is a name)."""
+    if path.endswith("/"):
+        return True
+    suffix = posixpath.splitext(path.rstrip("/"))[1]
+    return not suffix or suffix != source.suffix
+
+
 def storage_file_upload(ctx: Context, args: argparse.Namespace) -> Result | None:
     share = _share(ctx, args).share
     source = Path(args.source).expanduser()
     if not source.is_file():
         raise NotFoundError("local file", str(source))
     path = normalize(args.path or "")
+    if path:
+        _user_path(path, "--path")
     info = share.stat(path) if path else None
-    if not path or args.path.endswith("/") or (info is not None and info.is_dir):
+    if info is None and path and _is_new_directory(args.path, source):
+        share.mkdir(path)  # a directory the tutorial would have created first: made, as az's --path implies
+        ctx.note(f"created directory {path!r} on share {args.share_name!r}")
+        info = share.stat(path)
+    if not path or (info is not None and info.is_dir):
         path = join(path, source.name)  # az: a directory --path receives the file under its own name
+    elif info is None and "/" in path:
+        share.mkdir(posixpath.dirname(path))
     share.upload(source, path)
     stat = share.stat(path)
     return Result({"path": path, **(file_view(stat) if stat else {}), "name": posixpath.basename(path)})
+
+
+def storage_file_delete(ctx: Context, args: argparse.Namespace) -> Result | None:
+    share = _share(ctx, args).share
+    path = _user_path(args.path, "--path")
+    info = share.stat(path)
+    if info is None:
+        raise NotFoundError("file", path, f"share {args.share_name!r}")
+    if info.is_dir:
+        raise UsageError(f"{path!r} is a directory: batchai storage directory delete --name {path}")
+    share.delete(path)
+    return Result({"deleted": True})
+
+
+def storage_directory_delete(ctx: Context, args: argparse.Namespace) -> Result | None:
+    share = _share(ctx, args).share
+    path = _user_path(args.name, "--name")
+    info = share.stat(path)
+    if info is None:
+        if args.fail_not_exist:
+            raise NotFoundError("directory", path, f"share {args.share_name!r}")
+        return Result({"deleted": False})
+    if not info.is_dir:
+        raise UsageError(f"{path!r} is a file: batchai storage file delete --path {path}")
+    held = share.list(path)
+    if held and not args.recursive:
+        raise UsageError(
+            f"directory {path!r} is not empty ({len(held)} entries, e.g. {held[0].name!r}): delete them "
+            "first, or add --recursive"
+        )
+    share.delete(path, recursive=True)
+    return Result({"deleted": True})
 
 
 def storage_file_download(ctx: Context, args: argparse.Namespace) -> Result | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import posixpath
 import shutil
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,12 @@ def register(commands: Commands) -> None:
         "--engine",
         choices=("vmss", "batch"),
         help="azure only: what runs clusters, VM scale sets (default) or the Azure Batch service",
+    )
+    p.add_argument(
+        "--cluster-file",
+        metavar="FILE",
+        help="ssh: a YAML/JSON file with hosts, user, key_file, share_path, ... (docs/ssh.md); the "
+        "workspace's share is that share_path, as Workspace.ssh_from_file(FILE) opens it",
     )
     p = w.command("show", workspace_show, "show a workspace")
     resource_group_arg(p)
@@ -94,16 +101,47 @@ def _new_workspace_entry(
     return {"backend": kind, "options": options, "created": utcnow().isoformat()}
 
 
+def _make_workspace_folder(name: str, options: dict[str, Any]) -> None:
+    """``<share root>/<group>/<workspace>`` on the head node: the share root (the mount every node sees)
+    must exist, as ``Workspace.ssh`` requires of any share path; the workspace's folder below is made."""
+    from ..backends.ssh import SSHBackend
+
+    share_path = str(options["share_path"])
+    root = posixpath.dirname(posixpath.dirname(share_path))
+    probe = SSHBackend(name, **{**options, "share_path": root})  # the workspace's own host keys
+    try:
+        probe.check_share_path()
+        probe.share.mkdir(posixpath.relpath(share_path, root))
+    finally:
+        probe.close()
+
+
+def _cluster_file_entry(path: str) -> dict[str, Any]:
+    from ..backends.ssh.cluster_file import load_cluster_file
+
+    options = load_cluster_file(path)
+    options.pop("name", None)  # the workspace is -w's
+    return {"backend": "ssh", "options": options, "created": utcnow().isoformat()}
+
+
 def workspace_create(ctx: Context, args: argparse.Namespace) -> Result | None:
     group_name = ctx.group()
     group = ctx.registry.get_group(group_name)
     name = ctx.workspace_name()
     entry = group.setdefault("workspaces", {}).get(name)
     if entry is None:
-        kind = args.backend or ctx.profile.backend
-        if args.engine is not None and kind != "azure":
-            raise UsageError("--engine applies to the azure backend only")
-        entry = _new_workspace_entry(ctx, kind, group, name, args.location, args.engine)
+        if args.cluster_file:
+            if args.backend not in (None, "ssh"):
+                raise UsageError("--cluster-file describes an ssh cluster: give it without --backend")
+            kind = "ssh"
+            entry = _cluster_file_entry(args.cluster_file)
+        else:
+            kind = args.backend or ctx.profile.backend
+            if args.engine is not None and kind != "azure":
+                raise UsageError("--engine applies to the azure backend only")
+            entry = _new_workspace_entry(ctx, kind, group, name, args.location, args.engine)
+        if kind == "ssh" and not args.cluster_file:
+            _make_workspace_folder(name, entry["options"])
         try:
             ws = ctx.open_workspace(group_name, name, entry=entry)
         except NotFoundError as exc:

@@ -22,7 +22,7 @@ from typing import Any
 import paramiko
 import tenacity
 
-from ..exceptions import BackendError, BatchAITimeoutError, HostKeyError, SSHError
+from ..exceptions import BackendError, BatchAITimeoutError, HostKeyError, SSHAuthenticationError, SSHError
 from .base import CommandResult, Runner
 from .host_keys import HostKeyStore, changed_key_error, fingerprint, known_hosts_name
 
@@ -107,20 +107,40 @@ class SSHRunner(Runner):
                     self.known_hosts_name, exc.key, exc.expected_key, self.host_keys.path
                 ) from exc
             except paramiko.AuthenticationException as exc:
-                raise SSHError(
-                    self._where(), f"authentication as {self.user!r} failed: {exc}", code="auth"
+                raise SSHAuthenticationError(
+                    self._where(),
+                    user=self.user,
+                    key_file=self.key_file,
+                    detail=str(exc) or type(exc).__name__,
+                    try_command=self.try_command,
                 ) from exc
             except SSHError:
                 raise
             except (OSError, EOFError, paramiko.SSHException) as exc:
                 raise SSHError(
-                    self._where(), f"cannot connect: {_describe(exc)}", code="unreachable"
+                    self._where(),
+                    f"cannot connect: {_describe(exc)}",
+                    code="unreachable",
+                    try_command=self.try_command,
                 ) from exc
             self._client = client
             return client
 
     def _where(self) -> str:
         return f"{self.host}:{self.port}" + (f" (via {self.jump.host})" if self.jump is not None else "")
+
+    @property
+    def try_command(self) -> str:
+        """The ``ssh`` command line that makes this connection by hand (key file, port, jump host)."""
+        parts = ["ssh"]
+        if self.key_file is not None:
+            parts += ["-i", shlex.quote(self.key_file)]
+        parts += ["-p", str(self.port)]
+        if self.jump is not None:
+            jump_user = f"{self.jump.user}@" if self.jump.user else ""
+            parts += ["-J", shlex.quote(f"{jump_user}{self.jump.host}:{self.jump.port}")]
+        parts.append(shlex.quote(f"{self.user}@{self.host}" if self.user else self.host))
+        return " ".join(parts)
 
     def _connect_once(self) -> paramiko.SSHClient:
         client = paramiko.SSHClient()

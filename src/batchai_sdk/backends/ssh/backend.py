@@ -117,6 +117,13 @@ class SSHBackend(Backend):
         self.user = user
         self.port = port
         self.key_file = os.path.expanduser(os.fspath(key_file)) if key_file is not None else None
+        if self.key_file is not None and not os.path.isfile(self.key_file):
+            # before any connection: paramiko would retry, then blame the host
+            raise ValidationError(
+                "key_file",
+                os.fspath(key_file),  # type: ignore[arg-type]
+                "an existing private key file on this machine (make one: ssh-keygen -t ed25519 -f PATH)",
+            )
         self.share_path = posixpath.normpath(share_path)
         self.python = python
         self.mpirun = mpirun
@@ -147,6 +154,21 @@ class SSHBackend(Backend):
         self._node_dir: str | None = None
         self._gpus: dict[str, int] = {}
         self.share = SFTPShare(self._runner(self.hosts[0]), self.share_path)
+
+    def check_share_path(self) -> None:
+        """Refuse a ``share_path`` that is not a folder on the head node (connecting to it): a mistyped
+        one is never made, since a new empty folder would hide the real share. ``Workspace.ssh`` calls it;
+        the constructor itself makes no connection."""
+        info = self.share.stat("")
+        if info is None or not info.is_dir:
+            what = "is not a folder" if info is not None else "does not exist"
+            raise ValidationError(
+                "share_path",
+                self.share_path,
+                f"a folder every host sees; {self.share_path} {what} on {self.user}@{self.hosts[0]} "
+                f"(mount the shared file system there, or create it: "
+                f"{self._runner(self.hosts[0]).try_command} mkdir -p {self.share_path})",
+            )
 
     def __repr__(self) -> str:
         return f"SSHBackend({self.workspace!r}, hosts={self.hosts!r}, share_path={self.share_path!r})"
@@ -247,7 +269,8 @@ class SSHBackend(Backend):
         runner = self.runner(node)
         if runner.connected and runner.check(timeout=self.probe_timeout) is None:
             return None
-        return probe_ssh(node.address, self.port, timeout=self.probe_timeout, via=self._jump)
+        why = probe_ssh(node.address, self.port, timeout=self.probe_timeout, via=self._jump)
+        return f"{why} (try it by hand: {runner.try_command})" if why else None
 
     # -- node-local paths -----------------------------------------------------------------------------
     def node_dir(self) -> str:

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import paramiko
 
 from ..._models import FileInfo
-from ...exceptions import BackendError, HostKeyError, NotFoundError, ShareError
+from ...exceptions import BackendError, HostKeyError, NotFoundError, ShareError, SSHAuthenticationError
 from ...remote.ssh import SSHRunner
 from ...share import Progress, Share, copy_stream, normalize
 
@@ -89,8 +89,8 @@ class SFTPShare(Share):
         with self._lock:
             try:
                 sftp = self.runner.sftp()
-            except HostKeyError:
-                raise
+            except (HostKeyError, SSHAuthenticationError):
+                raise  # the share is fine: the login is what to fix, and the error says how
             except BackendError as exc:
                 raise ShareError(f"share {self.name!r} is unreachable: {exc}", path) from exc
             yield sftp

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import signal
 import socket
@@ -77,7 +78,10 @@ def relay_lines(source: Any, fd: int, last: list[bytes] | None = None, copy_path
             except OSError:
                 copy = None  # a full share: the job's stdout.txt still gets every line
         if last is not None:
-            last[:] = (b"".join(last[-1:]) + chunk).splitlines()[-40:]
+            # last[-1] is the line still being written (b"" after a newline): a chunk continues it only
+            tail = last.pop() if last else b""
+            last.extend((tail + chunk).split(b"\n"))
+            del last[:-41]
         pending += chunk
         cut = max(pending.rfind(b"\n"), pending.rfind(b"\r"))
         try:
@@ -254,15 +258,25 @@ def run_rank(config_path: str, secrets: dict[str, str] | None = None) -> int:
     return 128 - code if code < 0 else code
 
 
+_FRAME = re.compile(r'^File "(?P<file>[^"]+)", line (?P<line>\d+)')
+
+
 def last_error_line(lines: list[bytes]) -> str | None:
-    """The line that says why a rank failed: its last exception or ``error:`` line, else its last line."""
+    """The line that says why a rank failed: its last exception or ``error:`` line, else its last line.
+
+    An exception line gets the place of the traceback's last frame, the line that raised it (or, for a
+    SyntaxError, the line that does not parse): ``NameError: name 'x' is not defined (train.py:12)``.
+    """
     text = [ln.decode(errors="replace").strip() for ln in lines if ln.strip()]
-    for line in reversed(text):
+    for i in range(len(text) - 1, -1, -1):
+        line = text[i]
         head = line.split(":", 1)[0]
-        if (
-            head.endswith(("Error", "Exception", "Interrupt", "Exit")) and " " not in head
-        ) or line.startswith("error:"):
+        if line.startswith("error:"):
             return line[:300]
+        if head.endswith(("Error", "Exception", "Interrupt", "Exit")) and " " not in head:
+            frame = next((m for m in map(_FRAME.match, reversed(text[:i])) if m), None)
+            where = f" ({os.path.basename(frame['file'])}:{frame['line']})" if frame else ""
+            return line[: 300 - len(where)] + where
     return text[-1][:300] if text else None
 
 
