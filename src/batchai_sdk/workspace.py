@@ -25,16 +25,28 @@ class Workspace:
     that opens the same workspace sees the same objects."""
 
     def __init__(self, backend: Backend) -> None:
+        # On Azure no I/O here (Azure SDK guideline: constructors do none): the share is a storage account
+        # that the first write creates, and a preflight refusal must find nothing created. A local folder
+        # or an SSH share is made (and checked) at once.
         self.backend = backend
+        self._recorded = False
+        if not backend.provisions_lazily:
+            self._record_workspace()
+
+    def _record_workspace(self) -> None:
+        """Write the workspace's own record once, with the first object it holds."""
+        if self._recorded:
+            return
         if not self.share.exists(layout.workspace_record()):
             self.share.write_json(
                 layout.workspace_record(),
                 {
-                    "name": backend.workspace,
-                    "backend": backend.kind,
+                    "name": self.backend.workspace,
+                    "backend": self.backend.kind,
                     "created": utcnow().isoformat(),
                 },
             )
+        self._recorded = True
 
     # -- constructors ---------------------------------------------------------------------------------
     @classmethod
@@ -203,6 +215,7 @@ class Workspace:
                 f"workspace {self.name!r}",
                 f"use workspace.get_experiment({name!r}), or create_experiment(..., exist_ok=True)",
             )
+        self._record_workspace()
         self.share.write_json(record, spec.to_dict())
         return Experiment(self, spec)
 
@@ -305,6 +318,9 @@ class Workspace:
             extra=extra,
             price_per_hour=price_per_hour,
         )
+        # The preflight first: on Azure a size or quota refusal then leaves no resource group, storage
+        # account or share behind (reading the cluster's record would create them).
+        self.backend.check_cluster(spec)
         existing = self.share.read_json_or_none(layout.cluster_record(name))
         if existing is not None:
             if not exist_ok:
@@ -322,6 +338,7 @@ class Workspace:
                 cluster.resize(nodes, timeout=timeout)
             return cluster
         self.backend.create_cluster(spec, timeout=timeout)
+        self._record_workspace()
         self.share.write_json(layout.cluster_record(name), spec.to_dict())
         return Cluster(self, spec)
 

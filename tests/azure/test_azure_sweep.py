@@ -50,6 +50,7 @@ def two_workspaces(
     second = Workspace(
         AzureBackend("second", **{**options, "resource_group": "batchai.other", "share_name": "second"})
     )
+    second.create_experiment("e")  # its first object creates its resources
     untagged(arm)
     yield
     second.close()

@@ -149,6 +149,9 @@ class Backend(ABC):
     kind: ClassVar[str]
     workspace: str
     share: Share
+    # True where touching the share creates cloud resources (Azure): the workspace then writes nothing until
+    # its first experiment or cluster, so that constructing it makes no call.
+    provisions_lazily: ClassVar[bool] = False
 
     def describe(self) -> dict[str, Any]:
         """Facts for reprs and ``workspace show`` (never secrets)."""

@@ -78,6 +78,7 @@ class AzureBackend(Backend):
     """
 
     kind = "azure"
+    provisions_lazily = True
 
     def __init__(
         self,
