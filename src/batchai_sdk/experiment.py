@@ -4,23 +4,53 @@ from __future__ import annotations
 
 import os
 import secrets
+import warnings
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from . import _layout as layout
-from ._models import ExperimentSpec, JobSpec, Toolkit
+from ._models import ExperimentSpec, JobSpec, Toolkit, validate_name
 from .exceptions import AlreadyExistsError, NotFoundError
 from .job import Job
 
 if TYPE_CHECKING:
     from .cluster import Cluster
+    from .tuning import EarlyStop, Sweep
     from .workspace import Workspace
 
 
 def unique_job_name() -> str:
     """``job-20261123-101500-3fa2``: the time, in UTC, and 4 random hex digits."""
     return f"job-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+class RerunChangedWarning(UserWarning):
+    """``create_job(name, exist_ok=True)`` found the job, run before with other settings: it is returned as
+    it is, and the new settings are not run."""
+
+
+_COMPARED = (
+    "python_script",
+    "args",
+    "node_count",
+    "command_line",
+    "toolkit",
+    "environment",
+    "cluster",
+    "source_dir",
+)
+
+
+def changed_fields(old: JobSpec, new: JobSpec) -> list[str]:
+    """The settings a re-run changed (secrets are compared by name only: their values are never stored)."""
+    return [f for f in _COMPARED if getattr(old, f) != getattr(new, f) and f != "environment"] + (
+        ["environment"] if _public_env(old) != _public_env(new) else []
+    )
+
+
+def _public_env(spec: JobSpec) -> dict[str, str]:
+    return {k: v for k, v in spec.environment.items() if k not in spec.secret_environment}
 
 
 def job_hint(name: str) -> str:
@@ -84,10 +114,6 @@ class Experiment:
 
         if name is None:
             name = unique_job_name()
-        elif exist_ok and self.workspace.share.exists(layout.job_record(self.name, name)):
-            job = Job.attach(self, name)
-            job.reattached = True  # submit() returns it as it is: the script ran this far before
-            return job
         cluster_name = cluster if isinstance(cluster, str) else cluster.name
         env = dict(environment or {})
         env.update(secrets or {})
@@ -123,6 +149,19 @@ class Experiment:
             source_dir=os.fspath(source_dir) if source_dir is not None else None,
             toolkit_settings=toolkit_settings if toolkit_settings is not None else {},
         )
+        if exist_ok and self.workspace.share.exists(layout.job_record(self.name, name)):
+            job = Job.attach(self, name)
+            job.reattached = True  # submit() returns it as it is: the script ran this far before
+            changed = changed_fields(job.spec, spec)
+            if changed:
+                warnings.warn(
+                    f"job {self.name}/{name} exists and ran with other {', '.join(changed)}: it is returned "
+                    "as it is, not run again. Give the new run another name (name=None: a fresh one), or "
+                    f"delete the old one: experiment.delete_job({name!r})",
+                    RerunChangedWarning,
+                    stacklevel=2,
+                )
+            return job
         return self.job_from_spec(spec)
 
     def job_from_spec(self, spec: JobSpec) -> Job:
@@ -134,6 +173,59 @@ class Experiment:
         job = Job(self, spec)
         job.check()
         return job
+
+    def sweep(
+        self,
+        name: str,
+        *,
+        grid: Mapping[str, Sequence[Any]] | None = None,
+        random: Mapping[str, Any] | None = None,
+        trials: int | None = None,
+        seed: int | None = None,
+        max_concurrent: int = 2,
+        early_stop: EarlyStop | None = None,
+        exist_ok: bool = False,
+        **job_options: Any,
+    ) -> Sweep:
+        """A hyperparameter sweep: one job per point of ``grid`` (every combination) or ``trials`` draws
+        from ``random`` (a list: a choice; ``("loguniform", 1e-4, 1e-1)``, ``("uniform", a, b)``,
+        ``("randint", a, b)``), each with ``--name value`` after ``args``; ``job_options`` are
+        ``create_job``'s (``cluster=``, ``python_script=``, ``args=``, ...). Nothing runs until
+        ``.run()``, which keeps at most ``max_concurrent`` trials unfinished and, with
+        ``early_stop=EarlyStop("val_loss", "min")``, stops trials worse than the median. See
+        docs/training.md#sweeps."""
+        from .tuning import create_sweep
+
+        return create_sweep(
+            self,
+            name,
+            grid=grid,
+            random_space=random,
+            trials=trials,
+            seed=seed,
+            max_concurrent=max_concurrent,
+            early_stop=early_stop,
+            exist_ok=exist_ok,
+            job_options=job_options,
+        )
+
+    def get_sweep(self, name: str) -> Sweep:
+        """The sweep ``name`` of this experiment; ``NotFoundError`` when there is none."""
+        from .tuning import Sweep, sweep_record
+
+        data = self.workspace.share.read_json_or_none(
+            sweep_record(self.name, validate_name(name, "sweep name"))
+        )
+        if data is None:
+            raise NotFoundError("sweep", name, f"experiment {self.name!r}")
+        return Sweep(self, data)
+
+    def results(self) -> list[dict[str, Any]]:
+        """The experiment's table: one row per job (by name) with its state, duration, cost, hyperparameters
+        (``--name value`` arguments and ``log_params``) and final metrics (whatever it logged)."""
+        from ._display import result_row
+
+        return [result_row(job) for job in sorted(self.list_jobs(), key=lambda j: j.name)]
 
     def get_job(self, name: str) -> Job:
         """The job ``name`` of this experiment; raises ``NotFoundError`` if it has none of that name."""
@@ -175,7 +267,7 @@ class Experiment:
         return f"Experiment({self.name!r})"
 
     def _repr_html_(self) -> str:
-        """A notebook's view: the experiment's jobs with their state, duration and last val_accuracy."""
+        """A notebook's view: ``results()`` as a table."""
         from ._display import experiment_html
 
         return experiment_html(self)

@@ -31,7 +31,7 @@ from ._models import (
 from ._staging import code_files, resolve_local_script, stage_code
 from .backends.base import ClusterScheduler, JobRequest, LaunchTarget
 from .backends.head_scheduler import ensure_node_code
-from .cost import format_cost
+from .cost import Cost, format_cost
 from .exceptions import (
     AlreadyExistsError,
     BatchAIError,
@@ -143,7 +143,7 @@ class Job:
     def _checked(self) -> tuple[Cluster, Path | None, str | None]:
         """``check()``'s findings: the cluster, and the script to upload or already on the share."""
         cluster = self.workspace.get_cluster(self.spec.cluster)
-        if self.spec.node_count > cluster.max_nodes:
+        if self.spec.node_count > max(cluster.max_nodes, self.workspace.deferred_sizes.get(cluster.name, 0)):
             auto = cluster.spec.autoscale is not None
             raise CapacityError(cluster.name, self.spec.node_count, cluster.max_nodes, autoscale=auto)
         if not self.spec.toolkit.runs_command_line and self.spec.python_script:
@@ -197,6 +197,11 @@ class Job:
                 "job", self.name, f"experiment {self.experiment.name!r} (already submitted)"
             )
         cluster, local_script, script_rel = self._checked()
+        deferred = self.workspace.deferred_sizes.get(cluster.name)
+        if deferred is not None and cluster.target_nodes < deferred:  # create_cluster(exist_ok=True)'s size
+            from .cluster import GROW_TIMEOUT
+
+            cluster.resize(deferred, wait=True, timeout=GROW_TIMEOUT)
         nodes = self._pick_nodes(cluster)
         target = self._prepare(cluster, nodes)
         self._reserve_name()
@@ -396,11 +401,20 @@ class Job:
         return self.status.exit_code
 
     @property
-    def cost(self) -> float | None:
-        """Estimated cost so far (price per node-hour × nodes × hours run); None when unknown."""
+    def cost(self) -> Cost | None:
+        """Estimated cost so far (price per node-hour × nodes × hours run), printed ``$0.42``; None when
+        the price is unknown."""
         from .cost import cost_of_job
 
         return cost_of_job(self)
+
+    def estimate_cost(self, hours: float | None = None) -> Cost | None:
+        """What the job costs if it runs ``hours`` (default: ``max_wall_clock_time``, else 1 hour): the
+        cluster's price per node-hour × ``node_count`` × hours, before ``submit()``; None when the price
+        is unknown. ``job.estimate_cost(0.5)`` → ``$1.80`` for 2 nodes at $1.80/h."""
+        from .cost import estimate_job_cost
+
+        return estimate_job_cost(self, hours)
 
     def wait(
         self,

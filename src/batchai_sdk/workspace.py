@@ -30,6 +30,8 @@ class Workspace:
         # or an SSH share is made (and checked) at once.
         self.backend = backend
         self._recorded = False
+        # cluster → the size create_cluster(exist_ok=True) asked for, applied by the next submit (Job.submit)
+        self.deferred_sizes: dict[str, int] = {}
         if not backend.provisions_lazily:
             self._record_workspace()
 
@@ -331,11 +333,16 @@ class Workspace:
                     f"use workspace.get_cluster({name!r}), or create_cluster(..., exist_ok=True)",
                 )
             cluster = Cluster(self, ClusterSpec.from_dict(existing))
-            if (
-                auto is None and cluster.target_nodes < nodes
-            ):  # e.g. resized to 0 by the last run: grow it back, never shrink
-                log.info("cluster %s has %d node(s); resizing it to %d", name, cluster.target_nodes, nodes)
-                cluster.resize(nodes, timeout=timeout)
+            if auto is None and cluster.target_nodes < nodes:
+                # e.g. resized to 0 by the last run: it grows back when this script submits a job, not now
+                # (a re-run that only re-attaches to its finished job then costs no node-minute)
+                log.info(
+                    "cluster %s has %d node(s); it grows to %d when a job is submitted",
+                    name,
+                    cluster.target_nodes,
+                    nodes,
+                )
+                self.deferred_sizes[name] = nodes
             return cluster
         self.backend.create_cluster(spec, timeout=timeout)
         self._record_workspace()
