@@ -1,4 +1,4 @@
-"""The autoscale policy (node/autoscale.py): a pure function, tested by cases and by properties."""
+"""The autoscale policy (node/policy/autoscale.py): a pure function, tested by cases and by properties."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from batchai_sdk.node import autoscale
-from batchai_sdk.node.autoscale import (
+from batchai_sdk.node.policy import autoscale
+from batchai_sdk.node.policy.autoscale import (
     AutoScaleError,
     AutoScaleSettings,
     Decision,

@@ -10,7 +10,7 @@ from batchai_sdk._models import (
     autoscale_settings,
 )
 from batchai_sdk.exceptions import BatchAIJsonError, ValidationError
-from batchai_sdk.node.autoscale import AutoScaleSettings
+from batchai_sdk.node.policy.autoscale import AutoScaleSettings
 
 
 def test_round_trip_with_price_and_autoscale() -> None:

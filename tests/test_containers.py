@@ -14,7 +14,7 @@ import pytest
 
 from _helpers import engine_calls, stand_in_engine, wait_for
 from batchai_sdk import Job, JobState, Workspace
-from batchai_sdk.node.containers import qualify_image
+from batchai_sdk.node.job.containers import qualify_image
 
 Script = Callable[[str, str], Path]
 

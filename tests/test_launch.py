@@ -177,7 +177,7 @@ def test_relative_mount_path_gets_a_node_local_link() -> None:
 
 
 def test_a_rank_in_a_container_sees_the_host_network_the_share_and_an_env_file() -> None:
-    from batchai_sdk.node.rank import container_argv, container_env
+    from batchai_sdk.node.job.rank import container_argv, container_env
 
     argv = container_argv(
         "/usr/bin/docker",

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from batchai_sdk.node.launcher import PORT_FLOOR, ephemeral_floor, free_port
+from batchai_sdk.node.job.launcher import PORT_FLOOR, ephemeral_floor, free_port
 
 
 def bindable(port: int) -> bool:

@@ -17,8 +17,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import batchai_sdk.node
-from batchai_sdk.node import procs
-from batchai_sdk.node.scheduler import Holding, RequestError, Scheduler, Waiting, plan
+from batchai_sdk.node.job import procs
+from batchai_sdk.node.scheduler.daemon import Holding, RequestError, Scheduler, Waiting, plan
 
 NODE_MAIN = str(Path(batchai_sdk.node.__file__).parent / "__main__.py")
 NOW = 1000.0

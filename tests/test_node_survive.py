@@ -22,8 +22,10 @@ from typing import Any
 
 import pytest
 
-from batchai_sdk.node import evictions, retries, stacks, watchdog
-from batchai_sdk.node.retries import Attempt, EndCause, Outcome, RetryPolicy, decide
+from batchai_sdk.node.azure import evictions
+from batchai_sdk.node.job import stacks
+from batchai_sdk.node.policy import retries, watchdog
+from batchai_sdk.node.policy.retries import Attempt, EndCause, Outcome, RetryPolicy, decide
 
 # ----------------------------------------------------------------------------------------------- stacks
 
@@ -535,16 +537,18 @@ def _as_on_a_node(tmp_path: Path, code: str, *args: str) -> subprocess.Completed
     """Run ``code`` with the node package copied alone as ``batchai_node`` (batchai_sdk unimportable)."""
     package = tmp_path / "share" / "batchai_node"
     if not package.exists():
-        shutil.copytree(Path(stacks.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            Path(stacks.__file__).parent.parent, package, ignore=shutil.ignore_patterns("__pycache__")
+        )
     prelude = f"import sys; sys.path.insert(0, {str(package.parent)!r}); sys.modules['batchai_sdk'] = None; "
-    return subprocess.run([sys.executable, "-I", "-c", prelude + code, *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-I", "-S", "-c", prelude + code, *args], capture_output=True, text=True,
                           timeout=60)  # fmt: skip
 
 
 def test_stacks_command_line_on_a_node(procs: Procs, tmp_path: Path) -> None:
     tag = _tag()
     rank = procs.python_rank(tag, "faulthandler")
-    done = _as_on_a_node(tmp_path, "import batchai_node.stacks as s; sys.exit(s.main(sys.argv[1:]))",
+    done = _as_on_a_node(tmp_path, "import batchai_node.job.stacks as s; sys.exit(s.main(sys.argv[1:]))",
                          "--tag", tag, "--out", str(tmp_path / "logs"), "--node", "10.0.0.4", "--timeout", "20")  # fmt: skip
     assert done.returncode == 0, done.stderr
     out = tmp_path / "logs" / "stacks-10.0.0.4.txt"
@@ -553,9 +557,18 @@ def test_stacks_command_line_on_a_node(procs: Procs, tmp_path: Path) -> None:
 
 
 def test_node_modules_import_only_the_standard_library(tmp_path: Path) -> None:
-    for module in ("stacks", "watchdog", "evictions", "retries"):
-        done = _as_on_a_node(tmp_path, f"import batchai_node.{module}")
-        assert done.returncode == 0, done.stderr
+    # every module of the node package, subfolders included, imports as ``batchai_node`` with python -S
+    root = Path(stacks.__file__).parent.parent
+    modules = sorted(
+        ".".join(("batchai_node", *p.relative_to(root).with_suffix("").parts)).removesuffix(".__init__")
+        for p in root.rglob("*.py")
+        if p.name != "__main__.py"
+    )
+    assert len(modules) > 25 and "batchai_node.scheduler.daemon" in modules
+    done = _as_on_a_node(
+        tmp_path, "import importlib, sys; [importlib.import_module(m) for m in sys.argv[1:]]", *modules
+    )
+    assert done.returncode == 0, done.stderr
 
 
 # ---------------------------------------------------------------------------------------------- retries

@@ -17,7 +17,7 @@ import pytest
 from _helpers import pid_alive, wait_for
 from batchai_sdk import AlreadyExistsError, JobState, Workspace
 from batchai_sdk._models import NodeCounts
-from batchai_sdk.node import procs
+from batchai_sdk.node.job import procs
 
 pytestmark = pytest.mark.mpi
 Script = Callable[[str, str], Path]

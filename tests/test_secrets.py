@@ -15,7 +15,7 @@ import pytest
 from _helpers import read_pid
 from batchai_sdk import JobState, Workspace
 from batchai_sdk.exceptions import ValidationError
-from batchai_sdk.node import procs
+from batchai_sdk.node.job import procs
 
 pytestmark = pytest.mark.mpi
 

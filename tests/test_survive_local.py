@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from batchai_sdk import JobState, Workspace
-from batchai_sdk.node.stacks import find_py_spy
+from batchai_sdk.node.job.stacks import find_py_spy
 
 pytestmark = pytest.mark.mpi
 Script = Callable[[str, str], Path]

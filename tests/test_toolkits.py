@@ -1,4 +1,4 @@
-"""The per-rank toolkit logic the rank shim calls (node/toolkits.py), on exact outputs."""
+"""The per-rank toolkit logic the rank shim calls (node/policy/toolkits.py), on exact outputs."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from batchai_sdk.node import toolkits as tk
-from batchai_sdk.node.toolkits import RankContext
+from batchai_sdk.node.policy import toolkits as tk
+from batchai_sdk.node.policy.toolkits import RankContext
 
 
 def ctx(

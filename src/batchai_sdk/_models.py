@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .exceptions import BatchAIJsonError, ValidationError
-from .node.autoscale import AutoScaleError, AutoScaleSettings, parse_batchai_autoscale
+from .node.policy.autoscale import AutoScaleError, AutoScaleSettings, parse_batchai_autoscale
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 OUTPUT_ID_RE = re.compile(r"[A-Za-z0-9_]{1,32}")
@@ -579,7 +579,7 @@ class JobSpec:
     @property
     def total_processes(self) -> int:
         """Processes the job starts on nodes without GPUs (pytorch starts one per GPU where there are)."""
-        from .node.toolkits import process_count
+        from .node.policy.toolkits import process_count
 
         return process_count(self.toolkit.value, self.launch_settings(), self.node_count, 0)
 

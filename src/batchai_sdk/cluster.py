@@ -26,7 +26,7 @@ from ._models import (
 from .backends.base import ClusterStatus
 from .cost import format_cost
 from .exceptions import BatchAITimeoutError, ClusterBusyError, NotFoundError, ValidationError
-from .node.autoscale import DEFAULT_IDLE_SECONDS
+from .node.policy.autoscale import DEFAULT_IDLE_SECONDS
 from .share import join
 
 GROW_TIMEOUT = 1800.0  # seconds Job.submit waits for an Azure scale set to grow for it

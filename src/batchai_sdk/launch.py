@@ -13,7 +13,7 @@ from typing import Any
 from ._layout import JobPaths
 from ._models import JobSpec
 from .backends.base import LaunchTarget
-from .node import toolkits
+from .node.policy import toolkits
 
 __all__ = [
     "job_environment",
@@ -190,7 +190,7 @@ def node_command(python: str, node_main: str, *args: str, env: Mapping[str, str]
 
 
 def toolkit_settings_for_launch(spec: JobSpec) -> dict[str, Any]:
-    """``launch.json["toolkit_settings"]``: the settings ``batchai_sdk.node.toolkits`` reads on the nodes
+    """``launch.json["toolkit_settings"]``: the settings ``node.policy.toolkits`` reads on the nodes
     (``RankContext.settings``, ``process_count``, ``backend_notice``) — the spec's ``toolkit_settings``
     plus ``process_count`` when the job sets it. Plain JSON; no secrets (settings hold none)."""
     return spec.launch_settings()

@@ -13,7 +13,7 @@ from .backends.base import Backend
 from .cluster import Cluster
 from .exceptions import AlreadyExistsError, BatchAIError, NotFoundError, ValidationError
 from .experiment import Experiment
-from .node.autoscale import DEFAULT_AZURE_IDLE_SECONDS, DEFAULT_IDLE_SECONDS
+from .node.policy.autoscale import DEFAULT_AZURE_IDLE_SECONDS, DEFAULT_IDLE_SECONDS
 from .share import Share
 from .vm_sizes import check_vm_size
 

@@ -1,6 +1,6 @@
 """Scale-down without the client on Azure: the scale set's system-assigned identity, its role on that scale
 set only (the real azure-mgmt-authorization client over HTTP against the fake ARM), and the head node's
-stdlib helper (node/azure_capacity.py) that takes an IMDS token and deletes instances / sets capacity
+stdlib helper (node/azure/capacity.py) that takes an IMDS token and deletes instances / sets capacity
 against the fake ARM served on 127.0.0.1."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from batchai_sdk._models import ClusterSpec
 from batchai_sdk.backends.azure import provision as prov
 from batchai_sdk.backends.azure.clients import AzureClients, ClientOptions
 from batchai_sdk.exceptions import AzureError
-from batchai_sdk.node.azure_capacity import (
+from batchai_sdk.node.azure.capacity import (
     AzureCapacity,
     CapacityError,
     ScaleSetRef,

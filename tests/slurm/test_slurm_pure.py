@@ -15,7 +15,7 @@ from batchai_sdk.backends.slurm.script import (
 )
 from batchai_sdk.backends.slurm.states import job_state, node_state
 from batchai_sdk.exceptions import ValidationError
-from batchai_sdk.node.slurm_job import expand_hostlist, tasks_per_node
+from batchai_sdk.node.slurm.step import expand_hostlist, tasks_per_node
 
 
 @pytest.mark.parametrize(

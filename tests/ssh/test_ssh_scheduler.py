@@ -31,7 +31,7 @@ from batchai_sdk._models import NodeCounts
 from batchai_sdk.cluster import Cluster
 from batchai_sdk.experiment import Experiment
 from batchai_sdk.job import Job
-from batchai_sdk.node import procs
+from batchai_sdk.node.job import procs
 
 pytestmark = [pytest.mark.ssh, pytest.mark.mpi]
 

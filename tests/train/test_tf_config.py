@@ -1,4 +1,4 @@
-"""TF_CONFIG from node/toolkits.py drives tf.distribute.MultiWorkerMirroredStrategy on the pinned TF 2.15:
+"""TF_CONFIG from node/policy/toolkits.py drives tf.distribute.MultiWorkerMirroredStrategy on the pinned TF 2.15:
 two real worker processes on loopback agree on an all-reduce."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from batchai_sdk.node.launcher import free_port
-from batchai_sdk.node.toolkits import RankContext, rank_argv, rank_env
+from batchai_sdk.node.job.launcher import free_port
+from batchai_sdk.node.policy.toolkits import RankContext, rank_argv, rank_env
 
 pytestmark = pytest.mark.train
 

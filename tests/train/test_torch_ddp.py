@@ -1,5 +1,5 @@
 """batchai_sdk.train.cifar10_torch: real torch, real processes. Two ranks on CPU over gloo, started with the
-variables and the command line node/toolkits.py gives a pyTorchSettings rank (as the rank shim will)."""
+variables and the command line node/policy/toolkits.py gives a pyTorchSettings rank (as the rank shim will)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
-from batchai_sdk.node.toolkits import RankContext, rank_argv, rank_env  # noqa: E402
+from batchai_sdk.node.policy.toolkits import RankContext, rank_argv, rank_env  # noqa: E402
 from batchai_sdk.train import cifar10_torch as ct  # noqa: E402
 from batchai_sdk.train import module_path  # noqa: E402
 

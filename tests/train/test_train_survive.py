@@ -20,7 +20,7 @@ tf = pytest.importorskip("tensorflow")
 pytest.importorskip("horovod.tensorflow.keras")
 pytest.importorskip("sklearn")
 
-from batchai_sdk.node.stacks import JOB_TAG_VARIABLE, find_job_python_pids  # noqa: E402
+from batchai_sdk.node.job.stacks import JOB_TAG_VARIABLE, find_job_python_pids  # noqa: E402
 
 pytestmark = pytest.mark.train
 

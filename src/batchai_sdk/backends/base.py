@@ -110,7 +110,7 @@ class Activity:
 class ClusterScheduler(ABC):
     """The one authority that queues a cluster's jobs and places them on its nodes.
 
-    Implementations: the head-node scheduler (local, SSH, Azure: ``node/scheduler.py`` over a Runner)
+    Implementations: the head-node scheduler (local, SSH, Azure: ``node/scheduler/daemon.py`` over a Runner)
     and Slurm (sbatch/squeue/scancel). Job status is read from the share's records, never from here.
     """
 

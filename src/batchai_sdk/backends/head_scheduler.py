@@ -1,4 +1,4 @@
-"""The client of a cluster's own scheduler (``node/scheduler.py``) on its head node, for the backends
+"""The client of a cluster's own scheduler (``node/scheduler/daemon.py``) on its head node, for the backends
 whose nodes we run (local, SSH, Azure). Each call runs ``ctl`` on the head node through the backend's
 runner: the request (secrets included) goes on stdin, the reply comes back on stdout.
 """
@@ -27,8 +27,11 @@ NODE_PACKAGE = Path(__file__).resolve().parent.parent / "node"
 
 @lru_cache(maxsize=1)
 def node_code() -> tuple[str, tuple[tuple[str, bytes], ...]]:
-    """(digest, files) of the node package: the digest names its folder on the share."""
-    files = tuple(sorted((p.name, p.read_bytes()) for p in NODE_PACKAGE.glob("*.py")))
+    """(digest, files) of the node package, its subfolders included (paths relative to it, with '/'): the
+    digest names its folder on the share."""
+    files = tuple(
+        sorted((p.relative_to(NODE_PACKAGE).as_posix(), p.read_bytes()) for p in NODE_PACKAGE.rglob("*.py"))
+    )
     digest = hashlib.sha256(b"".join(name.encode() + b"\0" + data for name, data in files)).hexdigest()
     return digest[:16], files
 

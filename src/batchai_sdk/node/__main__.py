@@ -6,7 +6,7 @@
 ``prep CONFIG NODE``      job preparation on a node (secrets as JSON on stdin)
 ``rank CONFIG``           one rank (started by mpirun or the launcher)
 ``reap TAG``              end every process of a job on this node; prints how many survived
-``slurm-job batch CONFIG``  inside a Slurm allocation: the job's launcher there (see slurm_job.py)
+``slurm-job batch CONFIG``  inside a Slurm allocation: the job's launcher there (see slurm/step.py)
 ``stacks --tag T --out D --node N``  write the Python stacks of a job's processes here (hang watchdog)
 """
 
@@ -32,17 +32,17 @@ def _mod(name: str):  # type: ignore[no-untyped-def]
 def main(argv: list[str]) -> int:
     mode, args = (argv[0], argv[1:]) if argv else ("", [])
     if mode == "scheduler" and len(args) == 1:
-        return int(_mod("scheduler").run(args[0]))
+        return int(_mod("scheduler.daemon").run(args[0]))
     if mode == "ctl" and len(args) == 1:
-        return int(_mod("ctl").main(args[0]))
+        return int(_mod("scheduler.ctl").main(args[0]))
     if mode == "launch" and len(args) == 1:
-        return int(_mod("launcher").Launcher(args[0]).main())
+        return int(_mod("job.launcher").Launcher(args[0]).main())
     if mode == "prep" and len(args) == 2:
         raw = sys.stdin.read() if not sys.stdin.isatty() else ""
         secrets = json.loads(raw) if raw.strip() else {}
-        containers = _mod("containers")
+        containers = _mod("job.containers")
         try:
-            return int(_mod("rank").run_prep(args[0], args[1], secrets))
+            return int(_mod("job.rank").run_prep(args[0], args[1], secrets))
         except containers.PullError as exc:  # the launcher reads the reason from stderr
             sys.stderr.write(f"{exc}\n")
             return int(containers.PULL_FAILED)
@@ -51,13 +51,13 @@ def main(argv: list[str]) -> int:
         if args[1:] == ["--secrets-on-stdin"]:  # a custom command started over ssh: secrets never in argv
             raw = sys.stdin.read()
             secrets = json.loads(raw) if raw.strip() else {}
-        return int(_mod("rank").run_rank(args[0], secrets))
+        return int(_mod("job.rank").run_rank(args[0], secrets))
     if mode == "slurm-job":
-        return int(_mod("slurm_job").main(args))
+        return int(_mod("slurm.step").main(args))
     if mode == "stacks":
-        return int(_mod("stacks").main(args))
+        return int(_mod("job.stacks").main(args))
     if mode == "reap" and len(args) == 1:
-        print(_mod("procs").reap(args[0]))
+        print(_mod("job.procs").reap(args[0]))
         return 0
     sys.stderr.write(__doc__ or "")
     return 2

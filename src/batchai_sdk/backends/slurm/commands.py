@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ...exceptions import SlurmCommandNotFoundError, SlurmError, SlurmRejectedError
-from ...node.slurm_job import expand_hostlist
+from ...node.slurm.step import expand_hostlist
 from ...remote.base import CommandResult, Runner
 
 __all__ = [

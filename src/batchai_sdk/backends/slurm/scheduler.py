@@ -1,6 +1,6 @@
 """Slurm as the cluster's scheduler: submit is sbatch, terminate is scancel, assignments come from squeue.
 
-Slurm queues and places; the job's launcher (``node/slurm_job.py``, the body of the sbatch script) writes
+Slurm queues and places; the job's launcher (``node/slurm/step.py``, the body of the sbatch script) writes
 the job's ``status.json`` on the share from inside the allocation. What it cannot write — a job cancelled
 or timed out while pending, a launcher killed with its node — ``refresh`` reconciles from squeue/sacct.
 

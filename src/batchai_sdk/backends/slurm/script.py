@@ -1,7 +1,7 @@
 """The sbatch script of a job — a pure builder, tested on its exact text.
 
 Options go into ``#SBATCH`` lines (sbatch reads single-quoted values there as the shell would); the body
-runs the job's launcher (``node/slurm_job.py``) inside the allocation with the nodes' Python.
+runs the job's launcher (``node/slurm/step.py``) inside the allocation with the nodes' Python.
 """
 
 from __future__ import annotations

@@ -7,12 +7,12 @@ import json
 import os
 from typing import TYPE_CHECKING
 
-from . import sched_attempt_end
-from .common import load_or_none, now
-from .sched_store import NAME
+from ..common import load_or_none, now
+from . import attempt_end
+from .store import NAME
 
 if TYPE_CHECKING:
-    from .scheduler import Scheduler
+    from .daemon import Scheduler
 
 
 def rebuild_from_share(sched: Scheduler) -> int:
@@ -86,8 +86,8 @@ def adopt(sched: Scheduler) -> None:
     jobs whose launcher is gone are cleaned up and ended from what the launcher left."""
     for row in sched.rows("state = 'cleaning'"):
         sched.cleaning[row["id"]] = sched.pool_exec.submit(
-            sched_attempt_end.clean_nodes, sched, row["tag"], json.loads(row["nodes"])
+            attempt_end.clean_nodes, sched, row["tag"], json.loads(row["nodes"])
         )
     for row in sched.rows("state = 'running'"):
         if not sched.alive(row["launcher_pid"], row["tag"]):
-            sched_attempt_end.launcher_ended(sched, row["id"], None)
+            attempt_end.launcher_ended(sched, row["id"], None)

@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .common import TAG_VAR
+from ..common import TAG_VAR
 from .procs import tagged_pids
 
 __all__ = [

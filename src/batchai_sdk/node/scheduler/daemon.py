@@ -6,10 +6,10 @@ on the share: SQLite's locking is unreliable on SMB/NFS), takes requests on a Un
 (by the job's tag, procs.py) before its nodes count as free, and publishes each job's status and the
 nodes' assignments to the share for readers. It exits once nothing is queued, running or unpublished.
 
-Its parts: the queue's order (``queue_policy.py``), its SQLite table (``sched_store.py``), how an
-attempt ends (``sched_attempt_end.py``), the watch over jobs and nodes (``sched_health.py``), what it
-publishes (``sched_publish.py``), recovery after a restart (``sched_recovery.py``) and autoscale
-(``sched_scaling.py``); this module takes requests, starts and watches launchers and runs the loop.
+Its parts: the queue's order (``policy/queue.py``), its SQLite table (``store.py``), how an
+attempt ends (``attempt_end.py``), the watch over jobs and nodes (``health.py``), what it
+publishes (``publish.py``), recovery after a restart (``recovery.py``) and autoscale
+(``scaling.py``); this module takes requests, starts and watches launchers and runs the loop.
 """
 
 from __future__ import annotations
@@ -29,20 +29,12 @@ import time
 import uuid
 from typing import Any
 
-from . import (
-    autoscale,
-    procs,
-    retries,
-    sched_attempt_end,
-    sched_health,
-    sched_publish,
-    sched_recovery,
-    sched_scaling,
-    watchdog,
-)
-from .common import TAG_VAR, load_or_none, now, write_json_atomic
-from .queue_policy import Holding, Waiting, plan
-from .sched_store import ACTIVE, NAME, SCHEMA, iso, migrate
+from ..common import TAG_VAR, load_or_none, now, write_json_atomic
+from ..job import procs
+from ..policy import autoscale, retries, watchdog
+from ..policy.queue import Holding, Waiting, plan
+from . import attempt_end, health, publish, recovery, scaling
+from .store import ACTIVE, NAME, SCHEMA, iso, migrate
 
 __all__ = ["Holding", "RequestError", "Scheduler", "Waiting", "plan", "run"]
 
@@ -91,7 +83,7 @@ class Scheduler:
         self.hang_checked: dict[int, float] = {}
         self.next_review: float | None = None
         self.scaling: concurrent.futures.Future[None] | None = None
-        self.rebuilt = sched_recovery.rebuild_from_share(self) if fresh else 0
+        self.rebuilt = recovery.rebuild_from_share(self) if fresh else 0
 
     # -- helpers ------------------------------------------------------------------------------------
     def log(self, line: str) -> None:
@@ -333,12 +325,12 @@ class Scheduler:
             code = proc.poll()
             if code is not None:
                 del self.children[job_id]
-                sched_attempt_end.launcher_ended(self, job_id, code)
+                attempt_end.launcher_ended(self, job_id, code)
         t = time.time()
         for row in self.rows("state = 'running'"):
             pid = row["launcher_pid"]
             if row["id"] not in self.children and not self.alive(pid, row["tag"]):
-                sched_attempt_end.launcher_ended(self, row["id"], None)
+                attempt_end.launcher_ended(self, row["id"], None)
                 continue
             if row["stop_state"] is None and row["wall"] and t - row["started"] > row["wall"]:
                 self.stop(
@@ -348,11 +340,11 @@ class Scheduler:
                     retries.EndCause.WALL_CLOCK.value,
                 )
             elif row["stop_state"] is None and row["max_cost"] and row["price"] is not None:
-                sched_health.check_cost(self, row, t)
+                health.check_cost(self, row, t)
                 if row["hang"] and row["stdouterr"]:
-                    sched_health.check_hang(self, row, t)
+                    health.check_hang(self, row, t)
             elif row["stop_state"] is None and row["hang"] and row["stdouterr"]:
-                sched_health.check_hang(self, row, t)
+                health.check_hang(self, row, t)
             elif row["stop_sent"] and t - row["stop_sent"] > TERM_GRACE + 5:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
@@ -375,15 +367,15 @@ class Scheduler:
 
     def adopt(self) -> None:
         """After a restart on the same node: take back the launchers and cleanups it left (recovery)."""
-        sched_recovery.adopt(self)
+        recovery.adopt(self)
 
     def reap_cleaned(self) -> None:
         """Conclude the jobs whose nodes are now clean; clean again where processes survived."""
-        sched_attempt_end.reap_cleaned(self)
+        attempt_end.reap_cleaned(self)
 
     def publish(self) -> None:
         """Write changed job records and node assignments to the share; a failed write is retried later."""
-        sched_publish.publish(self)
+        publish.publish(self)
 
     # -- the loop -------------------------------------------------------------------------------------
     def idle(self) -> bool:
@@ -414,8 +406,8 @@ class Scheduler:
                 self.accept(listener)
             self.watch()
             self.reap_cleaned()
-            sched_health.probe_down_nodes(self)
-            sched_scaling.autoscale(self)
+            health.probe_down_nodes(self)
+            scaling.autoscale(self)
             self.schedule()
             self.publish()
             if self.idle():

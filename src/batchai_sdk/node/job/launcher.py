@@ -20,7 +20,7 @@ import subprocess
 import time
 from typing import Any
 
-from .common import (
+from ..common import (
     hostfile_text,
     job_env,
     load,
@@ -210,7 +210,7 @@ class Launcher:
         env["BATCHAI_MASTER_PORT"] = str(free_port(sum(int(n) for n in ranks)))
         notice = None
         if self.cfg["toolkit"] not in ("horovod", "custom", "custommpi"):
-            from . import toolkits
+            from ..policy import toolkits
 
             notice = toolkits.backend_notice(self.cfg["toolkit"], self.cfg.get("toolkit_settings") or {})
         if notice:

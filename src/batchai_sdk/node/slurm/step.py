@@ -25,11 +25,11 @@ import threading
 import time
 from typing import Any
 
-from . import toolkits
-from .common import append, expand, load, now, write_json_atomic
-from .common import job_env as common_job_env
-from .launcher import free_port
-from .rank import FRAMEWORKS, framework_context, make_mount_link
+from ..common import append, expand, load, now, write_json_atomic
+from ..common import job_env as common_job_env
+from ..job.launcher import free_port
+from ..job.rank import FRAMEWORKS, framework_context, make_mount_link
+from ..policy import toolkits
 
 HEARTBEAT = 10.0
 
@@ -215,7 +215,7 @@ class Batch:
         return self.proc.wait()
 
     def me(self, mode: str) -> list[str]:
-        node_main = os.path.join(os.path.dirname(os.path.abspath(__file__)), "__main__.py")
+        node_main = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "__main__.py")
         return [sys.executable, "-S", node_main, "slurm-job", mode, self.config_path]
 
     def prepare(self, env: dict[str, str]) -> str | None:

@@ -5,7 +5,7 @@ A job counts as hung when no rank has written anything to the job's logs (``stdo
 
     last = tracker.observe(job_log_files(stdouterr_dir), now)      # or last_output_time(paths)
     if hang_verdict(last, started, now, hang_timeout) is not None:
-        files = [collect_stacks(...) on every node of the job]      # node/stacks.py
+        files = [collect_stacks(...) on every node of the job]      # node/job/stacks.py
         reason = hang_verdict(last, started, now, hang_timeout, stack_files=files)
         # end the job failed with ``reason``, free its nodes
 

@@ -10,11 +10,11 @@ import sqlite3
 import time
 from typing import TYPE_CHECKING, Any
 
-from .common import now, write_json_atomic
-from .sched_store import ACTIVE
+from ..common import now, write_json_atomic
+from .store import ACTIVE
 
 if TYPE_CHECKING:
-    from .scheduler import Scheduler
+    from .daemon import Scheduler
 
 HEARTBEAT = 10.0
 

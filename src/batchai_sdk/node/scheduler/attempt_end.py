@@ -13,11 +13,12 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from . import procs, retries
-from .common import load_or_none, now
+from ..common import load_or_none, now
+from ..job import procs
+from ..policy import retries
 
 if TYPE_CHECKING:
-    from .scheduler import Scheduler
+    from .daemon import Scheduler
 
 # what one attempt sets on its job's row; a requeued job starts the next attempt with them empty
 ATTEMPT_COLUMNS = (

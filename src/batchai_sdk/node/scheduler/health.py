@@ -12,11 +12,12 @@ import time
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from . import retries, stacks, watchdog
-from .sched_store import ACTIVE
+from ..job import stacks
+from ..policy import retries, watchdog
+from .store import ACTIVE
 
 if TYPE_CHECKING:
-    from .scheduler import Scheduler
+    from .daemon import Scheduler
 
 
 def check_cost(sched: Scheduler, row: sqlite3.Row, t: float) -> None:

@@ -20,10 +20,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .toolkits import RankContext
+    from ..policy.toolkits import RankContext
 
+from ..common import expand, job_env, load, load_or_none, try_append, write_json_atomic
 from . import containers
-from .common import expand, job_env, load, load_or_none, try_append, write_json_atomic
 
 
 def make_node_dirs(cfg: dict[str, Any]) -> None:
@@ -165,7 +165,7 @@ def run_rank(config_path: str, secrets: dict[str, str] | None = None) -> int:
     env.setdefault("PYTHONUNBUFFERED", "1")
     ctx = framework_context(cfg, env, rank)
     if ctx is not None:
-        from . import toolkits
+        from ..policy import toolkits
 
         # pytorch, tensorflow, chainer, cntk, caffe, caffe2: the framework's own variables
         env.update(toolkits.rank_env(ctx))
@@ -250,7 +250,7 @@ class EvictionWatch:
         self.thread = threading.Thread(target=self.run, daemon=True)
 
     def run(self) -> None:
-        from . import evictions
+        from ..azure import evictions
 
         vm_name = None
         try:
@@ -271,7 +271,8 @@ class EvictionWatch:
             self.done.set()
 
     def on_notice(self, notice: dict[str, Any], real: Any) -> None:
-        from . import evictions, procs
+        from ..azure import evictions
+        from . import procs
 
         self.evicting.set()
         marker = os.path.join(self.cfg["run_dir"], f"evicted-{self.node}.json")
@@ -314,7 +315,7 @@ def framework_context(
     ``layout``: ranks per node where the launcher's own (``ranks_per_node``) is not in force (Slurm)."""
     if cfg["toolkit"] not in FRAMEWORKS:
         return None
-    from . import toolkits  # imported only where needed: the shim starts with every job
+    from ..policy import toolkits  # imported only where needed: the shim starts with every job
 
     layout = layout or [int(n) for n in cfg["ranks_per_node"]]
     node_rank, local_rank, local_world = toolkits.rank_layout(rank, layout)

@@ -11,7 +11,7 @@ import os
 import signal
 import time
 
-from .common import TAG_VAR
+from ..common import TAG_VAR
 
 
 def tagged_pids(tag: str) -> list[int]:

@@ -8,11 +8,11 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from .autoscale import NodeView, decide
-from .common import now, write_json_atomic
+from ..common import now, write_json_atomic
+from ..policy.autoscale import NodeView, decide
 
 if TYPE_CHECKING:
-    from .scheduler import Scheduler
+    from .daemon import Scheduler
 
 
 def autoscale(sched: Scheduler) -> None:
@@ -57,7 +57,7 @@ def autoscale(sched: Scheduler) -> None:
 
 def release_azure_nodes(sched: Scheduler, azure: dict[str, str], remove: list[str]) -> None:
     """Delete the named instances with the scale set's own identity (a role on that scale set only)."""
-    from .azure_capacity import AzureCapacity, ScaleSetRef
+    from ..azure.capacity import AzureCapacity, ScaleSetRef
 
     try:
         ref = ScaleSetRef(azure["subscription"], azure["resource_group"], azure["vmss"])

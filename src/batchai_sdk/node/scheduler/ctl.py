@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any
 
-from .common import write_json_atomic
+from ..common import write_json_atomic
 
 START_TIMEOUT = 20.0
 
