@@ -243,6 +243,10 @@ def job_html(job: Job, lines: int = 8) -> str:
         rows.append(("failure", f"<span style='color:{_STATE_COLOURS['failed']}'>{line}</span>"))
     elif st.failure_reason:  # an earlier attempt's, while the job is retried
         rows.append(("failure", escape(st.failure_reason)))
+    if st.notice:  # observe mode: silent for a while, possibly hung
+        rows.append(
+            ("notice", f"<span style='color:{_STATE_COLOURS['resizing']}'>{escape(st.notice)}</span>")
+        )
     if last:
         rows.append(("stdout.txt", _pre(last)))
     if errors:

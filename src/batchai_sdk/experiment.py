@@ -94,6 +94,7 @@ class Experiment:
         max_wall_clock_time: float | None = None,
         exist_ok: bool = False,
         hang_timeout: float | None = None,
+        hang_notice: float | None = None,
         max_retries: int = 0,
         retry_on_exit_codes: Sequence[int] = (),
         max_cost: float | None = None,
@@ -108,8 +109,11 @@ class Experiment:
         ``{"communication_backend": "gloo"}``) are Batch AI's ``<toolkit>Settings``: see docs/toolkits.md.
         ``secrets`` are environment variables never written to records or logs.
         ``hang_timeout`` (seconds without output from any rank: stacks collected, job failed; 0 turns it off,
-        None is off for your scripts and 30 minutes for the shipped training modules), ``max_retries`` and
-        ``retry_on_exit_codes`` (requeue after a lost node or a listed exit code): see "Jobs that survive".
+        None is off for your scripts and 30 minutes for the shipped training modules); ``hang_notice``
+        (observe mode, on by default: after that many seconds of silence, 600 by default, the stacks are
+        collected and ``job.status.notice`` says "possibly hung", the job going on; 0 turns it off);
+        ``max_retries`` and ``retry_on_exit_codes`` (requeue after a lost node or a listed exit code): see
+        "Jobs that survive".
         """
 
         if name is None:
@@ -143,6 +147,7 @@ class Experiment:
             container_image=container_image,
             max_wall_clock_seconds=max_wall_clock_time,
             hang_timeout=hang_timeout,
+            hang_notice=hang_notice,
             max_retries=max_retries,
             retry_on_exit_codes=retry_on_exit_codes,  # type: ignore[arg-type]  # JobSpec makes it a tuple
             max_cost=max_cost,

@@ -3,6 +3,7 @@ can re-attach with ``experiment.get_job(name)`` while the job runs on its own.""
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 import os
 import shlex
@@ -11,6 +12,7 @@ import time
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -44,6 +46,7 @@ from .exceptions import (
     ValidationError,
 )
 from .launch import launch_config, on_node
+from .node.policy.watchdog import LOG_PATTERNS
 from .share import join
 
 if TYPE_CHECKING:
@@ -336,6 +339,7 @@ class Job:
             max_wall_clock_seconds=self.spec.max_wall_clock_seconds,
             created=str((self._record or {}).get("creation_time")),
             hang_timeout=self.spec.watchdog_seconds,
+            hang_notice=self.spec.notice_seconds,
             max_retries=self.spec.max_retries,
             retry_on_exit_codes=tuple(self.spec.retry_on_exit_codes),
             max_cost=self.spec.max_cost,
@@ -448,7 +452,8 @@ class Job:
                     break
                 if deadline is not None and time.monotonic() > deadline:
                     raise BatchAITimeoutError(
-                        f"job {self.name!r} to end (state {status.state})", timeout or 0
+                        f"job {self.name!r} to end (state {status.state}{self._silence(status)})",
+                        timeout or 0,
                     )
                 if time.monotonic() > next_check and _stale(status):
                     self._revive_scheduler()
@@ -458,6 +463,24 @@ class Job:
         if raise_on_failure and status.state is not JobState.SUCCEEDED:
             raise JobFailedError(self.name, status.state.value, status.exit_code, status.failure_reason)
         return status.state
+
+    def _silence(self, status: JobStatus) -> str:
+        """For a wait that timed out: how long the job has been silent and the knobs for a silent job."""
+        knobs = "hang_timeout=SECONDS fails a job silent that long; hang_notice=SECONDS collects its stacks"
+        if status.notice:
+            return f"; {status.notice}"
+        if status.state is not JobState.RUNNING:
+            return ""
+        try:
+            logs = [f for f in self.workspace.share.list(self.paths.stdouterr) if not f.is_dir and f.size]
+        except BatchAIError:
+            return f"; {knobs}"
+        times = [f.modified for f in logs if f.modified is not None and _is_log(f.name)]
+        if not times:
+            return f"; no output yet; {knobs}"
+        last = max(t if t.tzinfo else t.replace(tzinfo=timezone.utc) for t in times)
+        silent = max(0, int((datetime.now(timezone.utc) - last).total_seconds()))
+        return f"; last output {silent} s ago; {knobs}"
 
     def _revive_scheduler(self) -> None:
         """The job's records stopped being refreshed: start its cluster's scheduler again if it died (it
@@ -671,6 +694,7 @@ class Job:
             "startTime": st.start_time.isoformat() if st.start_time else None,
             "endTime": st.end_time.isoformat() if st.end_time else None,
             "failureReason": st.failure_reason,
+            "notice": st.notice,
             "nodes": list(st.nodes),
             "stdOutErrPath": self.paths.stdouterr,
             "attempts": self.attempts if self.submitted else [],
@@ -685,3 +709,8 @@ class Job:
         from ._display import job_html
 
         return job_html(self)
+
+
+def _is_log(name: str) -> bool:
+    """A file whose growth counts as the job's output (the watchdog's ``LOG_PATTERNS``)."""
+    return any(fnmatch.fnmatch(name, pattern) for pattern in LOG_PATTERNS)

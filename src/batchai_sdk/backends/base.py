@@ -79,6 +79,9 @@ class JobRequest:
     max_wall_clock_seconds: float | None = None
     created: str | None = None  # creation time (ISO 8601) as the status record says
     hang_timeout: float | None = None  # the watchdog: no output for this long ends the job (None: off)
+    hang_notice: float | None = (
+        None  # observe mode: no output for this long → stacks and a notice (None: off)
+    )
     max_retries: int = 0
     retry_on_exit_codes: tuple[int, ...] = ()
     max_cost: float | None = None  # with price_per_node_hour: end the job once its estimate passes it

@@ -81,6 +81,7 @@ class Scheduler:
         self.down_idle_since: float | None = None
         self.hangs: dict[int, concurrent.futures.Future[list[str]]] = {}
         self.hang_checked: dict[int, float] = {}
+        self.noticed: dict[int, float] = {}  # job id → when its "possibly hung" notice was published
         self.next_review: float | None = None
         self.scaling: concurrent.futures.Future[None] | None = None
         self.rebuilt = recovery.rebuild_from_share(self) if fresh else 0
@@ -201,8 +202,8 @@ class Scheduler:
         try:
             cur = self.db.execute(
                 "INSERT INTO jobs (key, experiment, name, request_id, node_count, wall, state, creation_time,"
-                " hang, max_retries, retry_codes, max_cost, price)"
-                " VALUES (?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?)",
+                " hang, max_retries, retry_codes, max_cost, price, hang_notice)"
+                " VALUES (?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?)",
                 (
                     f"{experiment}/{name}",
                     experiment,
@@ -216,6 +217,7 @@ class Scheduler:
                     json.dumps(codes),
                     request.get("max_cost"),
                     request.get("price"),
+                    request.get("hang_notice"),
                 ),
             )
         except sqlite3.IntegrityError as exc:
@@ -308,6 +310,7 @@ class Scheduler:
             launcher_pid=proc.pid,
             phase="preparing",
             stdouterr=launch.get("stdouterr_dir"),
+            notice=None,
         )
         self.trackers[job_id] = watchdog.OutputTracker()
         self.log(f"started {row['key']} on {', '.join(n['id'] for n in nodes)} (launcher pid {proc.pid})")
@@ -341,9 +344,9 @@ class Scheduler:
                 )
             elif row["stop_state"] is None and row["max_cost"] and row["price"] is not None:
                 health.check_cost(self, row, t)
-                if row["hang"] and row["stdouterr"]:
+                if (row["hang"] or row["hang_notice"]) and row["stdouterr"]:
                     health.check_hang(self, row, t)
-            elif row["stop_state"] is None and row["hang"] and row["stdouterr"]:
+            elif row["stop_state"] is None and (row["hang"] or row["hang_notice"]) and row["stdouterr"]:
                 health.check_hang(self, row, t)
             elif row["stop_sent"] and t - row["stop_sent"] > TERM_GRACE + 5:
                 with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -38,6 +38,8 @@ def status_doc(sched: Scheduler, row: sqlite3.Row) -> dict[str, Any]:
         doc["attempt"] = row["attempt"]
     if state == "queued" and attempts:
         doc["requeue_reason"] = row["reason"]
+    if state == "running" and row["notice"]:
+        doc["notice"] = row["notice"]  # observe mode's "possibly hung": the job goes on
     if state not in ("queued", "running"):
         doc.update(end_time=row["end_time"], exit_code=row["exit_code"], failure_reason=row["reason"])
     return doc
