@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from _helpers import wait_for
-from batchai_sdk import JobSpec, JobState, TimeoutError, Workspace
+from batchai_sdk import Job, JobSpec, JobState, TimeoutError, Workspace
 
 pytestmark = pytest.mark.mpi
 Script = Callable[[str, str], Path]
@@ -29,14 +29,18 @@ GATED = """
 """
 
 
+def gated_job(ws: Workspace, script: Script, gate: Path, hang_notice: float) -> Job:
+    """A job that prints, then waits for ``<gate>.1``, prints again, then waits for ``<gate>.2``."""
+    exp = ws.create_experiment("e")
+    cluster = ws.create_cluster("c", nodes=1)
+    return exp.create_job("gated", cluster=cluster, python_script=str(script("gated.py", GATED)),
+                          args=[str(gate)], hang_notice=hang_notice).submit()  # fmt: skip
+
+
 def test_a_silent_job_is_noted_with_its_stacks_and_goes_on(
     ws: Workspace, script: Script, tmp_path: Path
 ) -> None:
-    exp = ws.create_experiment("e")
-    cluster = ws.create_cluster("c", nodes=1)
-    gate = tmp_path / "gate"
-    job = exp.create_job("quiet", cluster=cluster, python_script=str(script("gated.py", GATED)),
-                         args=[str(gate)], hang_notice=2).submit()  # fmt: skip
+    job = gated_job(ws, script, tmp_path / "gate", hang_notice=2)
     wait_for(lambda: job.status.notice is not None, 60, "the hang notice")
     status = job.status
     assert status.state is JobState.RUNNING  # observe mode does not end the job
@@ -60,11 +64,7 @@ def test_a_silent_job_is_noted_with_its_stacks_and_goes_on(
 def test_a_wait_that_times_out_names_the_silence_and_the_settings(
     ws: Workspace, script: Script, tmp_path: Path
 ) -> None:
-    exp = ws.create_experiment("e")
-    cluster = ws.create_cluster("c", nodes=1)
-    gate = tmp_path / "gate"
-    job = exp.create_job("off", cluster=cluster, python_script=str(script("gated.py", GATED)),
-                         args=[str(gate)], hang_notice=0).submit()  # fmt: skip
+    job = gated_job(ws, script, tmp_path / "gate", hang_notice=0)
     stdout = Path(ws.share.root) / job.paths.stdouterr / "stdout.txt"  # type: ignore[attr-defined]
     wait_for(lambda: stdout.is_file() and stdout.read_text() == "started\n", 60, "the job's first line")
     with pytest.raises(TimeoutError) as err:

@@ -96,9 +96,9 @@ def job_params(job: Job) -> dict[str, Any]:
         if arg.startswith("--") and len(arg) > 2:
             if "=" in arg:
                 key, value = arg[2:].split("=", 1)
-                params[key] = _scalar(value)
+                params[key] = scalar(value)
             elif i + 1 < len(args) and not args[i + 1].startswith("--"):
-                params[arg[2:]] = _scalar(args[i + 1])
+                params[arg[2:]] = scalar(args[i + 1])
     share = job.workspace.share
     for base in job.file_roots():
         data = share.read_json_or_none(join(base, PARAMS_FILE))
@@ -108,7 +108,7 @@ def job_params(job: Job) -> dict[str, Any]:
     return {k: v for k, v in params.items() if k != "dir" and not str(v).startswith("$")}
 
 
-def _scalar(text: str) -> Any:
+def scalar(text: str) -> Any:
     """``"0.01"`` → 0.01, ``"64"`` → 64, anything else as it is."""
     for kind in (int, float):
         try:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import _layout as layout
-from ._metrics import job_results, read_records
+from ._metrics import job_results, read_records, scalar
 from ._models import validate_name
 from .exceptions import AlreadyExistsError, BatchAIError, BatchAITimeoutError, NotFoundError, ValidationError
 from .share import join
@@ -148,16 +148,7 @@ def parse_param(text: str) -> tuple[str, Any]:
         except ValueError:
             raise ValidationError("--param", text, f"{head}:LOW:HIGH with two numbers") from None
         return name, (head, low, high)
-    return name, [_scalar(v) for v in rest.split(",")]
-
-
-def _scalar(text: str) -> Any:
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            continue
-    return text
+    return name, [scalar(v) for v in rest.split(",")]
 
 
 def sweep_record(experiment: str, name: str) -> str:

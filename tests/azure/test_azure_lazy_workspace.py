@@ -3,6 +3,7 @@ the real SDK clients against the fake ARM and Files services (``responses``), co
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,32 +15,31 @@ from fake_files import FakeFilesService
 from batchai_sdk import AzureQuotaError, NotFoundError, ValidationError, Workspace
 
 
-def _workspace(tmp_path: Path, credential: FakeCredential) -> Workspace:
-    return Workspace.azure("batchaidev", **backend_options(tmp_path, credential))
+@pytest.fixture
+def ws(
+    mock: responses.RequestsMock,
+    arm: FakeArm,
+    files: FakeFilesService,
+    credential: FakeCredential,
+    tmp_path: Path,
+) -> Iterator[Workspace]:
+    """``Workspace.azure(...)`` with the fakes of ARM and Azure Files registered (nothing asked yet)."""
+    workspace = Workspace.azure("batchaidev", **backend_options(tmp_path, credential))
+    yield workspace
+    workspace.close()
 
 
 def test_constructing_the_workspace_makes_no_request(
-    mock: responses.RequestsMock,
-    arm: FakeArm,
-    files: FakeFilesService,
-    credential: FakeCredential,
-    tmp_path: Path,
+    ws: Workspace, mock: responses.RequestsMock, credential: FakeCredential
 ) -> None:
-    ws = _workspace(tmp_path, credential)
     assert repr(ws) == "Workspace('batchaidev', backend='azure')"
     assert ws.to_dict()["resource_group"] == "batchai.horovod"
     assert len(mock.calls) == 0 and credential.scopes == []  # not even a token was asked for
-    ws.close()
 
 
 def test_a_refused_cluster_creates_nothing(
-    mock: responses.RequestsMock,
-    arm: FakeArm,
-    files: FakeFilesService,
-    credential: FakeCredential,
-    tmp_path: Path,
+    ws: Workspace, mock: responses.RequestsMock, arm: FakeArm, files: FakeFilesService
 ) -> None:
-    ws = _workspace(tmp_path, credential)
     with pytest.raises(ValidationError, match="Standard_NC6"):  # retired: refused before any call
         ws.create_cluster("nc6", vm_size="Standard_NC6", nodes=2)
     assert len(mock.calls) == 0
@@ -50,20 +50,13 @@ def test_a_refused_cluster_creates_nothing(
     assert not (files.root / "batchaishare").exists()
     with pytest.raises(NotFoundError):
         ws.get_cluster("h100")
-    ws.close()
 
 
 def test_the_first_experiment_creates_the_workspace_resources(
-    mock: responses.RequestsMock,
-    arm: FakeArm,
-    files: FakeFilesService,
-    credential: FakeCredential,
-    tmp_path: Path,
+    ws: Workspace, arm: FakeArm, files: FakeFilesService
 ) -> None:
-    ws = _workspace(tmp_path, credential)
     ws.create_experiment("cifar")
     assert arm.count("PUT", "/resourceGroups/batchai.horovod$") == 1
     assert arm.count("PUT", "/storageAccounts/batchaitest$") == 1
     assert (files.root / "batchaishare").is_dir()
     assert [e.name for e in ws.list_experiments()] == ["cifar"]
-    ws.close()
