@@ -102,7 +102,7 @@ def test_an_experiment_shows_its_jobs_state_duration_cost_and_final_metrics(exp_
     by_job = {cells[0]: cells[1:] for cells in rows}
     assert by_job["bad"][0] == "failed" and by_job["bad"][2:] == ["$0.00", "—", "—"]
     state, shown, cost, accuracy, val_accuracy = by_job["good"]
-    assert state == "succeeded" and cost == "$0.00" and accuracy == val_accuracy == "0.75"
+    assert state == "succeeded" and cost == "$0.00" and accuracy == val_accuracy == "0.7500"
     minutes, seconds = (int(x) for x in shown.split(":"))
     assert 1 <= minutes * 60 + seconds <= 120  # it slept 1.5 s
 

@@ -138,7 +138,7 @@ def test_the_cli_runs_a_sweep_and_prints_its_table(
     lines = out.splitlines()
     assert lines[0].split() == ["job", "state", "lr", "batch", "score", "loss"]
     assert any("s-001" in line and "succeeded" in line and "1.2" in line for line in lines)
-    assert "submitted s-000" in err
+    assert "submitted s-000" in err and "sweep s: 2 trial(s), about $0.00 at an hour each" in err
     assert main(["sweep", "show", *g, "-e", "e", "-n", "s", "-o", "json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert [(r["job"], r["lr"], round(r["score"], 6)) for r in shown] == [
@@ -210,6 +210,8 @@ def test_plots_tables_cost_and_reruns_follow_what_the_job_has(ws: Workspace, scr
     cluster = ws.create_cluster("c", nodes=2, price_per_hour=1.8)
     path = str(script("plain.py", PLAIN))
     job = exp.create_job("j", cluster=cluster, node_count=2, python_script=path, args=["--size", "small"])
+    assert repr(exp.sweep("s", grid={"x": [1, 2, 3]}, cluster=cluster, node_count=2, python_script=path)
+                .estimate_cost(0.5)) == "$5.40"  # fmt: skip
     estimate = job.estimate_cost(0.5)  # before submit: 2 nodes × $1.80/h × 0.5 h
     assert estimate == pytest.approx(1.8) and repr(estimate) == "$1.80" and str(estimate) == "$1.80"
     job.submit()

@@ -188,8 +188,8 @@ def result_columns(rows: list[dict[str, Any]]) -> list[str]:
 def format_cell(value: Any) -> str:
     if value is None:
         return "—"
-    if isinstance(value, float):
-        return f"{value:.4g}"
+    if isinstance(value, float):  # 0.9500 and 12.3400 line up; 1e-05 stays readable
+        return f"{value:.4f}" if value == 0 or 0.001 <= abs(value) < 1e6 else f"{value:.4g}"
     return str(value)
 
 

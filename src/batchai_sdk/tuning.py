@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from . import _layout as layout
 from ._metrics import job_results, read_records, scalar
 from ._models import validate_name
+from .cost import Cost
 from .exceptions import AlreadyExistsError, BatchAIError, BatchAITimeoutError, NotFoundError, ValidationError
 from .share import join
 
@@ -291,6 +292,12 @@ class Sweep:
         if not rows:
             return None
         return (min if mode == "min" else max)(rows, key=lambda r: r[metric])
+
+    def estimate_cost(self, hours_per_trial: float | None = None) -> Cost | None:
+        """What all the trials cost if each runs ``hours_per_trial`` (``Job.estimate_cost``'s default
+        otherwise), before any is submitted; None when the cluster's price is unknown."""
+        one = self._job(self.trials[0]).estimate_cost(hours_per_trial)
+        return None if one is None else Cost(float(one) * len(self.trials))
 
     def table(self) -> str:
         """``results()`` as aligned text columns, for a terminal."""

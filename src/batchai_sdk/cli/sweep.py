@@ -104,6 +104,9 @@ def sweep_create(ctx: Context, args: argparse.Namespace) -> Result | None:
         source_dir=args.source_dir,
         node_count=args.nodes,
     )
+    cost = sweep.estimate_cost()
+    if cost is not None:
+        ctx.note(f"sweep {sweep.name}: {len(sweep.trials)} trial(s), about {cost} at an hour each")
     if args.no_wait:
         return Result(sweep.results(), sweep_table)
     return _run(ctx, sweep)
