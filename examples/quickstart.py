@@ -29,7 +29,7 @@ def main() -> int:
     exp = ws.create_experiment("cifar", exist_ok=True)  # az batchai experiment create
     cluster = ws.create_cluster(  # az batchai cluster create --vm-size ... --target N
         "nc6cluster", nodes=opts.nodes, vm_priority="dedicated", exist_ok=True
-    )  # exist_ok: an earlier run's cluster, grown back if it was resized to 0
+    )  # exist_ok: an earlier run's cluster; resized to 0, it grows back when the job is submitted
     cluster.wait_until_steady(timeout=60)
     print(f"cluster {cluster.name}: {cluster.state} {cluster.node_counts}")
 

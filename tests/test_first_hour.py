@@ -29,8 +29,21 @@ def tutorial_run(ws: Workspace, script: Path) -> JobState:
 def test_the_readme_snippet_runs_twice(ws: Workspace, script: Script) -> None:
     path = script("hello.py", "print('hello', flush=True)")
     assert tutorial_run(ws, path) is JobState.SUCCEEDED
-    assert tutorial_run(ws, path) is JobState.SUCCEEDED  # the same job, re-attached; the cluster grown back
+    scalings = len(ws.get_cluster("nc6cluster").events())
+    # the same job, re-attached: the cluster (at 0 since the last run) is not grown only to shrink again
+    assert tutorial_run(ws, path) is JobState.SUCCEEDED
+    later = ws.get_cluster("nc6cluster").events()[scalings:]
+    assert [e for e in later if e["to"] > e["from"]] == [], later
     assert ws.get_cluster("nc6cluster").target_nodes == 0
+    # a run that submits a new job grows it back at submit, to the size create_cluster asked for
+    again = Workspace.local(root=ws.backend.root)  # type: ignore[attr-defined]
+    cluster = again.create_cluster("nc6cluster", vm_size="Standard_NC6", nodes=2, exist_ok=True)
+    assert cluster.target_nodes == 0
+    job = again.get_experiment("cifar").create_job("second", cluster=cluster, node_count=2,
+                                                   python_script=str(path))  # fmt: skip
+    assert job.submit().wait(timeout=120) is JobState.SUCCEEDED
+    assert again.get_cluster("nc6cluster").target_nodes == 2
+    again.close()
 
 
 def test_errors_name_the_way_out(ws: Workspace, script: Script) -> None:

@@ -52,7 +52,9 @@ def test_metrics_are_read_next_to_the_dir_argument(finished_job) -> None:  # typ
 def test_plot_metrics_draws_loss_and_accuracy(finished_job) -> None:  # type: ignore[no-untyped-def]
     pytest.importorskip("matplotlib")
     fig = finished_job.plot_metrics()
-    loss_ax, acc_ax = fig.axes
+    panels = {ax.get_title().split(" — ")[0]: ax for ax in fig.axes if ax.get_visible()}
+    assert list(panels) == ["loss", "accuracy", "images_per_sec", "seconds"]  # every metric it logged
+    loss_ax, acc_ax = panels["loss"], panels["accuracy"]
     assert [line.get_label() for line in loss_ax.get_lines()] == ["training", "validation"]
     assert list(acc_ax.get_lines()[1].get_ydata()) == pytest.approx([0.25, 0.5, 0.75])
     assert list(loss_ax.get_lines()[0].get_xdata()) == [1, 2, 3]

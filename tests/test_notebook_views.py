@@ -93,16 +93,16 @@ def exp_jobs(ws: Workspace, script: Script) -> Iterator[Workspace]:
     yield ws
 
 
-def test_an_experiment_shows_its_jobs_state_duration_and_last_val_accuracy(exp_jobs: Workspace) -> None:
+def test_an_experiment_shows_its_jobs_state_duration_cost_and_final_metrics(exp_jobs: Workspace) -> None:
     exp = exp_jobs.get_experiment("e")
     view = View(exp._repr_html_())
     assert "Experiment e" in view.text
     header, *rows = view.rows
-    assert header == ["job", "state", "duration", "val_accuracy"]
+    assert header == ["job", "state", "duration", "cost", "accuracy", "val_accuracy"]  # the metrics it has
     by_job = {cells[0]: cells[1:] for cells in rows}
-    assert by_job["bad"][0] == "failed" and by_job["bad"][2] == "—"
-    state, shown, accuracy = by_job["good"]
-    assert state == "succeeded" and accuracy == "0.7500"
+    assert by_job["bad"][0] == "failed" and by_job["bad"][2:] == ["$0.00", "—", "—"]
+    state, shown, cost, accuracy, val_accuracy = by_job["good"]
+    assert state == "succeeded" and cost == "$0.00" and accuracy == val_accuracy == "0.7500"
     minutes, seconds = (int(x) for x in shown.split(":"))
     assert 1 <= minutes * 60 + seconds <= 120  # it slept 1.5 s
 

@@ -23,6 +23,7 @@ from ._models import (
     VmPriority,
 )
 from .cluster import Cluster
+from .cost import Cost
 from .exceptions import (
     AlreadyExistsError,
     AzureError,
@@ -49,10 +50,12 @@ from .exceptions import (
     UnhealthyNodesError,
     ValidationError,
 )
-from .experiment import Experiment
+from .experiment import Experiment, RerunChangedWarning
 from .job import Job
 from .mounts import AzureBlobContainer, AzureFileShare, FileServer, Mount, UnmanagedFileSystem
 from .share import Share
+from .tracking import log_metric, log_params
+from .tuning import EarlyStop, Sweep
 from .workspace import Workspace
 
 if TYPE_CHECKING:
@@ -63,13 +66,27 @@ logging.getLogger("batchai_sdk").addHandler(logging.NullHandler())
 __version__ = "0.1.0"
 
 
-def sweep(subscription_id: str | None = None, **kwargs: Any) -> list[TaggedResource]:
+def list_tagged_resources(subscription_id: str | None = None, **kwargs: Any) -> list[TaggedResource]:
     """Every Azure resource batchai_sdk tagged in the subscription, across resource groups and regions:
     group, type, name, location, workspace, cluster, VM size and node count of scale sets, created time.
     Read-only. ``credential=``, ``workspace=``: see ``batchai_sdk.backends.azure.sweep`` (docs/cost.md)."""
     from .backends.azure.sweep import sweep as _sweep
 
     return _sweep(subscription_id, **kwargs)
+
+
+def sweep(subscription_id: str | None = None, **kwargs: Any) -> list[TaggedResource]:
+    """Deprecated name of ``list_tagged_resources`` (a "sweep" is a hyperparameter sweep now:
+    ``Experiment.sweep``)."""
+    import warnings
+
+    warnings.warn(
+        "batchai_sdk.sweep() lists tagged Azure resources and is renamed list_tagged_resources(); "
+        "hyperparameter sweeps are Experiment.sweep(...)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return list_tagged_resources(subscription_id, **kwargs)
 
 
 __all__ = [
@@ -87,6 +104,8 @@ __all__ = [
     "ClusterBusyError",
     "ClusterSpec",
     "ClusterState",
+    "Cost",
+    "EarlyStop",
     "Experiment",
     "FileInfo",
     "FileServer",
@@ -105,6 +124,7 @@ __all__ = [
     "NodeState",
     "NotFoundError",
     "NotSupportedError",
+    "RerunChangedWarning",
     "SSHAuthenticationError",
     "SSHError",
     "Share",
@@ -112,6 +132,7 @@ __all__ = [
     "SlurmCommandNotFoundError",
     "SlurmError",
     "SlurmRejectedError",
+    "Sweep",
     "TimeoutError",
     "Toolkit",
     "UnhealthyNodesError",
@@ -120,5 +141,8 @@ __all__ = [
     "VmPriority",
     "Workspace",
     "__version__",
+    "list_tagged_resources",
+    "log_metric",
+    "log_params",
     "sweep",
 ]

@@ -1,13 +1,13 @@
-"""HTML reprs for notebooks: a workspace, a cluster (state, node counts, idle time), an experiment (its jobs:
-state, duration, last val_accuracy), a job (state, times, last lines; a failed job's failure line and
-stderr)."""
+"""HTML reprs for notebooks: a workspace, a cluster (state, node counts, idle time), an experiment (its
+jobs: state, duration, cost, hyperparameters and final metrics), a job (state, times, last lines; a failed
+job's failure line and stderr)."""
 
 from __future__ import annotations
 
 import math
 from datetime import datetime, timezone
 from html import escape
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._models import JobState
 from .exceptions import BatchAIError
@@ -159,31 +159,59 @@ def failure_line(job: Job, st: JobStatus) -> str:
     )
 
 
+def result_row(job: Job) -> dict[str, Any]:
+    """One job as a row of its experiment's table: name, state, duration, cost, then its hyperparameters
+    and final metrics (whatever it has: ``_metrics.job_params`` / ``job_results``)."""
+    from ._metrics import job_params, job_results
+
+    row: dict[str, Any] = {"job": job.name}
+    if not job.submitted:
+        return {**row, "state": "not submitted"}
+    st = job.status
+    row.update(state=st.state.value, duration=format_duration(job_seconds(st)))
+    cost = job.cost
+    row["cost"] = "unknown" if cost is None else str(cost)
+    row.update(job_params(job))
+    row.update(job_results(job))
+    return row
+
+
+def result_columns(rows: list[dict[str, Any]]) -> list[str]:
+    """The union of the rows' keys in first-seen order (a job without a metric shows a dash there)."""
+    seen: dict[str, None] = {}
+    for row in rows:
+        for key in row:
+            seen.setdefault(key, None)
+    return list(seen)
+
+
+def format_cell(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):  # 0.9500 and 12.3400 line up; 1e-05 stays readable
+        return f"{value:.4f}" if value == 0 or 0.001 <= abs(value) < 1e6 else f"{value:.4g}"
+    return str(value)
+
+
 def experiment_html(exp: Experiment) -> str:
-    """The experiment's jobs, one row each: state, duration, last val_accuracy."""
+    """The experiment's jobs, one row each: state, duration, cost, hyperparameters, final metrics."""
     title = f"Experiment {escape(exp.name)}"
     try:
-        jobs = sorted(exp.list_jobs(), key=lambda j: j.name)
+        rows = exp.results()
     except BatchAIError as exc:
         return _table(title, [("error", escape(str(exc)))])
-    if not jobs:
+    if not rows:
         return _table(title, [("jobs", "none")])
-    cells = "".join(
-        f"<th style='text-align:left'>{h}</th>" for h in ("job", "state", "duration", "val_accuracy")
-    )
+    columns = result_columns(rows)
+    cells = "".join(f"<th style='text-align:left'>{escape(h)}</th>" for h in columns)
     body = [f"<tr>{cells}</tr>"]
-    for job in jobs:
-        try:
-            st = job.status
-        except BatchAIError as exc:
-            body.append(f"<tr><td>{escape(job.name)}</td><td colspan='3'>{escape(str(exc))}</td></tr>")
-            continue
-        accuracy = last_metric(job)
-        shown = "—" if accuracy is None else f"{accuracy:.4f}"
-        body.append(
-            f"<tr><td style='{_CELL}'>{escape(job.name)}</td><td>{_badge(st.state.value)}</td>"
-            f"<td>{format_duration(job_seconds(st))}</td><td>{shown}</td></tr>"
-        )
+    for row in rows:
+        tds = []
+        for col in columns:
+            value = row.get(col)
+            shown = _badge(str(value)) if col == "state" else escape(format_cell(value))
+            tds.append(f"<td style='{_CELL}'>{shown}</td>" if col == "job" else f"<td>{shown}</td>")
+        body.append(f"<tr>{''.join(tds)}</tr>")
     return f"<div><strong>{title}</strong><table>{''.join(body)}</table></div>"
 
 
@@ -215,6 +243,10 @@ def job_html(job: Job, lines: int = 8) -> str:
         rows.append(("failure", f"<span style='color:{_STATE_COLOURS['failed']}'>{line}</span>"))
     elif st.failure_reason:  # an earlier attempt's, while the job is retried
         rows.append(("failure", escape(st.failure_reason)))
+    if st.notice:  # observe mode: silent for a while, possibly hung
+        rows.append(
+            ("notice", f"<span style='color:{_STATE_COLOURS['resizing']}'>{escape(st.notice)}</span>")
+        )
     if last:
         rows.append(("stdout.txt", _pre(last)))
     if errors:

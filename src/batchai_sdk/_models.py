@@ -27,6 +27,7 @@ OUTPUT_ID_RE = re.compile(r"[A-Za-z0-9_]{1,32}")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 SHIPPED_MODULE_RE = re.compile(r"batchai_sdk\.train\.[A-Za-z_][A-Za-z0-9_]*")
 TRAINING_MODULE_HANG_TIMEOUT = 1800.0  # the watchdog's default for the shipped training modules (30 min)
+DEFAULT_HANG_NOTICE = 600.0  # observe mode's default: 10 min of silence → stacks and a "possibly hung" status
 
 
 def validate_name(value: object, field_name: str = "name") -> str:
@@ -452,6 +453,9 @@ class JobSpec:
     # watchdog collects stacks and fails the job; None = the default (off for user scripts,
     # TRAINING_MODULE_HANG_TIMEOUT for the shipped batchai_sdk.train modules), 0 = off.
     hang_timeout: float | None = None
+    # observe mode: seconds without output from any rank before the stacks are collected and the status says
+    # "possibly hung" (the job goes on); None = DEFAULT_HANG_NOTICE, 0 = off
+    hang_notice: float | None = None
     max_retries: int = 0  # requeues after a lost node or a listed exit code (evictions do not count)
     max_cost: float | None = None  # end the job once its cost estimate passes this (the cluster's currency)
     source_dir: str | None = None  # a local folder uploaded whole; python_script is a path inside it
@@ -540,6 +544,12 @@ class JobSpec:
             object.__setattr__(self, "hang_timeout", float(timeout))
         else:
             object.__setattr__(self, "hang_timeout", default_hang_timeout(self.python_script))
+        notice = DEFAULT_HANG_NOTICE if self.hang_notice is None else self.hang_notice
+        if isinstance(notice, bool) or not isinstance(notice, (int, float)) or not 0 <= notice < math.inf:
+            raise ValidationError(
+                "hang_notice", notice, "a number of seconds > 0, 0 to turn observe mode off, or None"
+            )
+        object.__setattr__(self, "hang_notice", float(notice))
         retries = self.max_retries
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise ValidationError("max_retries", retries, "an integer >= 0")
@@ -555,6 +565,11 @@ class JobSpec:
     def watchdog_seconds(self) -> float | None:
         """The hang watchdog's timeout, or None when it is off (``hang_timeout`` None or 0)."""
         return self.hang_timeout or None
+
+    @property
+    def notice_seconds(self) -> float | None:
+        """Observe mode's silence before a "possibly hung" status, or None when it is off."""
+        return self.hang_notice or None
 
     def _check_toolkit(self) -> None:
         """What each toolkit needs: a script (or, for cntk BrainScript and caffe, a config file), or a
@@ -684,6 +699,7 @@ class JobStatus:
     heartbeat: datetime | None = None
     reporter_host: str | None = None
     lost: bool = False
+    notice: str | None = None  # observe mode: "no output for 10 min, possibly hung: stacks in ..."
 
     @property
     def wrapper_pid(self) -> int | None:
@@ -715,6 +731,7 @@ class JobStatus:
             reporter_pid=doc.reporter.pid if doc.reporter else None,
             heartbeat=parse_time(doc.heartbeat),
             reporter_host=doc.reporter.host if doc.reporter else None,
+            notice=doc.notice,
         )
         if status.state.ended or timeout is None:
             return status

@@ -299,6 +299,7 @@ class Cluster:
         """Set the target node count (0 releases every node); with ``wait``, block until steady.
         On a cluster with autoscale, an explicit size turns autoscale off (``set_autoscale`` turns it on)."""
         validate_node_target(nodes, "nodes")
+        self.workspace.deferred_sizes.pop(self.name, None)
         old = self.spec
         new = replace(self._spec, nodes=nodes, autoscale=None)
         self.workspace.backend.resize_cluster(old, nodes, timeout=timeout)

@@ -12,12 +12,26 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from ._models import ClusterSpec
-from .exceptions import NotFoundError
+from .exceptions import NotFoundError, ValidationError
 from .pricing import Price, RetailPrices, default_client, format_price
 
 if TYPE_CHECKING:
     from .cluster import Cluster
     from .job import Job
+
+
+class Cost(float):
+    """An amount of money that prints as such: ``$0.42`` (a float for arithmetic and comparisons)."""
+
+    currency: str = "USD"
+
+    def __repr__(self) -> str:
+        return format_price(float(self), self.currency)
+
+    __str__ = __repr__
+
+    def _repr_html_(self) -> str:
+        return repr(self)
 
 
 def _now(now: datetime | None) -> datetime:
@@ -97,11 +111,11 @@ def price_of_cluster(cluster: Cluster, *, client: RetailPrices | None = None) ->
     return cluster_price(cluster.spec, backend.kind, backend_region(backend), client=client)
 
 
-def cost_of_job(job: Job, *, client: RetailPrices | None = None) -> float | None:
+def cost_of_job(job: Job, *, client: RetailPrices | None = None) -> Cost | None:
     """``Job.cost``: the estimate so far (to its end once ended); None when the price is unknown or the
     cluster is gone. A job not submitted or not started costs 0."""
     if not job.submitted:
-        return 0.0
+        return Cost(0.0)
     status = job.status
     try:
         cluster = job.workspace.get_cluster(job.spec.cluster)
@@ -111,4 +125,22 @@ def cost_of_job(job: Job, *, client: RetailPrices | None = None) -> float | None
     end = (status.end_time or status.heartbeat) if status.state.ended else None
     if status.state.ended and end is None and status.start_time is not None:
         return None  # ended at an unknown time
-    return job_cost(price.value if price else None, job.spec.node_count, status.start_time, end)
+    value = job_cost(price.value if price else None, job.spec.node_count, status.start_time, end)
+    return None if value is None else Cost(value)
+
+
+def estimate_job_cost(
+    job: Job, hours: float | None = None, *, client: RetailPrices | None = None
+) -> Cost | None:
+    """``Job.estimate_cost``: price per node-hour × the job's nodes × ``hours`` (default: its
+    ``max_wall_clock_time``, else one hour); None when the cluster's price is unknown."""
+    cluster = job.workspace.get_cluster(job.spec.cluster)
+    price = price_of_cluster(cluster, client=client)
+    if price is None:
+        return None
+    if hours is None:
+        limit = job.spec.max_wall_clock_seconds
+        hours = limit / 3600.0 if limit else 1.0
+    if isinstance(hours, bool) or not isinstance(hours, int | float) or hours < 0:
+        raise ValidationError("hours", hours, "a number of hours >= 0")
+    return Cost(price.value * job.spec.node_count * float(hours))

@@ -4,24 +4,54 @@ from __future__ import annotations
 
 import os
 import secrets
+import warnings
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from . import _layout as layout
-from ._models import ExperimentSpec, JobSpec, Toolkit
+from ._models import ExperimentSpec, JobSpec, Toolkit, validate_name
 from .exceptions import AlreadyExistsError, NotFoundError
 from .job import Job
 from .mounts import Mount
 
 if TYPE_CHECKING:
     from .cluster import Cluster
+    from .tuning import EarlyStop, Sweep
     from .workspace import Workspace
 
 
 def unique_job_name() -> str:
     """``job-20261123-101500-3fa2``: the time, in UTC, and 4 random hex digits."""
     return f"job-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+class RerunChangedWarning(UserWarning):
+    """``create_job(name, exist_ok=True)`` found the job, run before with other settings: it is returned as
+    it is, and the new settings are not run."""
+
+
+_COMPARED = (
+    "python_script",
+    "args",
+    "node_count",
+    "command_line",
+    "toolkit",
+    "environment",
+    "cluster",
+    "source_dir",
+)
+
+
+def changed_fields(old: JobSpec, new: JobSpec) -> list[str]:
+    """The settings a re-run changed (secrets are compared by name only: their values are never stored)."""
+    return [f for f in _COMPARED if getattr(old, f) != getattr(new, f) and f != "environment"] + (
+        ["environment"] if _public_env(old) != _public_env(new) else []
+    )
+
+
+def _public_env(spec: JobSpec) -> dict[str, str]:
+    return {k: v for k, v in spec.environment.items() if k not in spec.secret_environment}
 
 
 def job_hint(name: str) -> str:
@@ -66,6 +96,7 @@ class Experiment:
         max_wall_clock_time: float | None = None,
         exist_ok: bool = False,
         hang_timeout: float | None = None,
+        hang_notice: float | None = None,
         max_retries: int = 0,
         retry_on_exit_codes: Sequence[int] = (),
         max_cost: float | None = None,
@@ -87,8 +118,11 @@ class Experiment:
         ``mount_path`` is where the job sees the workspace share under ``$AZ_BATCHAI_JOB_MOUNT_ROOT``;
         ``mounts`` (``batchai_sdk.mounts``) are its other storage, each at its ``relative_mount_path`` there.
         ``hang_timeout`` (seconds without output from any rank: stacks collected, job failed; 0 turns it off,
-        None is off for your scripts and 30 minutes for the shipped training modules), ``max_retries`` and
-        ``retry_on_exit_codes`` (requeue after a lost node or a listed exit code): see "Jobs that survive".
+        None is off for your scripts and 30 minutes for the shipped training modules); ``hang_notice``
+        (observe mode, on by default: after that many seconds of silence, 600 by default, the stacks are
+        collected and ``job.status.notice`` says "possibly hung", the job going on; 0 turns it off);
+        ``max_retries`` and ``retry_on_exit_codes`` (requeue after a lost node or a listed exit code): see
+        "Jobs that survive".
         ``health_check`` (``"basic"`` or ``"full"``): the job's nodes pass the health gate right before it
         starts; a node that fails is kept out and the job waits for healthy ones (docs/health.md).
         ``scheduling_priority`` (``"low"``, ``"normal"``, ``"high"``): the cluster's queue starts higher
@@ -97,10 +131,6 @@ class Experiment:
 
         if name is None:
             name = unique_job_name()
-        elif exist_ok and self.workspace.share.exists(layout.job_record(self.name, name)):
-            job = Job.attach(self, name)
-            job.reattached = True  # submit() returns it as it is: the script ran this far before
-            return job
         cluster_name = cluster if isinstance(cluster, str) else cluster.name
         env = dict(environment or {})
         env.update(secrets or {})
@@ -131,6 +161,7 @@ class Experiment:
             container_image=container_image,
             max_wall_clock_seconds=max_wall_clock_time,
             hang_timeout=hang_timeout,
+            hang_notice=hang_notice,
             max_retries=max_retries,
             retry_on_exit_codes=retry_on_exit_codes,  # type: ignore[arg-type]  # JobSpec makes it a tuple
             max_cost=max_cost,
@@ -139,6 +170,19 @@ class Experiment:
             toolkit_settings=toolkit_settings if toolkit_settings is not None else {},
             scheduling_priority=str(scheduling_priority).lower(),
         )
+        if exist_ok and self.workspace.share.exists(layout.job_record(self.name, name)):
+            job = Job.attach(self, name)
+            job.reattached = True  # submit() returns it as it is: the script ran this far before
+            changed = changed_fields(job.spec, spec)
+            if changed:
+                warnings.warn(
+                    f"job {self.name}/{name} exists and ran with other {', '.join(changed)}: it is returned "
+                    "as it is, not run again. Give the new run another name (name=None: a fresh one), or "
+                    f"delete the old one: experiment.delete_job({name!r})",
+                    RerunChangedWarning,
+                    stacklevel=2,
+                )
+            return job
         return self.job_from_spec(spec)
 
     def job_from_spec(self, spec: JobSpec) -> Job:
@@ -150,6 +194,59 @@ class Experiment:
         job = Job(self, spec)
         job.check()
         return job
+
+    def sweep(
+        self,
+        name: str,
+        *,
+        grid: Mapping[str, Sequence[Any]] | None = None,
+        random: Mapping[str, Any] | None = None,
+        trials: int | None = None,
+        seed: int | None = None,
+        max_concurrent: int = 2,
+        early_stop: EarlyStop | None = None,
+        exist_ok: bool = False,
+        **job_options: Any,
+    ) -> Sweep:
+        """A hyperparameter sweep: one job per point of ``grid`` (every combination) or ``trials`` draws
+        from ``random`` (a list: a choice; ``("loguniform", 1e-4, 1e-1)``, ``("uniform", a, b)``,
+        ``("randint", a, b)``), each with ``--name value`` after ``args``; ``job_options`` are
+        ``create_job``'s (``cluster=``, ``python_script=``, ``args=``, ...). Nothing runs until
+        ``.run()``, which keeps at most ``max_concurrent`` trials unfinished and, with
+        ``early_stop=EarlyStop("val_loss", "min")``, stops trials worse than the median. See
+        docs/training.md#sweeps."""
+        from .tuning import create_sweep
+
+        return create_sweep(
+            self,
+            name,
+            grid=grid,
+            random_space=random,
+            trials=trials,
+            seed=seed,
+            max_concurrent=max_concurrent,
+            early_stop=early_stop,
+            exist_ok=exist_ok,
+            job_options=job_options,
+        )
+
+    def get_sweep(self, name: str) -> Sweep:
+        """The sweep ``name`` of this experiment; ``NotFoundError`` when there is none."""
+        from .tuning import Sweep, sweep_record
+
+        data = self.workspace.share.read_json_or_none(
+            sweep_record(self.name, validate_name(name, "sweep name"))
+        )
+        if data is None:
+            raise NotFoundError("sweep", name, f"experiment {self.name!r}")
+        return Sweep(self, data)
+
+    def results(self) -> list[dict[str, Any]]:
+        """The experiment's table: one row per job (by name) with its state, duration, cost, hyperparameters
+        (``--name value`` arguments and ``log_params``) and final metrics (whatever it logged)."""
+        from ._display import result_row
+
+        return [result_row(job) for job in sorted(self.list_jobs(), key=lambda j: j.name)]
 
     def get_job(self, name: str) -> Job:
         """The job ``name`` of this experiment; raises ``NotFoundError`` if it has none of that name."""
@@ -191,7 +288,7 @@ class Experiment:
         return f"Experiment({self.name!r})"
 
     def _repr_html_(self) -> str:
-        """A notebook's view: the experiment's jobs with their state, duration and last val_accuracy."""
+        """A notebook's view: ``results()`` as a table."""
         from ._display import experiment_html
 
         return experiment_html(self)

@@ -3,6 +3,7 @@ can re-attach with ``experiment.get_job(name)`` while the job runs on its own.""
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 import os
 import shlex
@@ -11,6 +12,7 @@ import time
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -34,7 +36,7 @@ from ._mount_paths import cluster_mounts_named
 from ._staging import code_files, resolve_local_script, stage_code
 from .backends.base import ClusterScheduler, JobRequest, LaunchTarget
 from .backends.head_scheduler import ensure_node_code, with_cluster_heartbeat
-from .cost import format_cost
+from .cost import Cost, format_cost
 from .exceptions import (
     AlreadyExistsError,
     BatchAIError,
@@ -48,6 +50,7 @@ from .exceptions import (
     ValidationError,
 )
 from .launch import launch_config, on_node
+from .node.policy.watchdog import LOG_PATTERNS
 from .node.protocol import LAUNCH_CONFIG, StatusDoc
 from .share import Share, join
 
@@ -153,7 +156,7 @@ class Job:
     def _checked(self) -> tuple[Cluster, Path | None, str | None]:
         """``check()``'s findings: the cluster, and the script to upload or already on the share."""
         cluster = self.workspace.get_cluster(self.spec.cluster)
-        if self.spec.node_count > cluster.max_nodes:
+        if self.spec.node_count > max(cluster.max_nodes, self.workspace.deferred_sizes.get(cluster.name, 0)):
             auto = cluster.spec.autoscale is not None
             raise CapacityError(cluster.name, self.spec.node_count, cluster.max_nodes, autoscale=auto)
         self._mount_notes = self._check_cluster_mounts(cluster)
@@ -221,6 +224,11 @@ class Job:
                 "job", self.name, f"experiment {self.experiment.name!r} (already submitted)"
             )
         cluster, local_script, script_rel = self._checked()
+        deferred = self.workspace.deferred_sizes.get(cluster.name)
+        if deferred is not None and cluster.target_nodes < deferred:  # create_cluster(exist_ok=True)'s size
+            from .cluster import GROW_TIMEOUT
+
+            cluster.resize(deferred, wait=True, timeout=GROW_TIMEOUT)
         nodes = self._pick_nodes(cluster)
         target = self._prepare(cluster, nodes)
         self._reserve_name()
@@ -374,6 +382,7 @@ class Job:
             max_wall_clock_seconds=self.spec.max_wall_clock_seconds,
             created=str((self._record or {}).get("creation_time")),
             hang_timeout=self.spec.watchdog_seconds,
+            hang_notice=self.spec.notice_seconds,
             max_retries=self.spec.max_retries,
             retry_on_exit_codes=tuple(self.spec.retry_on_exit_codes),
             max_cost=self.spec.max_cost,
@@ -498,11 +507,20 @@ class Job:
         return self.status.exit_code
 
     @property
-    def cost(self) -> float | None:
-        """Estimated cost so far (price per node-hour × nodes × hours run); None when unknown."""
+    def cost(self) -> Cost | None:
+        """Estimated cost so far (price per node-hour × nodes × hours run), printed ``$0.42``; None when
+        the price is unknown."""
         from .cost import cost_of_job
 
         return cost_of_job(self)
+
+    def estimate_cost(self, hours: float | None = None) -> Cost | None:
+        """What the job costs if it runs ``hours`` (default: ``max_wall_clock_time``, else 1 hour): the
+        cluster's price per node-hour × ``node_count`` × hours, before ``submit()``; None when the price
+        is unknown. ``job.estimate_cost(0.5)`` → ``$1.80`` for 2 nodes at $1.80/h."""
+        from .cost import estimate_job_cost
+
+        return estimate_job_cost(self, hours)
 
     def wait(
         self,
@@ -536,7 +554,8 @@ class Job:
                     break
                 if deadline is not None and time.monotonic() > deadline:
                     raise BatchAITimeoutError(
-                        f"job {self.name!r} to end (state {status.state})", timeout or 0
+                        f"job {self.name!r} to end (state {status.state}{self._silence(status)})",
+                        timeout or 0,
                     )
                 if time.monotonic() > next_check and _stale(status):
                     self._revive_scheduler()
@@ -546,6 +565,24 @@ class Job:
         if raise_on_failure and status.state is not JobState.SUCCEEDED:
             raise JobFailedError(self.name, status.state.value, status.exit_code, status.failure_reason)
         return status.state
+
+    def _silence(self, status: JobStatus) -> str:
+        """For a wait that timed out: how long the job has been silent and the knobs for a silent job."""
+        knobs = "hang_timeout=SECONDS fails a job silent that long; hang_notice=SECONDS collects its stacks"
+        if status.notice:
+            return f"; {status.notice}"
+        if status.state is not JobState.RUNNING:
+            return ""
+        try:
+            logs = [f for f in self.workspace.share.list(self.paths.stdouterr) if not f.is_dir and f.size]
+        except BatchAIError:
+            return f"; {knobs}"
+        times = [f.modified for f in logs if f.modified is not None and _is_log(f.name)]
+        if not times:
+            return f"; no output yet; {knobs}"
+        last = max(t if t.tzinfo else t.replace(tzinfo=timezone.utc) for t in times)
+        silent = max(0, int((datetime.now(timezone.utc) - last).total_seconds()))
+        return f"; last output {silent} s ago; {knobs}"
 
     def _revive_scheduler(self) -> None:
         """The job's records stopped being refreshed: start its cluster's scheduler again if it died (it
@@ -783,6 +820,7 @@ class Job:
             "startTime": st.start_time.isoformat() if st.start_time else None,
             "endTime": st.end_time.isoformat() if st.end_time else None,
             "failureReason": st.failure_reason,
+            "notice": st.notice,
             "nodes": list(st.nodes),
             "stdOutErrPath": self.paths.stdouterr,
             "attempts": self.attempts if self.submitted else [],
@@ -797,3 +835,8 @@ class Job:
         from ._display import job_html
 
         return job_html(self)
+
+
+def _is_log(name: str) -> bool:
+    """A file whose growth counts as the job's output (the watchdog's ``LOG_PATTERNS``)."""
+    return any(fnmatch.fnmatch(name, pattern) for pattern in LOG_PATTERNS)

@@ -26,14 +26,27 @@ class Workspace:
     that opens the same workspace sees the same objects."""
 
     def __init__(self, backend: Backend) -> None:
+        # On Azure no I/O here (Azure SDK guideline: constructors do none): the share is a storage account
+        # that the first write creates, and a preflight refusal must find nothing created. A local folder
+        # or an SSH share is made (and checked) at once.
         self.backend = backend
-        engine = getattr(backend, "engine", None)  # Azure: "vmss" or "batch"
+        self._recorded = False
+        # cluster → the size create_cluster(exist_ok=True) asked for, applied by the next submit (Job.submit)
+        self.deferred_sizes: dict[str, int] = {}
+        if not backend.provisions_lazily:
+            self._record_workspace()
+
+    def _record_workspace(self) -> None:
+        """Write the workspace's own record once, with the first object it holds."""
+        if self._recorded:
+            return
+        engine = getattr(self.backend, "engine", None)  # Azure: "vmss" or "batch"
         if not self.share.exists(layout.workspace_record()):
             self.share.write_json(
                 layout.workspace_record(),
                 {
-                    "name": backend.workspace,
-                    "backend": backend.kind,
+                    "name": self.backend.workspace,
+                    "backend": self.backend.kind,
                     "created": utcnow().isoformat(),
                     **({"engine": engine} if engine else {}),
                 },
@@ -42,8 +55,11 @@ class Workspace:
             made = (self.share.read_json_or_none(layout.workspace_record()) or {}).get("engine") or "vmss"
             if made != engine:
                 raise ValidationError(
-                    "engine", engine, f"{made!r}, the engine workspace {backend.workspace!r} was created with"
+                    "engine",
+                    engine,
+                    f"{made!r}, the engine workspace {self.backend.workspace!r} was created with",
                 )
+        self._recorded = True
 
     # -- constructors ---------------------------------------------------------------------------------
     @classmethod
@@ -248,6 +264,7 @@ class Workspace:
                 f"workspace {self.name!r}",
                 f"use workspace.get_experiment({name!r}), or create_experiment(..., exist_ok=True)",
             )
+        self._record_workspace()
         self.share.write_json(record, spec.to_dict())
         return Experiment(self, spec)
 
@@ -363,6 +380,9 @@ class Workspace:
             health_check=health_check or ("basic" if self.backend.kind == "azure" else "off"),
             mounts=tuple(mounts),
         )
+        # The preflight first: on Azure a size or quota refusal then leaves no resource group, storage
+        # account or share behind (reading the cluster's record would create them).
+        self.backend.check_cluster(spec)
         existing = self.share.read_json_or_none(layout.cluster_record(name))
         if existing is not None:
             if not exist_ok:
@@ -373,13 +393,19 @@ class Workspace:
                     f"use workspace.get_cluster({name!r}), or create_cluster(..., exist_ok=True)",
                 )
             cluster = Cluster(self, ClusterSpec.from_dict(existing))
-            if (
-                auto is None and cluster.target_nodes < nodes
-            ):  # e.g. resized to 0 by the last run: grow it back, never shrink
-                log.info("cluster %s has %d node(s); resizing it to %d", name, cluster.target_nodes, nodes)
-                cluster.resize(nodes, timeout=timeout)
+            if auto is None and cluster.target_nodes < nodes:
+                # e.g. resized to 0 by the last run: it grows back when this script submits a job, not now
+                # (a re-run that only re-attaches to its finished job then costs no node-minute)
+                log.info(
+                    "cluster %s has %d node(s); it grows to %d when a job is submitted",
+                    name,
+                    cluster.target_nodes,
+                    nodes,
+                )
+                self.deferred_sizes[name] = nodes
             return cluster
         self.backend.create_cluster(spec, timeout=timeout)
+        self._record_workspace()
         self.share.write_json(layout.cluster_record(name), spec.to_dict())
         return Cluster(self, spec)
 

@@ -33,6 +33,8 @@ def test_workspace_creates_or_reuses_group_storage_and_share(
     make_backend: Callable[..., AzureBackend], arm: FakeArm, files: FakeFilesService
 ) -> None:
     ws = workspace(make_backend)
+    assert arm.calls == []  # constructing makes no call; the first experiment creates the resources
+    ws.create_experiment("cifar")
     group = arm.groups["batchai.horovod"]
     assert group["location"] == "eastus"
     assert group["tags"] == {"batchai-workspace": "batchaidev", "batchai-created-by": "batchaidev"}
@@ -43,7 +45,7 @@ def test_workspace_creates_or_reuses_group_storage_and_share(
     ws.close()
 
     again = workspace(make_backend)  # a second session finds everything
-    assert again.name == "batchaidev"
+    assert again.get_experiment("cifar").name == "cifar"
     assert (
         arm.count("PUT", "storageAccounts") == 1
         and arm.count("PUT", r"/resourcegroups/batchai\.horovod$") == 1

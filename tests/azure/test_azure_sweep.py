@@ -1,4 +1,5 @@
-"""``batchai_sdk.sweep`` and ``batchai sweep``: what the SDK tagged across the subscription, through the
+"""``batchai_sdk.list_tagged_resources`` and ``batchai resource list`` (formerly ``sweep``, still working with a
+deprecation note): what the SDK tagged across the subscription, through the
 Resources and Resource Groups list APIs with a tag ``$filter`` (real SDK clients against the fake ARM)."""
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def two_workspaces(
     second = Workspace(
         AzureBackend("second", **{**options, "resource_group": "batchai.other", "share_name": "second"})
     )
+    second.create_experiment("e")  # its first object creates its resources
     untagged(arm)
     yield
     second.close()
@@ -59,7 +61,7 @@ def test_sweep_lists_every_tagged_resource_across_groups(
     two_workspaces: None, arm: FakeArm, credential: FakeCredential
 ) -> None:
     arm.queries.clear()
-    found = batchai_sdk.sweep(SUBSCRIPTION, credential=credential, retry_total=0)
+    found = batchai_sdk.list_tagged_resources(SUBSCRIPTION, credential=credential, retry_total=0)
 
     rows = {(r.resource_group, r.type.rsplit("/", 1)[-1], r.name): r for r in found}
     assert set(rows) == {
@@ -92,7 +94,8 @@ def test_sweep_of_one_workspace_filters_by_tag_value(
     two_workspaces: None, arm: FakeArm, credential: FakeCredential
 ) -> None:
     arm.queries.clear()
-    found = batchai_sdk.sweep(SUBSCRIPTION, credential=credential, workspace="second", retry_total=0)
+    with pytest.warns(DeprecationWarning, match="renamed list_tagged_resources"):  # the old name still works
+        found = batchai_sdk.sweep(SUBSCRIPTION, credential=credential, workspace="second", retry_total=0)
     assert [(r.type.rsplit("/", 1)[-1], r.name, r.workspace) for r in found] == [
         ("resourceGroups", "batchai.other", "second"),
         ("storageAccounts", "batchaitest", "second"),
@@ -150,7 +153,7 @@ def test_batchai_sweep_prints_a_table(
     monkeypatch.setenv("AZURE_CLIENT_SECRET", "client-secret-value")
     monkeypatch.delenv("AZURE_SUBSCRIPTION_ID", raising=False)
 
-    assert main(["sweep", "--subscription", SUBSCRIPTION, "-o", "table"]) == 0
+    assert main(["resource", "list", "--subscription", SUBSCRIPTION, "-o", "table"]) == 0
     out, err = capsys.readouterr()
     lines = out.splitlines()
     assert lines[0].split() == [
@@ -173,8 +176,10 @@ def test_batchai_sweep_prints_a_table(
     assert main(["sweep", "-w", "second", "-o", "json"]) == 2  # no subscription anywhere
     assert "--subscription is required" in capsys.readouterr().err
     monkeypatch.setenv("AZURE_SUBSCRIPTION_ID", SUBSCRIPTION)
-    assert main(["sweep", "-w", "second", "-o", "json"]) == 0
-    data = json.loads(capsys.readouterr().out)
+    assert main(["sweep", "-w", "second", "-o", "json"]) == 0  # the old spelling, with a note
+    out, err = capsys.readouterr()
+    assert "renamed `batchai resource list`" in err
+    data = json.loads(out)
     assert [(d["type"], d["workspace"]) for d in data] == [
         ("Microsoft.Resources/resourceGroups", "second"),
         ("Microsoft.Storage/storageAccounts", "second"),

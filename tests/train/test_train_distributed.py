@@ -20,9 +20,9 @@ from batchai_sdk.train import datasets  # noqa: E402
 pytestmark = pytest.mark.train
 
 METRIC_KEYS = {"epoch", "loss", "accuracy", "val_loss", "val_accuracy", "images_per_sec", "seconds"}
-# Short and deterministic (fixed seed); a higher lr than the recipe's so that two epochs are enough on digits.
-DIGITS_ARGS = ["--dataset", "digits", "--lr", "3e-4", "--warmup-epochs", "1", "--no-augmentation", "--seed", "2",
-               "--save-rank-weights"]  # fmt: skip
+# The module's own digits recipe (no --lr, --warmup-epochs or augmentation flag), deterministic (fixed seed).
+DIGITS_ARGS = ["--dataset", "digits", "--seed", "3", "--save-rank-weights"]
+EPOCHS = 4  # the README's run: measured 0.972 test accuracy with seed 3 (0.994 after 10)
 STEPS_PER_EPOCH = 23  # ceil(1438 digits / (2 ranks x 32))
 
 
@@ -43,16 +43,19 @@ def _test_accuracy(stdout: str) -> float:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory, run_ranks: Callable[..., Any]) -> tuple[Path, Any]:
-    """Two epochs of digits on two ranks (shared by the tests below, which only read its outputs)."""
+    """Four epochs of digits on two ranks (shared by the tests below, which only read its outputs)."""
     out = tmp_path_factory.mktemp("digits") / "out"
-    run = run_ranks(["--dir", str(out), "--epochs", "2", *DIGITS_ARGS], timeout=150)
+    run = run_ranks(["--dir", str(out), "--epochs", str(EPOCHS), *DIGITS_ARGS], timeout=400)
     assert run.returncode == 0, run.output()
     return out, run
 
 
-def test_two_ranks_learn_digits(trained: tuple[Path, Any]) -> None:
+def test_two_ranks_learn_digits_with_the_default_recipe(trained: tuple[Path, Any]) -> None:
     out, run = trained
-    assert _test_accuracy(run.stdout) >= 0.90, run.output()
+    assert _test_accuracy(run.stdout) >= 0.95, run.output()  # was 0.88-0.90 before the digits recipe
+    assert (
+        "lr 0.001, seed 3, CPU, augmentation shifts" in run.stdout or "GPU, augmentation shifts" in run.stdout
+    )
     model_path = out / "saved_models" / "keras_cifar10_trained_model.h5"
     assert f"Saved trained model at {model_path}" in run.stdout
     assert re.search(r"^Test loss: [0-9.]+$", run.stdout, re.M)
@@ -69,20 +72,19 @@ def test_both_ranks_end_with_identical_weights(trained: tuple[Path, Any]) -> Non
 def test_metrics_has_one_line_per_epoch(trained: tuple[Path, Any]) -> None:
     out, _ = trained
     records = _metrics(out)
-    assert [r["epoch"] for r in records] == [1, 2]
+    assert [r["epoch"] for r in records] == list(range(1, EPOCHS + 1))
     for record in records:
         assert set(record) == METRIC_KEYS
         assert 0.0 <= record["accuracy"] <= 1.0 and 0.0 <= record["val_accuracy"] <= 1.0
         assert record["loss"] > 0 and record["val_loss"] > 0
         assert record["images_per_sec"] > 0 and record["seconds"] > 0
-    assert records[1]["loss"] < records[0]["loss"]
+    assert records[-1]["loss"] < records[0]["loss"]
 
 
 def test_checkpoint_per_epoch_on_rank_0(trained: tuple[Path, Any]) -> None:
     out, _ = trained
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
-        "checkpoint-001.h5",
-        "checkpoint-002.h5",
+        f"checkpoint-{e:03d}.h5" for e in range(1, EPOCHS + 1)
     ]
 
 
@@ -103,20 +105,21 @@ def test_resume_continues_from_the_latest_checkpoint(
     shutil.copytree(trained[0], out)
     before = _metrics(out)
 
-    run = run_ranks(["--dir", str(out), "--epochs", "3", "--resume", *DIGITS_ARGS], timeout=150)
+    total = EPOCHS + 1
+    run = run_ranks(["--dir", str(out), "--epochs", str(total), "--resume", *DIGITS_ARGS], timeout=300)
 
     assert run.returncode == 0, run.output()
-    assert "Resumed from epoch 2" in run.stdout
-    assert "Epoch 3/3" in run.stdout and "Epoch 1/3" not in run.stdout
+    assert f"Resumed from epoch {EPOCHS}" in run.stdout
+    assert f"Epoch {total}/{total}" in run.stdout and f"Epoch 1/{total}" not in run.stdout
     records = _metrics(out)
-    assert [r["epoch"] for r in records] == [1, 2, 3]
-    assert records[:2] == before
-    assert (out / "checkpoints" / "checkpoint-003.h5").is_file()
+    assert [r["epoch"] for r in records] == list(range(1, total + 1))
+    assert records[:EPOCHS] == before
+    assert (out / "checkpoints" / f"checkpoint-{total:03d}.h5").is_file()
     rank0, rank1 = _rank_weights(out)
     assert rank0 == rank1
-    # The optimizer state came back too: its step counter went on from the two first epochs.
+    # The optimizer state came back too: its step counter went on from the first epochs.
     model = tf.keras.models.load_model(out / "saved_models" / "keras_cifar10_trained_model.h5")
-    assert int(model.optimizer.iterations.numpy()) == 3 * STEPS_PER_EPOCH
+    assert int(model.optimizer.iterations.numpy()) == total * STEPS_PER_EPOCH
     assert _test_accuracy(run.stdout) >= 0.90
 
 
@@ -128,7 +131,8 @@ def test_same_seed_gives_the_same_model(tmp_path: Path, run_ranks: Callable[...,
         assert run.returncode == 0, run.output()
         return _rank_weights(out)
 
-    # Augmentation is on: initial weights, shuffling, flips, shifts and dropout all follow the seed.
+    # Augmentation is on: initial weights, shuffling, shifts (digits' recipe flips none) and dropout all follow
+    # the seed.
     assert weights(tmp_path / "a", "11") == weights(tmp_path / "b", "11")
 
 

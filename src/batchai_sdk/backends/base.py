@@ -87,6 +87,9 @@ class JobRequest:
     max_wall_clock_seconds: float | None = None
     created: str | None = None  # creation time (ISO 8601) as the status record says
     hang_timeout: float | None = None  # the watchdog: no output for this long ends the job (None: off)
+    hang_notice: float | None = (
+        None  # observe mode: no output for this long → stacks and a notice (None: off)
+    )
     max_retries: int = 0
     retry_on_exit_codes: tuple[int, ...] = ()
     max_cost: float | None = None  # with price_per_node_hour: end the job once its estimate passes it
@@ -179,6 +182,9 @@ class Backend(ABC):
     queues_for_nodes: ClassVar[bool] = False
     # Job records are brought up to date by the scheduler's refresh() when read (Slurm, Azure Batch).
     status_from_scheduler: ClassVar[bool] = False
+    # True where touching the share creates cloud resources (Azure): the workspace then writes nothing until
+    # its first experiment or cluster, so that constructing it makes no call.
+    provisions_lazily: ClassVar[bool] = False
 
     def describe(self) -> dict[str, Any]:
         """Facts for reprs and ``workspace show`` (never secrets)."""

@@ -204,6 +204,7 @@ class HeadNodeScheduler(ClusterScheduler):
                 "max_wall_clock_seconds": request.max_wall_clock_seconds,
                 "created": request.created,
                 "hang_timeout": request.hang_timeout,
+                "hang_notice": request.hang_notice,
                 "max_retries": request.max_retries,
                 "retry_on_exit_codes": list(request.retry_on_exit_codes),
                 "max_cost": request.max_cost,

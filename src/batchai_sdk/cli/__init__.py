@@ -111,6 +111,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not [a for a in argv if a not in ("--debug", "--verbose", "--only-show-errors")]:
         build_parser().print_help()  # bare `batchai`, as `az batchai` does
         return 0
+    from .sweep import deprecated_form
+
+    renamed = deprecated_form(argv)
+    if renamed is not None:
+        print(
+            "WARNING: `batchai sweep` (the Azure resource lister) is renamed `batchai resource list`; "
+            "`batchai sweep create` runs a hyperparameter sweep now",
+            file=sys.stderr,
+        )
+        argv = renamed
     unsupported = unsupported_command(argv)
     if unsupported:
         why = UNSUPPORTED_WHY.get(unsupported.split()[0])

@@ -6,10 +6,10 @@ from __future__ import annotations
 import argparse
 
 from .. import __version__
-from . import cluster, configure, experiment, group, job, storage, sweep, workspace
+from . import cluster, configure, experiment, group, job, resource, storage, sweep, workspace
 from ._params import Commands, Parser, examples_epilog, global_arguments
 
-GROUPS = (group, workspace, experiment, cluster, job, storage, sweep, configure)
+GROUPS = (group, workspace, experiment, cluster, job, storage, sweep, resource, configure)
 
 # The tutorial's first steps, as `batchai --help` shows them (docs/cli.md starts with the same lines).
 EXAMPLES = (

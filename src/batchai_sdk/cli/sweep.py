@@ -1,58 +1,134 @@
-"""``batchai sweep``: every Azure resource batchai_sdk tagged in a subscription — what may still cost."""
+"""``batchai sweep ...``: hyperparameter sweeps (``Experiment.sweep``): create and run one, show its table.
+
+``batchai sweep --subscription ...`` (no subcommand) was the Azure resource lister: it still runs
+``batchai resource list`` with a deprecation note (``DEPRECATED_FORM``)."""
 
 from __future__ import annotations
 
 import argparse
-import os
+import shlex
+from collections.abc import Sequence
 from typing import Any
 
 from ._context import Context, Result, UsageError
 from ._format import Row, _items
-from ._params import Commands
+from ._params import Commands, experiment_arg, positive, resource_group_arg, workspace_arg
+
+SUBCOMMANDS = ("create", "show", "-h", "--help")
+
+
+def deprecated_form(argv: Sequence[str]) -> list[str] | None:
+    """``batchai sweep [--subscription S] [-w W]`` → ``batchai resource list ...`` (None: not that form)."""
+    words = list(argv)
+    if not words or words[0] != "sweep" or any(w in SUBCOMMANDS for w in words[1:2]):
+        return None
+    return ["resource", "list", *words[1:]]
 
 
 def register(commands: Commands) -> None:
-    p = commands.command(
+    s = commands.group(
         "sweep",
-        sweep,
-        "list every Azure resource batchai_sdk tagged in the subscription (all groups and regions)",
+        "hyperparameter sweeps: one job per parameter point, a table of parameters x final metrics",
+        examples=(
+            "batchai sweep create -e cifar -n lr -c nc6cluster --python-script train.py "
+            "--param lr=0.1,0.01,0.001 --param batch=32,64 --max-concurrent 2 -o table",
+            "batchai sweep create -e cifar -n rnd -c nc6cluster --python-script train.py "
+            "--param lr=loguniform:1e-4:1e-1 --random 8 --seed 1 --early-stop val_loss:min",
+            "batchai sweep show -e cifar -n lr -o table",
+        ),
     )
+    p = s.command("create", sweep_create, "create a sweep and run it to the end (or --no-wait)")
+    resource_group_arg(p)
+    workspace_arg(p)
+    experiment_arg(p)
+    p.add_argument("--name", "-n", required=True, help="the sweep (its jobs are NAME-000, NAME-001, ...)")
+    p.add_argument("--cluster", "-c", required=True, help="the cluster the trials run on")
+    p.add_argument("--python-script", required=True, help="the script (a local file, a share path, a module)")
+    p.add_argument("--script-args", help="arguments every trial gets before its parameters")
+    p.add_argument("--source-dir", help="a local folder uploaded with the script")
+    p.add_argument("--nodes", type=positive, default=1, help="nodes per trial (default 1)")
     p.add_argument(
-        "--subscription",
-        "-s",
-        help="subscription id (default: the profile's azure subscription, else AZURE_SUBSCRIPTION_ID)",
+        "--param",
+        action="append",
+        required=True,
+        metavar="NAME=SPEC",
+        help="a parameter: NAME=V1,V2,... (values) or NAME=uniform|loguniform|randint:LOW:HIGH; repeat",
     )
-    p.add_argument("--workspace", "-w", dest="workspace", help="only this workspace's resources")
-
-
-def sweep(ctx: Context, args: argparse.Namespace) -> Result | None:
-    from ..backends.azure.sweep import sweep as list_tagged
-
-    subscription = (
-        args.subscription
-        or ctx.profile.options("azure").get("subscription_id")
-        or os.environ.get("AZURE_SUBSCRIPTION_ID")
+    p.add_argument("--random", type=positive, metavar="N", help="N random trials (default: the whole grid)")
+    p.add_argument("--seed", type=int, help="the random draw's seed")
+    p.add_argument("--max-concurrent", type=positive, default=2, help="trials unfinished at once (default 2)")
+    p.add_argument(
+        "--early-stop",
+        metavar="METRIC:min|max",
+        help="stop a trial whose METRIC is worse than the other trials' median at the same step",
     )
-    if not subscription:
-        raise UsageError(
-            "--subscription is required (or batchai configure --subscription ID, or AZURE_SUBSCRIPTION_ID)"
-        )
-    found = list_tagged(str(subscription), workspace=args.workspace)
-    return Result([r.to_dict() for r in found], sweep_table)
+    p.add_argument("--no-wait", action="store_true", help="create the sweep only; `sweep show --run` runs it")
+    p = s.command("show", sweep_show, "show a sweep's trials: parameters and final metrics")
+    resource_group_arg(p)
+    workspace_arg(p)
+    experiment_arg(p)
+    p.add_argument("--name", "-n", required=True, help="the sweep")
+    p.add_argument("--run", action="store_true", help="go on running it (trials not submitted yet)")
+
+
+def _early_stop(text: str | None) -> Any:
+    from ..tuning import EarlyStop
+
+    if text is None:
+        return None
+    metric, _, mode = text.partition(":")
+    if not metric or mode not in ("min", "max"):
+        raise UsageError(f"--early-stop {text!r}: expected METRIC:min or METRIC:max, e.g. val_loss:min")
+    return EarlyStop(metric, mode)
+
+
+def sweep_create(ctx: Context, args: argparse.Namespace) -> Result | None:
+    from ..tuning import parse_param
+
+    _, _, exp = ctx.experiment()
+    space = dict(parse_param(text) for text in args.param)
+    distributions = [n for n, v in space.items() if isinstance(v, tuple)]
+    if distributions and args.random is None:
+        raise UsageError(f"--param {distributions[0]} is a distribution: give --random N trials")
+    sweep = exp.sweep(
+        args.name,
+        grid=None if args.random else space,
+        random=space if args.random else None,
+        trials=args.random,
+        seed=args.seed,
+        max_concurrent=args.max_concurrent,
+        early_stop=_early_stop(args.early_stop),
+        cluster=args.cluster,
+        python_script=args.python_script,
+        args=shlex.split(args.script_args or ""),
+        source_dir=args.source_dir,
+        node_count=args.nodes,
+    )
+    cost = sweep.estimate_cost()
+    if cost is not None:
+        ctx.note(f"sweep {sweep.name}: {len(sweep.trials)} trial(s), about {cost} at an hour each")
+    if args.no_wait:
+        return Result(sweep.results(), sweep_table)
+    return _run(ctx, sweep)
+
+
+def _run(ctx: Context, sweep: Any) -> Result:
+    sweep.run(on_event=ctx.note)
+    return Result(sweep.results(), sweep_table)
+
+
+def sweep_show(ctx: Context, args: argparse.Namespace) -> Result | None:
+    _, _, exp = ctx.experiment()
+    sweep = exp.get_sweep(args.name)
+    if args.run:
+        return _run(ctx, sweep)
+    return Result(sweep.results(), sweep_table)
 
 
 def sweep_table(result: Any) -> list[Row]:
-    """The columns of ``batchai cluster list``'s kind: one row per resource, scale sets with their VMs."""
-    return [
-        {
-            "Resource Group": r.get("resource_group"),
-            "Type": str(r.get("type") or "").rsplit("/", 1)[-1],
-            "Name": r.get("name"),
-            "Location": r.get("location"),
-            "Workspace": r.get("workspace"),
-            "VM Size": r.get("vm_size"),
-            "Nodes": r.get("nodes"),
-            "Created": (r.get("created") or "")[:19].replace("T", " ") or None,
-        }
-        for r in _items(result)
-    ]
+    """One row per trial: job, state, its parameters, its final metrics (the columns every trial has)."""
+    from .._display import format_cell, result_columns
+
+    rows = _items(result)
+    columns = result_columns(rows)
+    return [{c: format_cell(r.get(c)) for c in columns} for r in rows]

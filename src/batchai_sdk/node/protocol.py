@@ -187,6 +187,7 @@ class StatusDoc:
     exit_code: int | None = None
     failure_reason: str | None = None
     tag: str | None = None  # the attempt's process tag: a scheduler with a new database fences by it
+    notice: str | None = None  # observe mode's "possibly hung": the job goes on
     extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know, kept as read
 
     @property

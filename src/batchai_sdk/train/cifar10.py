@@ -63,6 +63,7 @@ import random
 import signal
 import sys
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +77,7 @@ from .checkpoints import (
     restart_count,
     trim_metrics,
 )
-from .cli_args import add_common_arguments, new_parser
+from .cli_args import RECIPES, add_common_arguments, apply_recipe, new_parser, recipe_defaults
 from .datasets import IMAGE_SHAPE, NUM_CLASSES, Array, Arrays, load_training_data, steps_per_epoch
 from .errors import UserError, to_stderr
 from .keras_callbacks import (
@@ -87,6 +88,7 @@ from .keras_callbacks import (
     make_sigterm_stopper,
     save_atomically,
 )
+from .report import augmentation_text, print_test_scores, saved_model_path, write_rank_weights
 from .tf_data import make_eval_dataset, make_train_dataset
 
 MODEL_NAME = "keras_cifar10_trained_model.h5"
@@ -181,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
         warmup_help="epochs of Horovod's gradual learning-rate warm-up from lr to lr x ranks; 0 disables it",
         mixed_precision_help="compute in float16 with float32 variables (mixed_float16); needs a GPU, "
         "ignored with a warning on CPU",
+        recipe_defaults=recipe_defaults(),
     )
     parser.add_argument(
         "--resume",
@@ -264,7 +267,41 @@ def _describe(exc: Exception) -> str:
     return str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
 
 
-def train(args: argparse.Namespace) -> int:
+@dataclass
+class _Ranks:
+    """This process in the job: the frameworks, its rank among ``size``, its GPUs, the SIGTERM flag."""
+
+    tf: Any
+    hvd: Any  # horovod.tensorflow.keras
+    hvd_tf: Any  # horovod.tensorflow
+    rank: int
+    size: int
+    local_rank: int
+    gpus: list[Any]
+    sigterm: SigtermFlag
+
+    @property
+    def is_root(self) -> bool:
+        return self.rank == 0
+
+
+@dataclass
+class _Data:
+    """What every rank agreed on before training: the set, the seed and where to start."""
+
+    train: tuple[Array, Array]
+    test: tuple[Array, Array]
+    seed: int
+    steps: int  # per rank and epoch
+    resume_epoch: int
+    resume_step: int
+    resume_path: Path | None
+    restored: tuple[list[Array], list[Array]] | None  # rank 0: weights and optimizer state
+    restart: int
+
+
+def start() -> _Ranks:
+    """Import the frameworks, catch SIGTERM, start Horovod, pin this rank's GPU."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     try:
         import horovod.tensorflow as hvd_tf
@@ -280,12 +317,14 @@ def train(args: argparse.Namespace) -> int:
     sigterm = SigtermFlag()
     sigterm.install()  # from here on SIGTERM stops training at the next batch end, with a checkpoint
     hvd.init()
-    rank, size, local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
-    is_root = rank == 0
-    gpus = _pin_gpu(tf, local_rank)
-    out_dir: Path = args.dir
+    gpus = _pin_gpu(tf, hvd.local_rank())
+    return _Ranks(tf, hvd, hvd_tf, hvd.rank(), hvd.size(), hvd.local_rank(), gpus, sigterm)
 
-    # Everything that can fail because of the user's input happens here, before any collective op.
+
+def load_data(args: argparse.Namespace, ranks: _Ranks) -> _Data:
+    """Step 1, data: the training and test sets, the checkpoint to resume from, the seed — every failure
+    the user can fix found before any collective op, and agreed on by every rank."""
+    hvd, out_dir = ranks.hvd, args.dir
     data: Arrays | None = None
     resume_epoch, resume_step, resume_path = 0, 0, None
     restart = restart_count()
@@ -293,96 +332,121 @@ def train(args: argparse.Namespace) -> int:
     download = args.dataset == "cifar10" and args.data_dir is None
     error: str | None = None
     try:
-        if not download or local_rank == 0:  # one download per node; the others read its cache later
-            data = load_training_data(args, size)
-        if is_root:
+        if not download or ranks.local_rank == 0:  # one download per node; the others read its cache later
+            data = load_training_data(args, ranks.size)
+        if ranks.is_root:
             candidates = prepare_outputs(out_dir, args.resume, restart)
             if candidates:
                 resume_epoch, resume_step, resume_path, restored = _load_latest(hvd, candidates)
                 trim_metrics(out_dir / "metrics.jsonl", resume_epoch)
     except Exception as exc:  # anything, not only UserError, must reach the agreement or the others hang
         error = _describe(exc)
-    _agree(hvd_tf, error, "setup")
+    _agree(ranks.hvd_tf, error, "setup")
     if download:
         error = None
         try:
             if data is None:
-                data = load_training_data(args, size)
+                data = load_training_data(args, ranks.size)
         except Exception as exc:
             error = _describe(exc)
-        _agree(hvd_tf, error, "download")
+        _agree(ranks.hvd_tf, error, "download")
     assert data is not None
-    (x_train, y_train), (x_test, y_test) = data
+    train_set, test_set = data
 
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     seed = int(hvd.broadcast(seed, root_rank=0, name="seed"))
     resume_epoch = int(hvd.broadcast(resume_epoch, root_rank=0, name="resume_epoch"))
     resume_step = int(hvd.broadcast(resume_step, root_rank=0, name="resume_step"))
-    tf.keras.utils.set_random_seed(seed)  # python, numpy and TensorFlow; the same on every rank
+    ranks.tf.keras.utils.set_random_seed(seed)  # python, numpy and TensorFlow; the same on every rank
+    steps = steps_per_epoch(len(train_set[0]), args.batch_size, ranks.size)
+    resume_step = min(resume_step, steps - 1)  # a checkpoint from a run with another number of ranks
+    return _Data(train_set, test_set, seed, steps, resume_epoch, resume_step, resume_path, restored, restart)
 
+
+def _announce(args: argparse.Namespace, ranks: _Ranks, data: _Data) -> None:
+    """Rank 0's opening lines: the data, the distribution, where training starts."""
+    if not ranks.is_root:
+        return
+    x_train, x_test = data.train[0], data.test[0]
+    print("x_train shape:", x_train.shape)
+    print(len(x_train), "train samples")
+    print(len(x_test), "test samples")
+    print(
+        f"{ranks.size} rank(s), {data.steps} steps of {args.batch_size} per rank and epoch, "
+        f"lr {args.lr * ranks.size:g}, seed {data.seed}, {'GPU' if ranks.gpus else 'CPU'}, "
+        f"augmentation {augmentation_text(args)}"
+    )
+    if data.restart:
+        print(f"Restart {data.restart} ({RESTART_COUNT_VARIABLE}={data.restart})")
+    if data.resume_path is not None:
+        at = (
+            f" step {data.resume_step}/{data.steps} of epoch {data.resume_epoch + 1}"
+            if data.resume_step
+            else ""
+        )
+        print(f"Resumed from epoch {data.resume_epoch}{at} ({data.resume_path})")
+    elif data.restart:
+        print(f"No checkpoint in {args.dir / 'checkpoints'} yet: starting from epoch 0")
+
+
+def make_model(args: argparse.Namespace, ranks: _Ranks, data: _Data) -> Any:
+    """Step 2, model: the CNN compiled with the distributed optimizer, restored from the checkpoint, and the
+    same on every rank (rank 0's random init or checkpoint broadcast before the first step)."""
+    tf, hvd, hvd_tf = ranks.tf, ranks.hvd, ranks.hvd_tf
     mixed_precision = args.mixed_precision
-    if mixed_precision and not gpus:
-        if is_root:
+    if mixed_precision and not ranks.gpus:
+        if ranks.is_root:
             to_stderr("warning: --mixed-precision needs a GPU; training in float32 on CPU")
         mixed_precision = False
     if mixed_precision:
         tf.keras.mixed_precision.set_global_policy("mixed_float16")
-
-    steps = steps_per_epoch(len(x_train), args.batch_size, size)
-    resume_step = min(resume_step, steps - 1)  # a checkpoint from a run with another number of ranks
-    scaled_lr = args.lr * size
-    if is_root:
-        print("x_train shape:", x_train.shape)
-        print(len(x_train), "train samples")
-        print(len(x_test), "test samples")
-        print(
-            f"{size} rank(s), {steps} steps of {args.batch_size} per rank and epoch, lr {scaled_lr:g}, "
-            f"seed {seed}, {'GPU' if gpus else 'CPU'}, augmentation {'off' if args.no_augmentation else 'on'}"
-        )
-        if restart:
-            print(f"Restart {restart} ({RESTART_COUNT_VARIABLE}={restart})")
-        if resume_path is not None:
-            at = f" step {resume_step}/{steps} of epoch {resume_epoch + 1}" if resume_step else ""
-            print(f"Resumed from epoch {resume_epoch}{at} ({resume_path})")
-        elif restart:
-            print(f"No checkpoint in {out_dir / 'checkpoints'} yet: starting from epoch 0")
-
     model = build_model()
     model.compile(
         loss="sparse_categorical_crossentropy",
-        optimizer=hvd.DistributedOptimizer(make_optimizer(scaled_lr, args.decay)),
+        optimizer=hvd.DistributedOptimizer(make_optimizer(args.lr * ranks.size, args.decay)),
         metrics=["accuracy"],
     )
     # Create the optimizer's slots now, identically on every rank: Horovod matches broadcasts by variable
     # name, and slots created lazily inside the first step get differently scoped names than restored ones.
     model.optimizer._create_all_weights(model.trainable_variables)
-    if restored is not None:
-        model.set_weights(restored[0])
-        model.optimizer.set_weights(restored[1])
+    if data.restored is not None:
+        model.set_weights(data.restored[0])
+        model.optimizer.set_weights(data.restored[1])
     # Start every rank from rank 0's state (random init or checkpoint) before the first step, so that the
-    # first averaged gradient is computed on identical models. The callback below repeats it after step 1.
+    # first averaged gradient is computed on identical models. The fit's callback repeats it after step 1.
     hvd_tf.broadcast_variables(model.variables, root_rank=0)
     hvd_tf.broadcast_variables(model.optimizer.variables(), root_rank=0)
+    return model
 
+
+def fit(args: argparse.Namespace, ranks: _Ranks, data: _Data, model: Any) -> int | None:
+    """Step 3, fit: the epochs left (first the rest of an interrupted one), a checkpoint and a metrics line
+    after each on rank 0; on SIGTERM every rank stops at the same step, rank 0 saves, and the exit status
+    (143) is returned; None once every epoch ran."""
+    hvd = ranks.hvd
+    x_train, y_train = data.train
+    x_test, y_test = data.test
+    steps, size, out_dir = data.steps, ranks.size, args.dir
     shard_validation = len(x_test) >= size
     val_ds = make_eval_dataset(
         x_test,
         y_test,
         max(args.batch_size, 128),
-        rank=rank if shard_validation else 0,
+        rank=ranks.rank if shard_validation else 0,
         size=size if shard_validation else 1,
     )
 
-    def fit(first_epoch: int, end_epoch: int, done: int) -> None:
+    def epochs(first_epoch: int, end_epoch: int, done: int) -> None:
         """Epochs first_epoch+1..end_epoch; ``done``: steps of the first one run before an interruption."""
         train_ds = make_train_dataset(
             x_train,
             y_train,
             args.batch_size,
-            rank=rank,
+            rank=ranks.rank,
             size=size,
-            seed=seed + first_epoch,
+            seed=data.seed + first_epoch,
             augment=not args.no_augmentation,
+            flip=RECIPES[args.dataset].flip,
             start_step=first_epoch * steps,
         )
         if done:
@@ -396,17 +460,17 @@ def train(args: argparse.Namespace) -> int:
         if args.warmup_epochs > 0:
             callbacks.append(
                 hvd.callbacks.LearningRateWarmupCallback(
-                    initial_lr=scaled_lr,
+                    initial_lr=args.lr * size,
                     warmup_epochs=args.warmup_epochs,
                     steps_per_epoch=steps,
-                    verbose=1 if is_root and args.verbose else 0,
+                    verbose=1 if ranks.is_root and args.verbose else 0,
                 )
             )
-        if is_root:
+        if ranks.is_root:
             callbacks.append(make_checkpointer(out_dir / "checkpoints"))
             images = (steps - done) * args.batch_size * size
             callbacks.append(make_metrics_logger(out_dir / "metrics.jsonl", images))
-        callbacks.append(make_sigterm_stopper(hvd_tf, sigterm, steps, done))  # last: see its docstring
+        callbacks.append(make_sigterm_stopper(ranks.hvd_tf, ranks.sigterm, steps, done))  # last: see its doc
         model.fit(
             train_ds,
             steps_per_epoch=steps - done,
@@ -414,30 +478,51 @@ def train(args: argparse.Namespace) -> int:
             initial_epoch=first_epoch,
             validation_data=val_ds,
             callbacks=callbacks,
-            verbose=args.verbose if is_root else 0,
+            verbose=args.verbose if ranks.is_root else 0,
         )
 
+    first, done = data.resume_epoch, data.resume_step
     try:
-        if resume_step and resume_epoch < args.epochs:
-            fit(resume_epoch, resume_epoch + 1, resume_step)
-            resume_epoch, resume_step = resume_epoch + 1, 0
-        if resume_epoch < args.epochs:
-            fit(resume_epoch, args.epochs, 0)
+        if done and first < args.epochs:
+            epochs(first, first + 1, done)
+            first, done = first + 1, 0
+        if first < args.epochs:
+            epochs(first, args.epochs, 0)
     except Interrupted as stop:
-        return _stop_on_sigterm(hvd_tf, model, stop, rank, steps, out_dir / "checkpoints")
+        return _stop_on_sigterm(ranks.hvd_tf, model, stop, ranks.rank, steps, out_dir / "checkpoints")
+    return None
 
+
+def evaluate(args: argparse.Namespace, ranks: _Ranks, data: _Data, model: Any) -> None:
+    """Step 4, evaluate: rank 0 scores the whole test set and prints ``Test loss`` / ``Test accuracy``."""
+    if ranks.is_root:
+        x_test, y_test = data.test
+        scores = model.evaluate(make_eval_dataset(x_test, y_test, max(args.batch_size, 128)), verbose=0)
+        print_test_scores(scores[0], scores[1])
+
+
+def save(args: argparse.Namespace, ranks: _Ranks, model: Any) -> None:
+    """Step 5, save: rank 0 writes the model to ``saved_models/``; with ``--save-rank-weights`` every rank
+    writes the hash of its weights."""
     if args.save_rank_weights:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / f"rank-{rank}.weights.sha256").write_text(weights_sha256(model) + "\n", encoding="utf-8")
-    if is_root:
-        save_dir = out_dir / "saved_models"
-        save_dir.mkdir(parents=True, exist_ok=True)
-        model_path = save_dir / MODEL_NAME
+        write_rank_weights(args.dir, ranks.rank, weights_sha256(model))
+    if ranks.is_root:
+        model_path = saved_model_path(args.dir, MODEL_NAME)
         model.save(str(model_path))
         print(f"Saved trained model at {model_path}")
-        scores = model.evaluate(make_eval_dataset(x_test, y_test, max(args.batch_size, 128)), verbose=0)
-        print("Test loss:", scores[0])
-        print("Test accuracy:", scores[1])
+
+
+def train(args: argparse.Namespace) -> int:
+    """The whole run in its five steps; returns the exit status (0, or 143 when stopped by SIGTERM)."""
+    ranks = start()
+    data = load_data(args, ranks)
+    _announce(args, ranks, data)
+    model = make_model(args, ranks, data)
+    stopped = fit(args, ranks, data, model)
+    if stopped is not None:
+        return stopped
+    evaluate(args, ranks, data, model)
+    save(args, ranks, model)
     return 0
 
 
@@ -463,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
     if hasattr(faulthandler, "register"):  # not on Windows
         # `kill -USR1 <pid>` (the SDK's hang watchdog without py-spy): every thread's stack to stderr.
         faulthandler.register(signal.SIGUSR1, all_threads=True)
-    args = build_parser().parse_args(argv)  # exits 2 on usage errors, before Horovod starts
+    args = apply_recipe(build_parser().parse_args(argv))  # exits 2 on usage errors, before Horovod starts
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)  # progress lines reach the job's log files as they come
     try:

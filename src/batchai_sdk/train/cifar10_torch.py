@@ -62,31 +62,15 @@ from typing import Any
 import numpy as np
 
 from .checkpoints import checkpoint_name, find_checkpoints, restart_count, trim_metrics
-from .cli_args import add_common_arguments, new_parser
+from .cli_args import RECIPES, add_common_arguments, apply_recipe, new_parser, recipe_defaults
 from .datasets import load_training_data, steps_per_epoch
 from .errors import UserError
+from .report import augmentation_text, print_test_scores, saved_model_path, write_rank_weights
 
 MODEL_FILE = "cifar10_torch_model.pt"
 CHECKPOINT_SUFFIX = ".pt"
 KEEP_CHECKPOINTS = 3
 SIGTERM_EXIT = 143
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """A dataset's defaults for ``--lr`` and ``--warmup-epochs``, and whether its augmentation flips."""
-
-    lr: float
-    warmup_epochs: int
-    flip: bool
-
-
-RECIPES = {
-    # the tutorial's: tuned for 100 epochs of CIFAR-10
-    "cifar10": Recipe(lr=1e-4, warmup_epochs=5, flip=True),
-    # digits are not mirror-symmetric, and 1438 images need a larger step to learn in a few epochs
-    "digits": Recipe(lr=5e-4, warmup_epochs=1, flip=False),
-}
 
 
 # ------------------------------------------------------------------------------------------------ model
@@ -191,9 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
         "checkpoints found there",
         warmup_help="linear warm-up from lr to lr x ranks",
         mixed_precision_help="float16 autocast with a gradient scaler on CUDA; ignored with a warning on CPU",
-        recipe_defaults="; ".join(
-            f"{name}: lr {r.lr:g}, {r.warmup_epochs} warm-up epoch(s)" for name, r in RECIPES.items()
-        ),
+        recipe_defaults=recipe_defaults(),
     )
     group = parser.add_mutually_exclusive_group()
     group.add_argument(
@@ -220,12 +202,75 @@ def _env_int(name: str, default: int) -> int:
     return int(value) if value not in (None, "") else default
 
 
-def train(args: argparse.Namespace) -> int:
+@dataclass
+class _Ranks:
+    """This process in the job: torch, its rank among ``world``, its device, the SIGTERM flag."""
+
+    torch: Any
+    dist: Any  # torch.distributed
+    rank: int
+    world: int
+    local_rank: int
+    device: Any
+    stop: _Stop
+
+    @property
+    def distributed(self) -> bool:
+        return self.world > 1
+
+    def agree(self, obj: Any) -> Any:
+        """Rank 0's ``obj`` on every rank."""
+        if not self.distributed:
+            return obj
+        box = [obj]
+        self.dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def all_sum(self, values: list[float]) -> list[float]:
+        """``values`` summed over the ranks, element by element."""
+        t = self.torch.tensor(values, dtype=self.torch.float64, device=self.device)
+        if self.distributed:
+            self.dist.all_reduce(t)
+        return [float(v) for v in t.cpu()]
+
+    def leave(self) -> None:
+        """Leave together: a rank exiting with the group still up can abort its peer."""
+        if self.distributed:
+            self.dist.barrier()
+            self.dist.destroy_process_group()
+
+
+@dataclass
+class _Data:
+    """What every rank agreed on before training: the set as tensors, the seed, the checkpoint's state."""
+
+    train_x: Any
+    train_y: Any
+    test_x: Any
+    test_y: Any
+    seed: int
+    state: dict[str, Any] | None
+    steps: int  # per rank and epoch
+
+
+@dataclass
+class _Trainer:
+    """The model and what trains it; ``ddp`` is the model wrapped for DistributedDataParallel (or itself)."""
+
+    model: Any
+    ddp: Any
+    optimizer: Any
+    scheduler: Any
+    scaler: Any
+    amp: bool
+    start_epoch: int
+
+
+def start() -> _Ranks:
+    """Import torch, catch SIGTERM and SIGUSR1, pick the device, join the process group."""
     try:
         import torch
         import torch.distributed as dist
-        import torch.nn.functional as F
-        from torch.nn.parallel import DistributedDataParallel
     except ImportError as exc:
         raise UserError(f"PyTorch is required (pip install 'batchai_sdk[torch]'): {exc}") from exc
 
@@ -233,7 +278,6 @@ def train(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, stop)
     if hasattr(signal, "SIGUSR1"):
         faulthandler.register(signal.SIGUSR1, all_threads=True)
-
     world = _env_int("WORLD_SIZE", 1)
     rank = _env_int("RANK", 0)
     local_rank = _env_int("LOCAL_RANK", 0)
@@ -246,63 +290,57 @@ def train(args: argparse.Namespace) -> int:
     else:
         device = torch.device("cpu")
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, local_world)))
-    distributed = world > 1
-    if distributed:
+    if world > 1:
         init = os.environ.get("AZ_BATCHAI_PYTORCH_INIT_METHOD") or "env://"
         dist.init_process_group(backend=backend, init_method=init, rank=rank, world_size=world)
+    return _Ranks(torch, dist, rank, world, local_rank, device, stop)
+
+
+def _decide(args: argparse.Namespace, torch: Any) -> dict[str, Any]:
+    """Rank 0: the seed and the checkpoint to start from, or the error every rank reports."""
     out = args.dir
     ckpt_dir = out / "checkpoints"
     metrics_path = out / "metrics.jsonl"
+    try:
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
+        found = find_checkpoints(ckpt_dir, CHECKPOINT_SUFFIX)
+        if args.restart:
+            for _, path in found:
+                path.unlink()
+            found = []
+        if args.resume and not found:
+            raise UserError(f"--resume: no checkpoint-NNN.pt in {ckpt_dir}")
+        state = None
+        if found:
+            try:
+                state = torch.load(found[-1][1], map_location="cpu", weights_only=False)
+            except Exception as exc:
+                raise UserError(
+                    f"cannot load checkpoint {found[-1][1]} ({type(exc).__name__}: {exc})"
+                ) from exc
+            trim_metrics(metrics_path, int(state["epoch"]))
+        else:
+            metrics_path.write_text("", encoding="utf-8")
+        seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
+        if state is not None:
+            seed = int(state["seed"])
+        return {"seed": seed, "state": state}
+    except UserError as exc:
+        return {"error": str(exc)}
+    except OSError as exc:
+        return {"error": f"cannot prepare {out}: {exc.strerror or exc}"}
 
-    def agree(obj: Any) -> Any:
-        """Rank 0's ``obj`` on every rank."""
-        if not distributed:
-            return obj
-        box = [obj]
-        dist.broadcast_object_list(box, src=0)
-        return box[0]
 
-    # -- rank 0 decides: seed, where to start, or an error every rank reports
-    decision: dict[str, Any] = {}
-    if rank == 0:
-        try:
-            ckpt_dir.mkdir(parents=True, exist_ok=True)
-            found = find_checkpoints(ckpt_dir, CHECKPOINT_SUFFIX)
-            if args.restart:
-                for _, path in found:
-                    path.unlink()
-                found = []
-            if args.resume and not found:
-                raise UserError(f"--resume: no checkpoint-NNN.pt in {ckpt_dir}")
-            state = None
-            if found:
-                try:
-                    state = torch.load(found[-1][1], map_location="cpu", weights_only=False)
-                except Exception as exc:
-                    raise UserError(
-                        f"cannot load checkpoint {found[-1][1]} ({type(exc).__name__}: {exc})"
-                    ) from exc
-                trim_metrics(metrics_path, int(state["epoch"]))
-            else:
-                metrics_path.write_text("", encoding="utf-8")
-            seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
-            if state is not None:
-                seed = int(state["seed"])
-            decision = {"seed": seed, "state": state}
-        except UserError as exc:
-            decision = {"error": str(exc)}
-        except OSError as exc:
-            decision = {"error": f"cannot prepare {out}: {exc.strerror or exc}"}
-    decision = agree(decision)
+def load_data(args: argparse.Namespace, ranks: _Ranks) -> _Data:
+    """Step 1, data: rank 0 decides the seed and the checkpoint (or an error every rank reports), then
+    every rank loads the set as tensors and seeds Python, numpy and torch alike."""
+    torch = ranks.torch
+    decision = ranks.agree(_decide(args, torch) if ranks.rank == 0 else {})
     if "error" in decision:
-        if distributed:  # leave together: a rank exiting with the group still up can abort its peer
-            dist.barrier()
-            dist.destroy_process_group()
+        ranks.leave()
         raise UserError(decision["error"])
     seed = int(decision["seed"])
-    state = decision["state"]
-
-    (x_train, y_train), (x_test, y_test) = load_training_data(args, world)
+    (x_train, y_train), (x_test, y_test) = load_training_data(args, ranks.world)
 
     def tensors(images: Any, labels: Any) -> tuple[Any, Any]:
         x = torch.from_numpy(np.ascontiguousarray(images.transpose(0, 3, 1, 2))).float().div_(255.0)
@@ -310,135 +348,166 @@ def train(args: argparse.Namespace) -> int:
 
     train_x, train_y = tensors(x_train, y_train)
     test_x, test_y = tensors(x_test, y_test)
-
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+    steps = steps_per_epoch(len(train_x), args.batch_size, ranks.world)
+    return _Data(train_x, train_y, test_x, test_y, seed, decision["state"], steps)
+
+
+def make_model(args: argparse.Namespace, ranks: _Ranks, data: _Data) -> _Trainer:
+    """Step 2, model: the CNN with RMSprop, the warm-up and decay schedule and the gradient scaler, restored
+    from the checkpoint, wrapped for DistributedDataParallel (which starts every rank from rank 0's)."""
+    torch, device, world = ranks.torch, ranks.device, ranks.world
+    from torch.nn.parallel import DistributedDataParallel
+
     model = build_model().to(device)
-    steps = steps_per_epoch(len(train_x), args.batch_size, world)
-    if rank == 0:
-        augmentation = (
-            "off" if args.no_augmentation else "shifts" + (" and flips" * RECIPES[args.dataset].flip)
-        )
+    if ranks.rank == 0:
         print(
-            f"{args.dataset}: {len(train_x)} train and {len(test_x)} test images, {world} rank(s), "
-            f"{steps} steps of {args.batch_size} per rank and epoch, lr {args.lr:g} x {world}, "
-            f"warm-up {args.warmup_epochs} epoch(s), augmentation {augmentation}, seed {seed}, {device.type}",
+            f"{args.dataset}: {len(data.train_x)} train and {len(data.test_x)} test images, {world} rank(s), "
+            f"{data.steps} steps of {args.batch_size} per rank and epoch, lr {args.lr:g} x {world}, "
+            f"warm-up {args.warmup_epochs} epoch(s), augmentation {augmentation_text(args)}, "
+            f"seed {data.seed}, {device.type}",
             flush=True,
         )
     optimizer = torch.optim.RMSprop(model.parameters(), lr=args.lr, alpha=0.9, eps=1e-7)
+    warmup_steps = args.warmup_epochs * data.steps
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda step: lr_factor(step, world=world, warmup_steps=args.warmup_epochs * steps, decay=args.decay),
+        optimizer, lambda step: lr_factor(step, world=world, warmup_steps=warmup_steps, decay=args.decay)
     )
     start_epoch = 0
     restart = restart_count()
-    if restart and rank == 0:
+    if restart and ranks.rank == 0:
         print(f"Restart {restart} (AZ_BATCHAI_JOB_RESTART_COUNT={restart})", flush=True)
+    state = data.state
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         start_epoch = int(state["epoch"])
-        if rank == 0:
+        if ranks.rank == 0:
             how = " (written on SIGTERM mid-epoch)" if state.get("interrupted") else ""
             print(f"resuming from checkpoint epoch {start_epoch}{how}", flush=True)
     amp = bool(args.mixed_precision and device.type == "cuda")
-    if args.mixed_precision and not amp and rank == 0:
+    if args.mixed_precision and not amp and ranks.rank == 0:
         warnings.warn("--mixed-precision needs CUDA: training in float32", stacklevel=1)
     scaler = torch.amp.GradScaler("cuda", enabled=amp)
+    cuda = device.type == "cuda"
     ddp = (
-        DistributedDataParallel(model, device_ids=[device.index] if cuda else None) if distributed else model
+        DistributedDataParallel(model, device_ids=[device.index] if cuda else None)
+        if ranks.distributed
+        else model
     )
+    return _Trainer(model, ddp, optimizer, scheduler, scaler, amp, start_epoch)
 
-    def all_sum(values: list[float]) -> list[float]:
-        t = torch.tensor(values, dtype=torch.float64, device=device)
-        if distributed:
-            dist.all_reduce(t)
-        return [float(v) for v in t.cpu()]
 
-    def checkpoint(epoch: int, interrupted: bool) -> None:
-        if rank != 0:
-            return
-        save_atomic(
-            {
-                "epoch": epoch,
-                "seed": seed,
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(),
-                "interrupted": interrupted,
-                "world_size": world,
-            },
-            ckpt_dir / checkpoint_name(epoch, CHECKPOINT_SUFFIX),
-        )
-        for _, old in find_checkpoints(ckpt_dir, CHECKPOINT_SUFFIX)[:-KEEP_CHECKPOINTS]:
-            old.unlink(missing_ok=True)
+def _checkpoint(
+    args: argparse.Namespace, ranks: _Ranks, data: _Data, trainer: _Trainer, epoch: int, *, interrupted: bool
+) -> None:
+    """Rank 0: ``checkpoint-NNN.pt`` (model, optimizer, scheduler, epoch, seed); the last three are kept."""
+    if ranks.rank != 0:
+        return
+    ckpt_dir = args.dir / "checkpoints"
+    save_atomic(
+        {
+            "epoch": epoch,
+            "seed": data.seed,
+            "model": trainer.model.state_dict(),
+            "optimizer": trainer.optimizer.state_dict(),
+            "scheduler": trainer.scheduler.state_dict(),
+            "interrupted": interrupted,
+            "world_size": ranks.world,
+        },
+        ckpt_dir / checkpoint_name(epoch, CHECKPOINT_SUFFIX),
+    )
+    for _, old in find_checkpoints(ckpt_dir, CHECKPOINT_SUFFIX)[:-KEEP_CHECKPOINTS]:
+        old.unlink(missing_ok=True)
 
-    def evaluate(xs: Any, ys: Any) -> tuple[float, float, float]:
-        """(sum of losses, correct, count) over ``xs``."""
-        model.eval()
-        loss_sum = correct = 0.0
-        with torch.no_grad(), torch.autocast(device_type=device.type, dtype=torch.float16, enabled=amp):
-            for i in range(0, len(xs), 256):
-                x, y = xs[i : i + 256].to(device), ys[i : i + 256].to(device)
-                logits = model(x).float()
-                loss_sum += float(F.cross_entropy(logits, y, reduction="sum"))
-                correct += float((logits.argmax(1) == y).sum())
-        return loss_sum, correct, float(len(xs))
 
-    for epoch in range(start_epoch, args.epochs):
-        began = time.perf_counter()
-        ddp.train()
-        idx = torch.from_numpy(
-            shard_indices(
-                len(train_x),
-                seed=seed,
-                epoch=epoch,
-                rank=rank,
-                world=world,
-                steps=steps,
-                batch=args.batch_size,
-            )
-        )
-        gen = torch.Generator().manual_seed(seed * 1000003 + epoch * 1009 + rank)
-        loss_sum = correct = seen = 0.0
-        interrupted = False
-        for step in range(steps):
-            flag = all_sum([1.0 if stop.requested else 0.0])[0] if distributed else float(stop.requested)
-            if flag:
-                interrupted = True
-                break
-            batch = idx[step * args.batch_size : (step + 1) * args.batch_size]
-            x, y = train_x[batch], train_y[batch]
-            if not args.no_augmentation:
-                x = augment(x, gen, flip=RECIPES[args.dataset].flip)
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            optimizer.zero_grad(set_to_none=True)
-            with torch.autocast(device_type=device.type, dtype=torch.float16, enabled=amp):
-                logits = ddp(x)
-                loss = F.cross_entropy(logits.float(), y)
-            scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
-            scaler.step(optimizer)
-            scaler.update()
-            scheduler.step()
-            loss_sum += float(loss.detach()) * len(y)
+def _scores(ranks: _Ranks, trainer: _Trainer, xs: Any, ys: Any) -> tuple[float, float, float]:
+    """(sum of losses, correct, count) of the model over ``xs``."""
+    torch = ranks.torch
+    import torch.nn.functional as F
+
+    model = trainer.model
+    model.eval()
+    loss_sum = correct = 0.0
+    autocast = torch.autocast(device_type=ranks.device.type, dtype=torch.float16, enabled=trainer.amp)
+    with torch.no_grad(), autocast:
+        for i in range(0, len(xs), 256):
+            x, y = xs[i : i + 256].to(ranks.device), ys[i : i + 256].to(ranks.device)
+            logits = model(x).float()
+            loss_sum += float(F.cross_entropy(logits, y, reduction="sum"))
             correct += float((logits.argmax(1) == y).sum())
-            seen += len(y)
-        if interrupted:
-            checkpoint(epoch, interrupted=True)
-            if distributed:
-                dist.barrier()
-            if rank == 0:
+    return loss_sum, correct, float(len(xs))
+
+
+def _train_epoch(
+    args: argparse.Namespace, ranks: _Ranks, data: _Data, trainer: _Trainer, epoch: int
+) -> tuple[float, float, float] | None:
+    """One epoch of this rank's shard: (loss sum, correct, images); None when SIGTERM stopped it (all ranks
+    agree at each step, with a one-number allreduce)."""
+    torch = ranks.torch
+    import torch.nn.functional as F
+
+    trainer.ddp.train()
+    idx = torch.from_numpy(
+        shard_indices(
+            len(data.train_x),
+            seed=data.seed,
+            epoch=epoch,
+            rank=ranks.rank,
+            world=ranks.world,
+            steps=data.steps,
+            batch=args.batch_size,
+        )
+    )
+    gen = torch.Generator().manual_seed(data.seed * 1000003 + epoch * 1009 + ranks.rank)
+    loss_sum = correct = seen = 0.0
+    for step in range(data.steps):
+        requested = float(ranks.stop.requested)
+        if (ranks.all_sum([requested])[0] if ranks.distributed else requested) > 0:
+            return None
+        batch = idx[step * args.batch_size : (step + 1) * args.batch_size]
+        x, y = data.train_x[batch], data.train_y[batch]
+        if not args.no_augmentation:
+            x = augment(x, gen, flip=RECIPES[args.dataset].flip)
+        x, y = x.to(ranks.device, non_blocking=True), y.to(ranks.device, non_blocking=True)
+        trainer.optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device_type=ranks.device.type, dtype=torch.float16, enabled=trainer.amp):
+            logits = trainer.ddp(x)
+            loss = F.cross_entropy(logits.float(), y)
+        trainer.scaler.scale(loss).backward()
+        trainer.scaler.step(trainer.optimizer)
+        trainer.scaler.update()
+        trainer.scheduler.step()
+        loss_sum += float(loss.detach()) * len(y)
+        correct += float((logits.argmax(1) == y).sum())
+        seen += len(y)
+    return loss_sum, correct, seen
+
+
+def fit(args: argparse.Namespace, ranks: _Ranks, data: _Data, trainer: _Trainer) -> int | None:
+    """Step 3, fit: the epochs left, each validated on the ranks' shards of the test set, checkpointed and
+    logged to ``metrics.jsonl`` by rank 0; on SIGTERM rank 0 saves the weights reached and 143 is returned;
+    None once every epoch ran."""
+    metrics_path = args.dir / "metrics.jsonl"
+    for epoch in range(trainer.start_epoch, args.epochs):
+        began = time.perf_counter()
+        trained = _train_epoch(args, ranks, data, trainer, epoch)
+        if trained is None:
+            _checkpoint(args, ranks, data, trainer, epoch, interrupted=True)
+            if ranks.distributed:
+                ranks.dist.barrier()
+            if ranks.rank == 0:
                 print(f"SIGTERM: checkpoint of epoch {epoch} written; exiting", flush=True)
             return SIGTERM_EXIT
         train_seconds = time.perf_counter() - began
-        # validation sharded over the ranks, summed
-        share = slice(rank, None, world)
-        v_loss, v_correct, v_count = evaluate(test_x[share], test_y[share])
-        totals = all_sum([loss_sum, correct, seen, v_loss, v_correct, v_count])
-        checkpoint(epoch + 1, interrupted=False)
-        if rank == 0:
+        share = slice(ranks.rank, None, ranks.world)  # validation sharded over the ranks, summed
+        validated = _scores(ranks, trainer, data.test_x[share], data.test_y[share])
+        totals = ranks.all_sum([*trained, *validated])
+        _checkpoint(args, ranks, data, trainer, epoch + 1, interrupted=False)
+        if ranks.rank == 0:
             record = {
                 "epoch": epoch + 1,
                 "loss": totals[0] / totals[2],
@@ -457,31 +526,39 @@ def train(args: argparse.Namespace) -> int:
                 f" - {record['seconds']:.1f}s",
                 flush=True,
             )
+    return None
 
-    if rank == 0:
-        t_loss, t_correct, t_count = evaluate(test_x, test_y)
-        print(f"Test loss: {t_loss / t_count:.4f}", flush=True)
-        print(f"Test accuracy: {t_correct / t_count:.4f}", flush=True)
-        saved = out / "saved_models"
-        saved.mkdir(parents=True, exist_ok=True)
-        save_atomic(model.state_dict(), saved / MODEL_FILE)
-        print(f"Saved trained model at {saved / MODEL_FILE}", flush=True)
+
+def evaluate(ranks: _Ranks, data: _Data, trainer: _Trainer) -> None:
+    """Step 4, evaluate: rank 0 scores the whole test set and prints ``Test loss`` / ``Test accuracy``."""
+    if ranks.rank == 0:
+        loss_sum, correct, count = _scores(ranks, trainer, data.test_x, data.test_y)
+        print_test_scores(loss_sum / count, correct / count)
+
+
+def save(args: argparse.Namespace, ranks: _Ranks, trainer: _Trainer) -> None:
+    """Step 5, save: rank 0 writes the ``state_dict`` to ``saved_models/``; with ``--save-rank-weights``
+    every rank writes the hash of its weights."""
+    if ranks.rank == 0:
+        path = saved_model_path(args.dir, MODEL_FILE)
+        save_atomic(trainer.model.state_dict(), path)
+        print(f"Saved trained model at {path}", flush=True)
     if args.save_rank_weights:
-        (out / f"rank-{rank}.weights.sha256").write_text(weights_sha256(model) + "\n", encoding="utf-8")
-    if distributed:
-        dist.barrier()
-        dist.destroy_process_group()
+        write_rank_weights(args.dir, ranks.rank, weights_sha256(trainer.model))
+
+
+def train(args: argparse.Namespace) -> int:
+    """The whole run in its five steps; returns the exit status (0, or 143 when stopped by SIGTERM)."""
+    ranks = start()
+    data = load_data(args, ranks)
+    trainer = make_model(args, ranks, data)
+    stopped = fit(args, ranks, data, trainer)
+    if stopped is not None:
+        return stopped
+    evaluate(ranks, data, trainer)
+    save(args, ranks, trainer)
+    ranks.leave()
     return 0
-
-
-def apply_recipe(args: argparse.Namespace) -> argparse.Namespace:
-    """Fill ``--lr`` and ``--warmup-epochs`` left unset with the dataset's recipe (``RECIPES``)."""
-    recipe = RECIPES[args.dataset]
-    if args.lr is None:
-        args.lr = recipe.lr
-    if args.warmup_epochs is None:
-        args.warmup_epochs = recipe.warmup_epochs
-    return args
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,8 +8,9 @@ from typing import Any
 from .datasets import Array
 
 
-def augment_batch(images: Any, seed: Any, shift: float = 0.1) -> Any:
-    """Random horizontal flip and random shift of up to ``shift`` x size, per image, for a float batch.
+def augment_batch(images: Any, seed: Any, shift: float = 0.1, *, flip: bool = True) -> Any:
+    """Random horizontal flip (unless ``flip`` is False) and random shift of up to ``shift`` x size, per
+    image, for a float batch.
 
     Like the tutorial's ImageDataGenerator(width_shift_range=0.1, height_shift_range=0.1,
     horizontal_flip=True, fill_mode='nearest'): sub-pixel shifts with bilinear interpolation, borders filled
@@ -22,8 +23,9 @@ def augment_batch(images: Any, seed: Any, shift: float = 0.1) -> Any:
     batch = tf.shape(images)[0]
     height = tf.cast(tf.shape(images)[1], tf.float32)
     width = tf.cast(tf.shape(images)[2], tf.float32)
-    flip = tf.random.stateless_uniform([batch], seed=seeds[0]) < 0.5
-    images = tf.where(flip[:, None, None, None], tf.reverse(images, axis=[2]), images)
+    if flip:
+        flipped = tf.random.stateless_uniform([batch], seed=seeds[0]) < 0.5
+        images = tf.where(flipped[:, None, None, None], tf.reverse(images, axis=[2]), images)
     dx = tf.random.stateless_uniform([batch], seed=seeds[1], minval=-shift, maxval=shift) * width
     dy = tf.random.stateless_uniform([batch], seed=seeds[2], minval=-shift, maxval=shift) * height
     ones, zeros = tf.ones_like(dx), tf.zeros_like(dx)
@@ -48,6 +50,7 @@ def make_train_dataset(
     size: int = 1,
     seed: int = 0,
     augment: bool = True,
+    flip: bool = True,
     start_step: int = 0,
 ) -> Any:
     """Endless tf.data pipeline of (float images in [0, 1], int labels) batches for one rank.
@@ -73,7 +76,7 @@ def make_train_dataset(
         x = tf.cast(tf.gather(all_images, idx), tf.float32) / 255.0
         y = tf.gather(all_labels, idx)
         if augment:
-            x = augment_batch(x, tf.stack([tf.constant(stream, tf.int64), step]))
+            x = augment_batch(x, tf.stack([tf.constant(stream, tf.int64), step]), flip=flip)
         return x, y
 
     return batches.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).prefetch(

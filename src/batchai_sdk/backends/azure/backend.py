@@ -80,6 +80,7 @@ class AzureBackend(Backend):
 
     kind = "azure"
     engine: ClassVar[str] = "vmss"  # what runs the clusters (AzureBatchBackend: "batch")
+    provisions_lazily = True
 
     def __init__(
         self,

@@ -1,7 +1,9 @@
 """Hang detection from a job's log files: pure functions and one small tracker (standard library only).
 
 A job counts as hung when no rank has written anything to the job's logs (``stdout.txt``, ``stderr.txt``,
-``execution-<node>.log``) for ``hang_timeout`` seconds. The scheduler calls, every few seconds::
+``execution-<node>.log``) for ``hang_timeout`` seconds. Observe mode (``hang_notice`` seconds, on by default)
+uses the same verdict with its own limit: the stacks are collected and the status says ``hang_notice(...)``
+while the job goes on. The scheduler calls, every few seconds::
 
     last = tracker.observe(job_log_files(stdouterr_dir), now)      # or last_output_time(paths)
     if hang_verdict(last, started, now, hang_timeout) is not None:
@@ -24,6 +26,7 @@ from pathlib import Path
 __all__ = [
     "LOG_PATTERNS",
     "OutputTracker",
+    "hang_notice",
     "hang_reason",
     "hang_verdict",
     "job_log_files",
@@ -92,6 +95,30 @@ def hang_reason(silent_seconds: float, stack_files: Sequence[str] = ()) -> str:
     """``no output for N s (possible hang); stacks in <files>`` — the failure reason of a hung job."""
     where = ", ".join(stack_files) if stack_files else "none (no stack files could be written)"
     return f"no output for {int(silent_seconds)} s (possible hang); stacks in {where}"
+
+
+def hang_notice(
+    silent_seconds: float, stack_files: Sequence[str] = (), hang_timeout: float | None = None
+) -> str:
+    """Observe mode's note in a running job's status: ``no output for 10 min, possibly hung: stacks in
+    <files>``, then what happens next (nothing, or the end at ``hang_timeout``)."""
+    where = ", ".join(stack_files) if stack_files else "none (no stack files could be written)"
+    then = (
+        f"it is failed after {_span(hang_timeout)} of silence (hang_timeout)"
+        if hang_timeout
+        else "the job goes on; set hang_timeout to fail a job silent that long"
+    )
+    return f"no output for {_span(silent_seconds)}, possibly hung: stacks in {where}; {then}"
+
+
+def _span(seconds: float) -> str:
+    """``45 s``, ``10 min``, ``12 min 5 s``, ``2 h 3 min``."""
+    s = int(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min" + (f" {s % 60} s" if s % 60 else "")
+    return f"{s // 3600} h" + (f" {s % 3600 // 60} min" if s % 3600 // 60 else "")
 
 
 def hang_verdict(

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..gate.checks import LEVELS
 from ..policy.autoscale import AutoScaleSettings
+from ..policy.queue import PRIORITIES
 from ..protocol import OPS
 from .store import NAME
 
@@ -179,7 +180,12 @@ def check_request(doc: dict[str, Any]) -> dict[str, Any]:
         max_cost=number(doc, "max_cost", 0, 1e12, above=True),
         price=number(doc, "price", 0, 1e9),
         secrets=string_map(doc, "secrets", ENV_NAME),
+        hang_notice=number(doc, "hang_notice", 0, 100 * WEEKS_52),
     )
+    priority = doc.get("scheduling_priority")
+    if priority is not None and (not isinstance(priority, str) or priority.lower() not in PRIORITIES):
+        raise invalid("scheduling_priority", priority, f"one of {', '.join(PRIORITIES)}")
+    out["scheduling_priority"] = priority
     return out
 
 

@@ -215,6 +215,7 @@ def conclude(sched: Scheduler, row: sqlite3.Row) -> None:
         except OSError as exc:
             sched.log(f"could not keep the logs of {row['key']} attempt {row['attempt']}: {exc}")
     sched.trackers.pop(row["id"], None)
+    sched.noticed.pop(row["id"], None)
     clear_evictions(sched, row)
     sched.update(
         row["id"],

@@ -88,6 +88,7 @@ class Scheduler:
         self.down_idle_since: float | None = None
         self.hangs: dict[int, concurrent.futures.Future[list[str]]] = {}
         self.hang_checked: dict[int, float] = {}
+        self.noticed: dict[int, float] = {}  # job id → when its "possibly hung" notice was published
         self.next_review: float | None = None
         self.scaling: concurrent.futures.Future[None] | None = None
         self.gate = NodeGate(self)
@@ -221,8 +222,8 @@ class Scheduler:
                 self.db.execute("DELETE FROM jobs WHERE id = ?", (rebuilt[0]["id"],))
             cur = self.db.execute(
                 "INSERT INTO jobs (key, experiment, name, request_id, node_count, wall, state, creation_time,"
-                " hang, max_retries, retry_codes, max_cost, price, priority)"
-                " VALUES (?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?)",
+                " hang, max_retries, retry_codes, max_cost, price, priority, hang_notice)"
+                " VALUES (?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     f"{experiment}/{name}",
                     experiment,
@@ -237,6 +238,7 @@ class Scheduler:
                     request.get("max_cost"),
                     request.get("price"),
                     priority_rank(request.get("scheduling_priority")),
+                    request.get("hang_notice"),
                 ),
             )
             job_id = int(cur.lastrowid or 0)
@@ -350,6 +352,7 @@ class Scheduler:
             launcher_pid=None,
             phase=STARTING,
             stdouterr=launch.get("stdouterr_dir"),
+            notice=None,
         )
         try:
             if spare is not None and spare.go(job_dir):
@@ -409,9 +412,9 @@ class Scheduler:
                 )
             elif row["stop_state"] is None and row["max_cost"] and row["price"] is not None:
                 health.check_cost(self, row, t)
-                if row["hang"] and row["stdouterr"]:
+                if (row["hang"] or row["hang_notice"]) and row["stdouterr"]:
                     health.check_hang(self, row, t)
-            elif row["stop_state"] is None and row["hang"] and row["stdouterr"]:
+            elif row["stop_state"] is None and (row["hang"] or row["hang_notice"]) and row["stdouterr"]:
                 health.check_hang(self, row, t)
             elif row["stop_sent"] and t - row["stop_sent"] > TERM_GRACE + 5:
                 victim = self.launcher_pid(row)

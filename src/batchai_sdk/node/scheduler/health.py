@@ -1,5 +1,6 @@
 """The scheduler's watch over running jobs and nodes: the cost limit, the hang watchdog (no output for
-``hang`` seconds: every node's stacks, then the end), and probes of nodes that stopped answering."""
+``hang_notice`` seconds: every node's stacks and a "possibly hung" notice in the status, the job going on;
+for ``hang`` seconds: the stacks, then the end), and probes of nodes that stopped answering."""
 
 from __future__ import annotations
 
@@ -95,7 +96,9 @@ def warm_connection(sched: Scheduler, address: str) -> None:
 
 
 def check_hang(sched: Scheduler, row: sqlite3.Row, t: float) -> None:
-    """No output from any rank for ``hang`` seconds: collect every node's stacks, then end the job."""
+    """No output from any rank for a while: every node's stacks are collected, then the job ends (silent
+    for ``hang`` seconds) or, in observe mode (silent for ``hang_notice`` seconds), its status says it may
+    hang and where the stacks are; that notice goes once the job writes again."""
     job_id = row["id"]
     if job_id in sched.hangs:
         fut = sched.hangs[job_id]
@@ -103,15 +106,28 @@ def check_hang(sched: Scheduler, row: sqlite3.Row, t: float) -> None:
             del sched.hangs[job_id]
             files = fut.result()
             silent = t - max(sched.trackers[job_id].last_change or row["started"], row["started"])
-            sched.stop(row, "failed", watchdog.hang_reason(silent, files), retries.EndCause.HANG.value)
+            if row["hang"] and silent >= row["hang"]:
+                sched.stop(row, "failed", watchdog.hang_reason(silent, files), retries.EndCause.HANG.value)
+            else:
+                sched.update(job_id, notice=watchdog.hang_notice(silent, files, row["hang"]))
+                sched.noticed[job_id] = t
         return
     if t - sched.hang_checked.get(job_id, 0.0) < 1.0:
         return
     sched.hang_checked[job_id] = t
     tracker = sched.trackers.setdefault(job_id, watchdog.OutputTracker())
     last = tracker.observe(watchdog.job_log_files(row["stdouterr"]), t)
-    if watchdog.hang_verdict(last, row["started"], t, row["hang"]) is not None:
-        sched.log(f"{row['key']}: no output for {row['hang']:g} s; collecting stacks")
+    if row["notice"] and last is not None and last > sched.noticed.get(job_id, 0.0):
+        sched.update(job_id, notice=None)  # it wrote again: not hung after all
+        sched.noticed.pop(job_id, None)
+        sched.log(f"{row['key']}: output again; the hang notice is withdrawn")
+        return
+    fails = watchdog.hang_verdict(last, row["started"], t, row["hang"]) is not None
+    observed = not row["notice"] and watchdog.hang_verdict(last, row["started"], t, row["hang_notice"])
+    if fails or observed:
+        limit = row["hang"] if fails else row["hang_notice"]
+        what = "collecting stacks" if fails else "collecting stacks (observe mode: the job goes on)"
+        sched.log(f"{row['key']}: no output for {limit:g} s; {what}")
         sched.hangs[job_id] = sched.pool_exec.submit(
             collect_stacks, sched, row["tag"], json.loads(row["nodes"]), row["stdouterr"]
         )

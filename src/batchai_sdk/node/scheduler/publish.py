@@ -49,6 +49,8 @@ def status_doc(sched: Scheduler, row: sqlite3.Row) -> dict[str, Any]:
         doc = replace(doc, attempts=attempts, attempt=row["attempt"])
     if state == "queued" and attempts:
         doc = replace(doc, requeue_reason=row["reason"])
+    if state == "running" and row["notice"]:
+        doc = replace(doc, notice=row["notice"])  # observe mode's "possibly hung": the job goes on
     if state not in ("queued", "running"):
         doc = replace(doc, end_time=row["end_time"], exit_code=row["exit_code"], failure_reason=row["reason"])
     return doc.to_dict()

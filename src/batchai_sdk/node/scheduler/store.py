@@ -29,7 +29,8 @@ CREATE TABLE IF NOT EXISTS jobs (
   published INTEGER NOT NULL DEFAULT 0, beat REAL NOT NULL DEFAULT 0,
   hang REAL, max_retries INTEGER NOT NULL DEFAULT 0, retry_codes TEXT NOT NULL DEFAULT '[]',
   attempts TEXT NOT NULL DEFAULT '[]', stdouterr TEXT, stop_cause TEXT, max_cost REAL, price REAL,
-  priority INTEGER NOT NULL DEFAULT 0
+  priority INTEGER NOT NULL DEFAULT 0,
+  hang_notice REAL, notice TEXT
 );
 CREATE UNIQUE INDEX IF NOT EXISTS one_active_run ON jobs(key)
   WHERE state IN ('queued', 'running', 'cleaning');
@@ -46,6 +47,8 @@ ADDED_COLUMNS = {  # columns later versions added: a database an older scheduler
     "max_cost": "REAL",
     "price": "REAL",
     "priority": "INTEGER NOT NULL DEFAULT 0",
+    "hang_notice": "REAL",  # observe mode: seconds of silence before the status says "possibly hung"
+    "notice": "TEXT",  # that note, published in status.json until the job writes again
 }
 
 
