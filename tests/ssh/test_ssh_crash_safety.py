@@ -4,6 +4,7 @@ a queued job onto a node before every process of the lost ones there is ended.""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -182,3 +183,61 @@ def test_a_lost_database_over_ssh_never_shares_a_node(lab: tuple[Workspace, Path
 def read_pid_json(path: Path) -> int:
     wait_for(lambda: path.read_text().endswith("}"), 10, f"{path} to be whole")
     return int(json.loads(path.read_text())["pid"])
+
+
+QUIET = """
+import os, sys, time
+with open(os.path.join(sys.argv[1], "up-" + os.environ["OMPI_COMM_WORLD_RANK"]), "w") as f:
+    f.write(str(os.getpid()))
+time.sleep(300)
+"""
+
+
+def _tree(root: int) -> list[int]:
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            parents[int(entry)] = _ppid(int(entry))
+    found, frontier = [root], [root]
+    while frontier:
+        pid = frontier.pop()
+        children = [p for p, pp in parents.items() if pp == pid]
+        found.extend(children)
+        frontier.extend(children)
+    return found
+
+
+def test_a_stopped_node_is_named_not_taken_for_a_hang(
+    lab: tuple[Workspace, Path], ssh_nodes: SSHNodes, tmp_path: Path
+) -> None:
+    ws, sched_root = lab
+    exp = ws.create_experiment("s")
+    cluster = ws.create_cluster("s", vm_size="Standard_NC6", nodes=2)
+    out = tmp_path / "out"
+    out.mkdir()
+    quiet = tmp_path / "quiet.py"
+    quiet.write_text(textwrap.dedent(QUIET))
+    job = exp.create_job(
+        "frozen",
+        cluster=cluster,
+        node_count=2,
+        hang_timeout=3,
+        command_line=f"{sys.executable} {quiet} {out}",
+    ).submit()
+    wait_for(lambda: len(list(out.glob("up-*"))) == 2, 60, "both ranks to run")
+    sshd = ssh_nodes.nodes[SECOND].process
+    assert sshd is not None
+    frozen = _tree(sshd.pid)  # the second node's sshd and everything of the job under it
+    log = sched_root / "s" / "scheduler.log"
+    try:
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        wait_for(lambda: f"node {SECOND} stopped answering" in log.read_text(), 60, "the stopped node named")
+    finally:
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+    assert job.wait(timeout=90, poll_interval=0.2) is JobState.FAILED
+    reason = job.status.failure_reason or ""
+    assert f"node {SECOND} stopped answering" in reason and "possible hang" not in reason, reason
+    assert [a["cause"] for a in job.attempts] == ["node_lost"]

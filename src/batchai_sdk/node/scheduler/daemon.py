@@ -80,7 +80,7 @@ class Scheduler:
         self.down: dict[str, float] = {}
         self.probes: dict[str, concurrent.futures.Future[bool]] = {}
         self.down_idle_since: float | None = None
-        self.hangs: dict[int, concurrent.futures.Future[list[str]]] = {}
+        self.hangs: dict[int, concurrent.futures.Future[tuple[list[str], list[str]]]] = {}
         self.hang_checked: dict[int, float] = {}
         self.next_review: float | None = None
         self.scaling: concurrent.futures.Future[None] | None = None
