@@ -235,8 +235,11 @@ class Scheduler:
         if secrets:
             write_json_atomic(os.path.join(self.job_state_dir(job_id), "secrets.json"), secrets, mode=0o600)
         self.log(f"queued {experiment}/{name} (id {job_id}, {node_count} node(s))")
-        self.schedule()
-        self.publish()
+        try:  # the job is accepted now: a disk fault from here on is the loop's to retry, not a refusal
+            self.schedule()
+            self.publish()
+        except (sqlite3.Error, OSError) as exc:
+            self.fault(exc)
         return {"ok": True, "id": job_id}
 
     def job_state(self, request: dict[str, Any]) -> dict[str, Any]:
