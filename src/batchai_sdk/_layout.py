@@ -69,6 +69,10 @@ def cluster_client_events_dir(cluster: str) -> str:
     return _SHARE.client_events_dir(cluster)
 
 
+def cluster_health_report(cluster: str, name: str) -> str:
+    return join(_SHARE.health_dir(cluster), name)
+
+
 def cluster_client_event(cluster: str, stamp: str, unique: str) -> str:
     return join(cluster_client_events_dir(cluster), f"{stamp}-{unique}.json")
 

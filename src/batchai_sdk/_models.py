@@ -193,6 +193,7 @@ class ClusterSpec:
     extra: Mapping[str, Any] = field(default_factory=dict)
     price_per_hour: float | None = None  # per node, set by the user (local/SSH: 0 when unset)
     autoscale: AutoScaleSettings | None = None
+    health_check: str = "off"  # the gate nodes pass when they join: off, basic, full (docs/health.md)
 
     def __post_init__(self) -> None:
         validate_name(self.name, "cluster name")
@@ -201,6 +202,7 @@ class ClusterSpec:
         validate_node_target(self.nodes, "nodes")
         object.__setattr__(self, "vm_priority", _priority(self.vm_priority))
         object.__setattr__(self, "price_per_hour", validate_price(self.price_per_hour))
+        validate_health_level(self.health_check)
 
     def to_dict(self) -> dict[str, Any]:
         """The spec as JSON-ready values (the cluster's record on the share)."""
@@ -215,6 +217,7 @@ class ClusterSpec:
             "extra": dict(self.extra),
             "price_per_hour": self.price_per_hour,
             "autoscale": self.autoscale.to_dict() if self.autoscale else None,
+            "health_check": self.health_check,
         }
 
     @classmethod
@@ -231,7 +234,19 @@ class ClusterSpec:
             extra=data.get("extra") or {},
             price_per_hour=data.get("price_per_hour"),
             autoscale=autoscale_from_dict(data.get("autoscale")),
+            health_check=data.get("health_check") or "off",
         )
+
+
+HEALTH_LEVELS = ("off", "basic", "full")
+
+
+def validate_health_level(value: object, field_name: str = "health_check") -> str:
+    """A health gate level: ``off``, ``basic`` (seconds: GPUs, ECC, throttling, versions, a rendezvous) or
+    ``full`` (about a minute: DCGM diagnostics, all-reduce bandwidth per node and between nodes)."""
+    if value not in HEALTH_LEVELS:
+        raise ValidationError(field_name, value, "one of 'off', 'basic', 'full'")
+    return str(value)
 
 
 def validate_price(value: object, field_name: str = "price_per_hour") -> float | None:
@@ -434,6 +449,7 @@ class JobSpec:
     max_cost: float | None = None  # end the job once its cost estimate passes this (the cluster's currency)
     source_dir: str | None = None  # a local folder uploaded whole; python_script is a path inside it
     retry_on_exit_codes: tuple[int, ...] = ()
+    health_check: str | None = None  # a gate its nodes pass right before it starts (off, basic, full)
     # the toolkit's own settings, snake_case (see TOOLKIT_SETTING_KEYS and docs/toolkits.md)
     toolkit_settings: Mapping[str, Any] = field(default_factory=dict)
 
@@ -450,6 +466,8 @@ class JobSpec:
         ):
             raise ValidationError("process_count", self.process_count, "an integer >= 1 or None")
         object.__setattr__(self, "toolkit", Toolkit.parse(self.toolkit))
+        if self.health_check is not None:
+            validate_health_level(self.health_check)
         if isinstance(self.args, str):
             raise ValidationError("args", self.args, "a list of strings, one per argument")
         object.__setattr__(self, "args", tuple(self.args))

@@ -41,6 +41,7 @@ from .exceptions import (
     NodeError,
     NotFoundError,
     ShareError,
+    UnhealthyNodesError,
     ValidationError,
 )
 from .launch import launch_config, on_node
@@ -225,6 +226,14 @@ class Job:
             cluster.grow_for(self.spec.node_count, why=f"job {self.experiment.name}/{self.name} submitted")
             status = backend.cluster_status(spec)
             nodes = tuple(n for n in status.nodes if n.id not in status.node_states)
+        if len(nodes) >= self.spec.node_count and spec.autoscale is None:
+            unhealthy = cluster.failed_health()
+            if unhealthy and len([n for n in nodes if n.id not in unhealthy]) < self.spec.node_count:
+                backend.scheduler(cluster.spec).sync_health()  # a newer report may have passed them
+                unhealthy = cluster.failed_health()
+            healthy = [n.id for n in nodes if n.id not in unhealthy]
+            if unhealthy and len(healthy) < self.spec.node_count:  # no node to wait for: it would never start
+                raise UnhealthyNodesError(self.spec.node_count, unhealthy, healthy)
         if len(nodes) >= self.spec.node_count:
             return nodes
         down = {

@@ -156,6 +156,7 @@ def launch_config(
         "toolkit_settings": settings,
         "gpus_per_node": target.num_gpus,
         "max_wall_clock_seconds": spec.max_wall_clock_seconds,
+        "health_check": spec.health_check,
         "status_path": on_node(target, paths.status),
         "ranks_per_node": ranks,
         "head": target.nodes[0].id,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import posixpath
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import replace
@@ -21,6 +22,7 @@ from .._models import ClusterSpec, Node
 from ..exceptions import AlreadyExistsError, BackendError, CapacityError, ShareError, ValidationError
 from ..launch import node_command, on_node
 from ..node.protocol import E_CAPACITY, E_EXISTS, E_INVALID, NodesDoc
+from ..vm_sizes import health_floors
 from .base import Activity, Assignment, Backend, ClusterScheduler, JobRequest, LaunchTarget
 
 NODE_PACKAGE = Path(__file__).resolve().parent.parent / "node"
@@ -98,7 +100,59 @@ class HeadNodeScheduler(ClusterScheduler):
             "meta_root": on_node(target, layout.META),
             "cluster_dir": on_node(target, layout.cluster_dir(self.spec.name)),
             "env": dict(target.env),
+            "health": self.health_settings(target),
         }
+
+    def health_settings(self, target: LaunchTarget) -> dict[str, Any]:
+        """What the health gate needs: its level, GPUs per node, and the VM size's all-reduce floors (on
+        Azure, where the size is real; elsewhere it is a label and only the sniff test applies)."""
+        node_busbw, link_busbw = (
+            health_floors(self.spec.vm_size) if self.backend.kind == "azure" else (None, None)
+        )
+        return {
+            "level": self.spec.health_check,
+            "gpus": target.num_gpus,
+            "node_busbw": node_busbw,
+            "link_busbw": link_busbw,
+        }
+
+    def check_nodes(self, level: str, *, timeout: float | None = None) -> dict[str, Any]:
+        """Run the health gate across the cluster's nodes from its head node; returns its report, which
+        is also written to the cluster's ``health/`` folder, where the scheduler applies it."""
+        self.backend.prepare(self.spec, self.nodes() or self.pool())  # node setup: keys, ssh config
+        target = self.target()
+        cluster = self.cluster_config(target)
+        nodes = cluster["nodes"] or cluster["pool"]
+        command = node_command(target.python, cluster["node_main"], "gate", "run", env=target.env)
+        request = json.dumps({"cluster": cluster, "nodes": nodes, "level": level})
+        with self.backend.head_runner(self.spec, self.nodes() or self.pool()) as runner:
+            result = runner.run(command, timeout=timeout or 600, stdin=request)
+        try:
+            report: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError) as exc:
+            raise BackendError(
+                f"the health check of cluster {self.spec.name!r} gave no report: {result.describe()}"
+            ) from exc
+        name = f"{report.get('started', 0):.0f}-{uuid.uuid4().hex[:8]}.json"
+        self.backend.share.write_json(layout.cluster_health_report(self.spec.name, name), report)
+        self.sync_health()  # placement follows the report once the scheduler applied it
+        return report
+
+    def sync_health(self, *, timeout: float = 15.0) -> None:
+        """Start the scheduler if it sleeps and wait (bounded) until it has applied every report in the
+        cluster's ``health/`` folder: one a health tool wrote while no scheduler ran counts too."""
+        share = self.backend.share
+        folder = posixpath.dirname(layout.cluster_health_report(self.spec.name, "x"))
+        if not share.exists(folder):
+            return
+        count = sum(1 for f in share.list(folder) if f.name.endswith(".json"))
+        self.ensure_running()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            raw = share.read_json_or_none(layout.nodes_record(self.spec.name))
+            if NodesDoc.from_dict(raw if isinstance(raw, dict) else {}).health_reports >= count:
+                return
+            time.sleep(0.2)
 
     def call(self, request: dict[str, Any], *, timeout: float | None = None) -> dict[str, Any]:
         target = self.target()
@@ -173,7 +227,11 @@ class HeadNodeScheduler(ClusterScheduler):
         doc = NodesDoc.from_dict(raw if isinstance(raw, dict) else {})
         out = {node: Assignment(job=held.job, phase=held.phase) for node, held in doc.nodes.items()}
         for node in doc.down:  # stopped answering during a job; no job goes there
-            out.setdefault(node, Assignment(job="", phase="unusable"))
+            out.setdefault(node, Assignment(job="", phase="unusable", reason="stopped answering"))
+        for node, why in doc.unusable.items():  # failed the health gate
+            out.setdefault(node, Assignment(job="", phase="unusable", reason=why))
+        for node in doc.checking:  # being checked: preparing, as a node runs its start task
+            out.setdefault(node, Assignment(job="", phase="preparing"))
         return out
 
     def activity(self) -> Activity | None:

@@ -27,6 +27,7 @@ NODES_RECORD = "nodes.json"  # which job holds each node (the scheduler)
 SIZE_RECORD = "size.json"  # with autoscale: the nodes up now (the scheduler)
 EVENTS_RECORD = "events.jsonl"  # every scaling decision (the scheduler)
 CLIENT_EVENTS = "events.d"  # a client's scaling decision, one file each
+HEALTH_DIR = "health"  # the health gate's reports, one file each (the scheduler, check_nodes, any tool)
 EXPERIMENT_RECORD = "experiment.json"
 JOB_RECORD = "job.json"
 STATUS_RECORD = "status.json"
@@ -98,6 +99,9 @@ class SharePaths:
 
     def client_events_dir(self, cluster: str) -> str:
         return posixpath.join(self.cluster_dir(cluster), CLIENT_EVENTS)
+
+    def health_dir(self, cluster: str) -> str:
+        return posixpath.join(self.cluster_dir(cluster), HEALTH_DIR)
 
     def node_code_dir(self, digest: str) -> str:
         return self._p("node", digest, "batchai_node")
@@ -224,6 +228,9 @@ class NodesDoc:
     nodes: dict[str, NodeHold] = field(default_factory=dict)
     queued: list[str] = field(default_factory=list)
     down: list[str] = field(default_factory=list)
+    unusable: dict[str, str] = field(default_factory=dict)  # failed the health gate: node -> why
+    checking: list[str] = field(default_factory=list)  # the health gate is checking them
+    health_reports: int = 0  # how many of the cluster's health reports the scheduler has applied
     idle_since: str | None = None
     has_idle_since: bool = True  # False: written by a scheduler too old to say
     head_disk_error: str | None = None  # the scheduler's own disk refuses writes (while it lasts)
@@ -235,6 +242,12 @@ class NodesDoc:
             "down": list(self.down),
             "idle_since": self.idle_since,
         }
+        if self.unusable:
+            out["unusable"] = dict(self.unusable)
+        if self.checking:
+            out["checking"] = list(self.checking)
+        if self.health_reports:
+            out["health_reports"] = self.health_reports
         if self.head_disk_error is not None:
             out[HEAD_DISK_ERROR] = self.head_disk_error
         return out
@@ -250,6 +263,13 @@ class NodesDoc:
             },
             queued=[str(q) for q in data.get("queued") or []],
             down=[str(d) for d in data.get("down") or []],
+            unusable={str(k): str(v) for k, v in (data.get("unusable") or {}).items()}
+            if isinstance(data.get("unusable"), dict)
+            else {},
+            checking=[str(c) for c in data.get("checking") or []],
+            health_reports=int(data.get("health_reports") or 0)
+            if isinstance(data.get("health_reports"), int)
+            else 0,
             idle_since=_str(data.get("idle_since")),
             has_idle_since="idle_since" in data,
             head_disk_error=_str(data.get(HEAD_DISK_ERROR)),

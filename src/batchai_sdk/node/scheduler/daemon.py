@@ -35,6 +35,7 @@ from ..policy import autoscale, retries, watchdog
 from ..policy.queue import Holding, Waiting, plan
 from ..protocol import OP_JOB, OP_NODES, OP_PING, OP_SUBMIT, OP_TERMINATE, RESULT_RECORD, SharePaths
 from . import attempt_end, health, publish, recovery, scaling
+from .gate import NodeGate
 from .store import ACTIVE, NAME, SCHEMA, STARTING, iso, migrate
 
 __all__ = ["Holding", "RequestError", "Scheduler", "Waiting", "plan", "run"]
@@ -84,6 +85,7 @@ class Scheduler:
         self.hang_checked: dict[int, float] = {}
         self.next_review: float | None = None
         self.scaling: concurrent.futures.Future[None] | None = None
+        self.gate = NodeGate(self)
         self.fault_message: str | None = None  # the head node's disk refusing writes, while it lasts
         self.rebuilt = recovery.rebuild_from_share(self) if fresh else 0
 
@@ -270,7 +272,12 @@ class Scheduler:
     def schedule(self) -> None:
         """Start what can start now (see ``plan``)."""
         held = self.held()
-        free = [n for n in self.nodes() if n["id"] not in held and n["id"] not in self.down]
+        blocked = self.gate.blocked()
+        free = [
+            n
+            for n in self.nodes()
+            if n["id"] not in held and n["id"] not in self.down and n["id"] not in blocked
+        ]
         rows = {r["id"]: r for r in self.rows("state = 'queued'")}
         queued = [Waiting(r["id"], r["node_count"], r["wall"]) for r in rows.values()]
         running = [
@@ -280,8 +287,17 @@ class Scheduler:
             for r in self.rows("state IN ('running', 'cleaning')")
         ]
         for job_id, count in plan(queued, running, len(free), time.time()):
+            if not self.gate.ready(free[:count], self.job_health_level(rows[job_id])):
+                break  # its nodes are being checked; the next plan sees which passed
             self.start(rows[job_id], free[:count])
             free = free[count:]
+
+    def job_health_level(self, row: sqlite3.Row) -> str:
+        """The job's own ``health_check`` (launch.json), or "off": the cluster's gate already ran."""
+        launch = load_or_none(
+            os.path.join(self.job_share_dir(row["experiment"], row["name"]), "run", "launch.json")
+        )
+        return str((launch or {}).get("health_check") or "off")
 
     def start(self, row: sqlite3.Row, nodes: list[dict[str, Any]]) -> None:
         """Start the job's launcher on ``nodes`` with a fresh tag for this attempt."""
@@ -419,6 +435,7 @@ class Scheduler:
             and self.next_review is None
             and self.scaling is None
             and not self.down
+            and not self.gate.busy()
         )
 
     def serve(self, listener: socket.socket) -> int:
@@ -456,6 +473,7 @@ class Scheduler:
         self.watch()
         self.reap_cleaned()
         health.probe_down_nodes(self)
+        self.gate.tick()
         scaling.autoscale(self)
         self.schedule()
         self.publish()

@@ -88,6 +88,9 @@ def publish(sched: Scheduler) -> None:
         nodes={node: NodeHold(keys.get(jid, ""), phase) for node, (jid, phase) in held.items()},
         queued=queued,
         down=sorted(sched.down),
+        unusable=dict(sorted(sched.gate.unusable.items())),
+        checking=sorted(sched.gate.checking),
+        health_reports=sched.gate.applied,
         idle_since=last_end,
         head_disk_error=sched.fault_message,
     ).to_dict()
