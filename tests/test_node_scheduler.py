@@ -275,3 +275,12 @@ def test_a_job_deleted_from_the_share_is_not_published_for_ever(h: Harness) -> N
     shutil.rmtree(h.job_dir("gone"))
     h.pump(lambda: h.row("gone")["state"] != "running" and h.row("gone")["published"] == 1)
     assert h.sched.idle()
+
+
+def test_a_lost_database_numbers_new_jobs_above_the_folders_it_left(h: Harness) -> None:
+    (h.state / "jobs" / "5").mkdir(parents=True)
+    (h.state / "jobs" / "5" / "secrets.json").write_text('{"OLD": "x"}')  # an old job's, not the next one's
+    h.sched.db.close()
+    (h.state / "sched.db").unlink()
+    h.sched = Scheduler(str(h.state))
+    assert h.submit("fresh", "true")["id"] == 6
