@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from _helpers import pid_alive, wait_for
+from _helpers import pid_alive, scheduler_pid, wait_for
 from batchai_sdk import JobState, Workspace
 from batchai_sdk._models import parse_time, utcnow
 from batchai_sdk.node.job import procs
@@ -23,15 +23,6 @@ from batchai_sdk.node.job import procs
 pytestmark = pytest.mark.mpi
 
 GATED = "touch {out}/up; while [ ! -e {out}/go ]; do sleep 0.05; done; echo done; exit 5"
-
-
-def _scheduler_pid(state: Path) -> int | None:
-    for entry in os.listdir("/proc"):
-        with contextlib.suppress(OSError):
-            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-            if entry.isdigit() and cmd[3:5] == [b"scheduler", bytes(state)]:
-                return int(entry)
-    return None
 
 
 @pytest.fixture
@@ -71,7 +62,7 @@ def test_a_full_head_disk_keeps_the_scheduler_alive_and_the_true_exit_code(
     cluster = ws.create_cluster("c", vm_size="Standard_NC6", nodes=1)
     job = exp.create_job("five", cluster=cluster, command_line=GATED.format(out=out)).submit()
     wait_for(lambda: (out / "up").exists(), 60, "the job to run")
-    sched = _scheduler_pid(small_head_disk)
+    sched = scheduler_pid(small_head_disk)
     assert sched is not None
     filler = _fill(small_head_disk)
     (out / "go").touch()  # the job exits 5 while the scheduler's disk is full
@@ -88,7 +79,7 @@ def test_a_full_head_disk_keeps_the_scheduler_alive_and_the_true_exit_code(
     assert job.wait(timeout=60, poll_interval=0.2) is JobState.FAILED
     assert job.exit_code == 5, job.status.failure_reason
     assert "launcher" not in (job.status.failure_reason or ""), job.status.failure_reason
-    assert _scheduler_pid(small_head_disk) in (sched, None)  # the same scheduler (or none, once idle)
+    assert scheduler_pid(small_head_disk) in (sched, None)  # the same scheduler (or none, once idle)
 
 
 def test_a_stale_record_of_a_job_its_live_scheduler_runs_is_not_lost(

@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import os
-import signal
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from _helpers import pid_alive, wait_for
+from _helpers import kill_scheduler_at_launch, pid_alive, scheduler_pid, wait_for
 from batchai_sdk import JobState, Workspace
 
 pytestmark = pytest.mark.mpi
@@ -23,27 +20,6 @@ pytestmark = pytest.mark.mpi
 
 def _sched_state(ws: Workspace, cluster: str) -> Path:
     return ws.backend.root / "tmp" / "scheduler" / cluster  # type: ignore[attr-defined,no-any-return]
-
-
-def _cmdline(pid: int) -> list[bytes]:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return []
-
-
-def _scheduler_pid(state: Path) -> int | None:
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and _cmdline(int(entry))[3:5] == [b"scheduler", bytes(state)]:
-            return int(entry)
-    return None
-
-
-def _ppid(pid: int) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
 
 
 # -- R1: only accepted requests are jobs ------------------------------------------------------------------
@@ -95,47 +71,6 @@ def test_clients_racing_a_new_clusters_first_scheduler_are_all_accepted_and_run_
 
 
 # -- R2: intent before action --------------------------------------------------------------------------
-def _execed(pid: int) -> bytes:
-    """The child's command line once it exec'd (a fork shows its parent's until then); b"" when gone."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            return b""
-        if argv and b"scheduler" not in argv.split(b"\0")[3:4]:
-            return argv
-        time.sleep(0.001)
-    raise AssertionError(f"child {pid} of the scheduler did not exec")
-
-
-def _kill_scheduler_at_launch(state: Path, timeout: float = 60) -> bool:
-    """Freeze the scheduler (SIGSTOP) as soon as it forks its next launcher, let the launcher exec, then
-    kill -9 the scheduler: it dies between starting a launcher and anything it does after. False when no
-    launcher appeared. The scheduler is looked up again whenever it changed (one that went idle exits,
-    and the next request starts another)."""
-    deadline = time.monotonic() + timeout
-    sched: int | None = None
-    seen: set[int] = set()
-    while time.monotonic() < deadline:
-        if sched is None or not pid_alive(sched):
-            sched, seen = _scheduler_pid(state), set()
-            if sched is None:
-                continue
-        for entry in os.listdir("/proc"):
-            pid = int(entry) if entry.isdigit() else 0
-            if pid <= sched or pid in seen:
-                continue
-            seen.add(pid)
-            if _ppid(pid) != sched:
-                continue
-            os.kill(sched, signal.SIGSTOP)
-            if b"launch" not in _execed(pid).split(b"\0")[3:4]:  # ssh to a node, not a launcher
-                os.kill(sched, signal.SIGCONT)
-                continue
-            os.kill(sched, signal.SIGKILL)
-            return True
-    return False
 
 
 def test_kill_9_of_the_scheduler_in_its_launch_window_never_starts_a_job_twice(
@@ -151,7 +86,7 @@ def test_kill_9_of_the_scheduler_in_its_launch_window_never_starts_a_job_twice(
     for i in range(20):
         cmd = f"echo ran-$$ >> {runs}/k{i}; echo out-k{i}; exit 5"
         hits: list[bool] = []
-        killer = threading.Thread(target=lambda h=hits: h.append(_kill_scheduler_at_launch(state)))
+        killer = threading.Thread(target=lambda h=hits: h.append(kill_scheduler_at_launch(state)))
         killer.start()  # the launch may happen inside the submit's own request
         jobs.append(exp.create_job(f"k{i}", cluster=cluster, command_line=cmd).submit())
         killer.join()
@@ -200,7 +135,7 @@ def test_a_lost_database_under_running_jobs_never_shares_a_node(ws: Workspace, t
         for n in ("c", "d")
     ]
     state = _sched_state(ws, "c")
-    old = _scheduler_pid(state)
+    old = scheduler_pid(state)
     assert old is not None
     (state / "sched.db").unlink()  # the database is lost while a and b run
     wait_for(lambda: not pid_alive(old), 30, "the scheduler to notice its database is gone")

@@ -339,3 +339,12 @@ def _later(iso: str, seconds: float) -> Any:
     from datetime import datetime, timedelta
 
     return datetime.fromisoformat(iso) + timedelta(seconds=seconds)
+
+
+def test_a_lost_database_numbers_new_jobs_above_the_folders_it_left(h: Harness) -> None:
+    (h.state / "jobs" / "5").mkdir(parents=True)
+    (h.state / "jobs" / "5" / "secrets.json").write_text('{"OLD": "x"}')  # an old job's, not the next one's
+    h.sched.db.close()
+    (h.state / "sched.db").unlink()
+    h.sched = Scheduler(str(h.state))
+    assert h.submit("fresh", "true")["id"] == 6

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from . import _layout as layout
-from . import _progress
+from . import _lost, _progress
 from ._display import waiting_line
 from ._hints import with_hint, with_skipped
 from ._job_files import confined, list_confined
@@ -442,44 +442,11 @@ class Job:
         record = with_cluster_heartbeat(self.workspace.share, self.spec.cluster, record)
         status = JobStatus.from_record(record, timeout=heartbeat_timeout())
         if status.lost:
-            status = self._confirm_lost(status, record or {})
+            status = _lost.confirm_lost(self, status, record or {})
         reason = with_hint(status.failure_reason, self.spec)
         if status.state is JobState.FAILED:
             reason = with_skipped(reason, self._notes())
         return status if reason == status.failure_reason else replace(status, failure_reason=reason)
-
-    def _confirm_lost(self, status: JobStatus, record: Mapping[str, Any]) -> JobStatus:
-        """A stale record is only a hint (a full share stops the scheduler's writes, not its work): the
-        job is lost only when its scheduler cannot be reached or no longer knows it. One it knows keeps
-        its state; one that ended there reads as it ended, before the share takes the record."""
-        try:
-            known = self._scheduler().job_state(self.experiment.name, self.name, timeout=30)
-        except BatchAIError as exc:
-            log.debug("could not ask the scheduler about %s: %s", self.name, exc)
-            return status
-        if not known:
-            return status
-        if not known.get("found"):  # its scheduler answers and does not know it: lost for good
-            self._record_lost(status, record)
-            return status
-        fresh: dict[str, Any] = dict(record)
-        fresh.update(
-            {k: known[k] for k in ("state", "exit_code", "failure_reason", "end_time") if k in known}
-        )
-        return JobStatus.from_record(fresh)
-
-    def _record_lost(self, status: JobStatus, record: Mapping[str, Any]) -> None:
-        """Write the lost job's end, so that it reads the same from then on (a final state is final)."""
-        ended = {
-            **record,
-            "state": "failed",
-            "failure_reason": status.failure_reason,
-            "end_time": utcnow().isoformat(),
-        }
-        try:
-            self.workspace.share.write_json(self.paths.status, ended)
-        except (OSError, BatchAIError) as exc:
-            log.debug("could not record the end of lost job %s: %s", self.name, exc)
 
     def _notes(self) -> list[str]:
         """What the backend left out at submit (e.g. a job preparation skipped on the local backend)."""
@@ -604,26 +571,10 @@ class Job:
         except NotFoundError:  # the cluster is gone, and its scheduler with it
             found = False
         if not found:
-            return self._end_lost_job()
+            return _lost.end_lost_job(self)
         if not wait:
             return self.state
         return self.wait(timeout=timeout, poll_interval=0.25)
-
-    def _end_lost_job(self) -> JobState:
-        """Record as terminated a job its scheduler no longer knows (lost with its head node)."""
-        share = self.workspace.share
-        record = dict(share.read_json_or_none(self.paths.status) or {})
-        lost = JobStatus.from_record(record, timeout=heartbeat_timeout())
-        if lost.state.ended and not lost.lost:
-            return lost.state
-        why = lost.failure_reason or "its cluster's scheduler no longer knew it"
-        record.update(
-            state="terminated",
-            end_time=utcnow().isoformat(),
-            failure_reason=f"terminated by the user after {why}",
-        )
-        share.write_json(self.paths.status, record)
-        return JobState.TERMINATED
 
     def delete(self, *, force: bool = False) -> None:
         """Remove the job's records, logs and output folders: only paths derived from its validated names."""

@@ -4,21 +4,24 @@ a queued job onto a node before every process of the lost ones there is ended.""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import sys
 import textwrap
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sshd import NODE_ADDRESSES, SSHNodes
+from test_ssh_scheduler import descendants
 
-from _helpers import pid_alive, wait_for
+from _helpers import kill_scheduler_at_launch, pid_alive, scheduler_pid, wait_for
 from batchai_sdk import JobState, Workspace
+from batchai_sdk.cluster import Cluster
+from batchai_sdk.experiment import Experiment
 
 pytestmark = [pytest.mark.ssh, pytest.mark.mpi]
 
@@ -61,76 +64,27 @@ def lab(ssh_nodes: SSHNodes, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     ws.close()
 
 
-def _scheduler_pid(state: Path) -> int | None:
-    for entry in os.listdir("/proc"):
-        try:
-            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if entry.isdigit() and argv[3:5] == [b"scheduler", bytes(state)]:
-            return int(entry)
-    return None
-
-
-def _ppid(pid: int) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
-def _execed(pid: int) -> bytes:
-    """The child's command line once it exec'd (a fork shows its parent's until then); b"" when gone."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            return b""
-        if argv and b"scheduler" not in argv.split(b"\0")[3:4]:
-            return argv
-        time.sleep(0.001)
-    raise AssertionError(f"child {pid} of the scheduler did not exec")
-
-
-def _kill_at_launch(state: Path, timeout: float = 60) -> bool:
-    """SIGSTOP the scheduler as soon as it forks a launcher, let the launcher exec, then kill -9 it."""
-    deadline = time.monotonic() + timeout
-    sched: int | None = None
-    seen: set[int] = set()
-    while time.monotonic() < deadline:
-        if sched is None or not pid_alive(sched):
-            sched, seen = _scheduler_pid(state), set()
-            if sched is None:
-                continue
-        for entry in os.listdir("/proc"):
-            pid = int(entry) if entry.isdigit() else 0
-            if pid <= sched or pid in seen:
-                continue
-            seen.add(pid)
-            if _ppid(pid) != sched:
-                continue
-            os.kill(sched, signal.SIGSTOP)
-            if b"launch" not in _execed(pid).split(b"\0")[3:4]:  # ssh to a node, not a launcher
-                os.kill(sched, signal.SIGCONT)
-                continue
-            os.kill(sched, signal.SIGKILL)
-            return True
-    return False
+def _fresh(lab: tuple[Workspace, Path], name: str) -> tuple[Workspace, Experiment, Cluster, Path]:
+    """An experiment and a 2-node cluster of their own, and the folder of that cluster's scheduler."""
+    ws, sched_root = lab
+    return (
+        ws,
+        ws.create_experiment(name),
+        ws.create_cluster(name, vm_size="Standard_NC6", nodes=2),
+        sched_root / name,
+    )
 
 
 def test_kill_9_in_the_launch_window_over_ssh_never_starts_a_job_twice(
     lab: tuple[Workspace, Path], tmp_path: Path
 ) -> None:
-    ws, sched_root = lab
-    exp = ws.create_experiment("k")
-    cluster = ws.create_cluster("k", vm_size="Standard_NC6", nodes=2)
+    ws, exp, cluster, state = _fresh(lab, "k")
     runs = tmp_path / "runs"
     runs.mkdir()
     jobs, killed = [], 0
     for i in range(6):
         hits: list[bool] = []
-        killer = threading.Thread(target=lambda h=hits: h.append(_kill_at_launch(sched_root / "k")))
+        killer = threading.Thread(target=lambda h=hits: h.append(kill_scheduler_at_launch(state)))
         killer.start()
         cmd = f"echo ran-$$ >> {runs}/k{i}; exit 5"
         jobs.append(exp.create_job(f"k{i}", cluster=cluster, command_line=cmd).submit())
@@ -145,9 +99,7 @@ def test_kill_9_in_the_launch_window_over_ssh_never_starts_a_job_twice(
 
 
 def test_a_lost_database_over_ssh_never_shares_a_node(lab: tuple[Workspace, Path], tmp_path: Path) -> None:
-    ws, sched_root = lab
-    exp = ws.create_experiment("f")
-    cluster = ws.create_cluster("f", vm_size="Standard_NC6", nodes=2)
+    ws, exp, cluster, state = _fresh(lab, "f")
     out = tmp_path / "out"
     out.mkdir()
     hold, check = tmp_path / "hold.py", tmp_path / "check.py"
@@ -163,8 +115,7 @@ def test_a_lost_database_over_ssh_never_shares_a_node(lab: tuple[Workspace, Path
         exp.create_job(n, cluster=cluster, command_line=f"{sys.executable} {check} {out}").submit()
         for n in ("c", "d")
     ]
-    state = sched_root / "f"
-    old = _scheduler_pid(state)
+    old = scheduler_pid(state)
     assert old is not None
     (state / "sched.db").unlink()
     wait_for(lambda: not pid_alive(old), 30, "the scheduler to notice its database is gone")
@@ -182,3 +133,45 @@ def test_a_lost_database_over_ssh_never_shares_a_node(lab: tuple[Workspace, Path
 def read_pid_json(path: Path) -> int:
     wait_for(lambda: path.read_text().endswith("}"), 10, f"{path} to be whole")
     return int(json.loads(path.read_text())["pid"])
+
+
+QUIET = """
+import os, sys, time
+with open(os.path.join(sys.argv[1], "up-" + os.environ["OMPI_COMM_WORLD_RANK"]), "w") as f:
+    f.write(str(os.getpid()))
+time.sleep(300)
+"""
+
+
+def test_a_stopped_node_is_named_not_taken_for_a_hang(
+    lab: tuple[Workspace, Path], ssh_nodes: SSHNodes, tmp_path: Path
+) -> None:
+    _, exp, cluster, state = _fresh(lab, "s")
+    out = tmp_path / "out"
+    out.mkdir()
+    quiet = tmp_path / "quiet.py"
+    quiet.write_text(textwrap.dedent(QUIET))
+    job = exp.create_job(
+        "frozen",
+        cluster=cluster,
+        node_count=2,
+        hang_timeout=3,
+        command_line=f"{sys.executable} {quiet} {out}",
+    ).submit()
+    wait_for(lambda: len(list(out.glob("up-*"))) == 2, 60, "both ranks to run")
+    sshd = ssh_nodes.nodes[SECOND].process
+    assert sshd is not None
+    frozen = [sshd.pid, *descendants(sshd.pid)]  # the second node's sshd and everything of the job under it
+    log = state / "scheduler.log"
+    try:
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        wait_for(lambda: f"node {SECOND} stopped answering" in log.read_text(), 60, "the stopped node named")
+    finally:
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+    assert job.wait(timeout=90, poll_interval=0.2) is JobState.FAILED
+    reason = job.status.failure_reason or ""
+    assert f"node {SECOND} stopped answering" in reason and "possible hang" not in reason, reason
+    assert [a["cause"] for a in job.attempts] == ["node_lost"]

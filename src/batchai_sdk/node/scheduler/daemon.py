@@ -86,7 +86,7 @@ class Scheduler:
         # node id → tags of jobs that ended while it did not answer: reaped there before it is free
         self.unreaped: dict[str, set[str]] = {}
         self.down_idle_since: float | None = None
-        self.hangs: dict[int, concurrent.futures.Future[list[str]]] = {}
+        self.hangs: dict[int, concurrent.futures.Future[tuple[list[str], list[str]]]] = {}
         self.hang_checked: dict[int, float] = {}
         self.noticed: dict[int, float] = {}  # job id → when its "possibly hung" notice was published
         self.next_review: float | None = None
@@ -255,8 +255,11 @@ class Scheduler:
             raise
         self.db.execute("RELEASE submit")
         self.log(f"queued {experiment}/{name} (id {job_id}, {node_count} node(s))")
-        self.schedule()
-        self.publish()
+        try:  # the job is accepted now: a disk fault from here on is the loop's to retry, not a refusal
+            self.schedule()
+            self.publish()
+        except (sqlite3.Error, OSError) as exc:
+            self.fault(exc)
         return {"ok": True, "id": job_id}
 
     def job_state(self, request: dict[str, Any]) -> dict[str, Any]:

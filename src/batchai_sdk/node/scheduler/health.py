@@ -104,8 +104,14 @@ def check_hang(sched: Scheduler, row: sqlite3.Row, t: float) -> None:
         fut = sched.hangs[job_id]
         if fut.done():
             del sched.hangs[job_id]
-            files = fut.result()
+            files, stopped = fut.result()
             silent = t - max(sched.trackers[job_id].last_change or row["started"], row["started"])
+            if stopped:  # the silence is a node's: name it (a lost node, retried as one)
+                lost = "; ".join(f"node {n} stopped answering" for n in stopped)
+                sched.log(f"{row['key']}: {lost}; stopping the job")
+                reason = f"{lost} (no output from the job for {int(silent)} s)"
+                sched.stop(row, "failed", reason, retries.EndCause.NODE_LOST.value)
+                return
             if row["hang"] and silent >= row["hang"]:
                 sched.stop(row, "failed", watchdog.hang_reason(silent, files), retries.EndCause.HANG.value)
             else:
@@ -133,9 +139,13 @@ def check_hang(sched: Scheduler, row: sqlite3.Row, t: float) -> None:
         )
 
 
-def collect_stacks(sched: Scheduler, tag: str, node_ids: list[str], out_dir: str) -> list[str]:
-    """``stacks-<node>.txt`` in the job's logs for every node of the job; returns the file names."""
-    files = []
+def collect_stacks(
+    sched: Scheduler, tag: str, node_ids: list[str], out_dir: str
+) -> tuple[list[str], list[str]]:
+    """``stacks-<node>.txt`` in the job's logs for every node of the job; returns the file names and
+    the nodes that did not answer (a stopped or unreachable node explains the silence itself)."""
+    files: list[str] = []
+    stopped: list[str] = []
     by_id = {n["id"]: n for n in sched.pool()}
     for node_id in node_ids:
         if sched.cfg.get("ssh_command") is None:
@@ -143,6 +153,9 @@ def collect_stacks(sched: Scheduler, tag: str, node_ids: list[str], out_dir: str
             path = os.path.join(out_dir, stacks.stacks_file_name(node_id))
             stacks.collect_stacks(pids, path, timeout=20, node=node_id)
             files.append(os.path.basename(path))
+            continue
+        if not answers(sched, by_id.get(node_id, {"address": node_id})["address"]):
+            stopped.append(node_id)
             continue
         command = [
             sched.cfg["python"],
@@ -162,4 +175,4 @@ def collect_stacks(sched: Scheduler, tag: str, node_ids: list[str], out_dir: str
                 files.append(os.path.basename(res.stdout.decode().strip().splitlines()[-1]))
         except (OSError, subprocess.TimeoutExpired) as exc:
             sched.log(f"no stacks from {node_id}: {exc}")
-    return files
+    return files, stopped

@@ -33,7 +33,7 @@ def rebuild_from_share(sched: Scheduler) -> int:
     try:
         experiments = sorted(os.listdir(paths.experiments_dir()))
     except OSError:
-        return 0
+        experiments = []
     last_id = old_job_ids(sched)
     for exp in experiments:
         try:

@@ -1,0 +1,67 @@
+"""When a job counts as lost: a stale status record is only a hint (a full share stops its scheduler's
+writes, not its work), so the job's scheduler is asked first; a job it does not know is lost for good, and
+its end is written once so that it reads the same from then on (a final state is final)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ._models import JobState, JobStatus, heartbeat_timeout, utcnow
+from .exceptions import BatchAIError
+
+if TYPE_CHECKING:
+    from .job import Job
+
+log = logging.getLogger("batchai_sdk")
+
+
+def confirm_lost(job: Job, status: JobStatus, record: Mapping[str, Any]) -> JobStatus:
+    """``status`` (read as lost) as the job's scheduler holds it: a job it knows keeps its state; one that
+    ended there reads as it ended, before the share takes the record; one it does not know stays lost.
+    A scheduler that cannot be reached leaves the status as read."""
+    try:
+        known = job._scheduler().job_state(job.experiment.name, job.name, timeout=30)
+    except BatchAIError as exc:
+        log.debug("could not ask the scheduler about %s: %s", job.name, exc)
+        return status
+    if not known:
+        return status
+    if not known.get("found"):  # its scheduler answers and does not know it: lost for good
+        record_lost(job, status, record)
+        return status
+    fresh: dict[str, Any] = dict(record)
+    fresh.update({k: known[k] for k in ("state", "exit_code", "failure_reason", "end_time") if k in known})
+    return JobStatus.from_record(fresh)
+
+
+def record_lost(job: Job, status: JobStatus, record: Mapping[str, Any]) -> None:
+    """Write the lost job's end (``failed``, with the reason it was taken for lost)."""
+    ended = {
+        **record,
+        "state": "failed",
+        "failure_reason": status.failure_reason,
+        "end_time": utcnow().isoformat(),
+    }
+    try:
+        job.workspace.share.write_json(job.paths.status, ended)
+    except (OSError, BatchAIError) as exc:
+        log.debug("could not record the end of lost job %s: %s", job.name, exc)
+
+
+def end_lost_job(job: Job) -> JobState:
+    """Record as terminated a job its scheduler no longer knows (lost with its head node)."""
+    share = job.workspace.share
+    record = dict(share.read_json_or_none(job.paths.status) or {})
+    lost = JobStatus.from_record(record, timeout=heartbeat_timeout())
+    if lost.state.ended and not lost.lost:
+        return lost.state
+    why = lost.failure_reason or "its cluster's scheduler no longer knew it"
+    record.update(
+        state="terminated",
+        end_time=utcnow().isoformat(),
+        failure_reason=f"terminated by the user after {why}",
+    )
+    share.write_json(job.paths.status, record)
+    return JobState.TERMINATED

@@ -1,0 +1,65 @@
+"""node/protocol.py, the contract both halves read and write: every record survives its round trip, old
+keys are read for one version, and the client's share paths are the protocol's."""
+
+from __future__ import annotations
+
+from batchai_sdk import _layout as layout
+from batchai_sdk.node.protocol import (
+    CtlReply,
+    NodeHold,
+    NodesDoc,
+    Reporter,
+    SharePaths,
+    StatusDoc,
+    eviction_marker,
+    is_eviction_file,
+)
+
+
+def test_a_status_record_round_trips_and_keeps_keys_it_does_not_know() -> None:
+    doc = StatusDoc(
+        state="running",
+        creation_time="2026-01-01T00:00:00+00:00",
+        reporter=Reporter("head", 42, 7),
+        nodes=["n0"],
+        tag="abc",
+        extra={"slurm_job_id": "12"},
+    )
+    data = doc.to_dict()
+    assert data["reporter"] == {"host": "head", "pid": 42, "job_id": 7} and data["slurm_job_id"] == "12"
+    assert "exit_code" not in data  # unset fields are left out, as the records always had them
+    assert StatusDoc.from_dict(data) == doc
+
+
+def test_old_reporter_keys_are_read_and_a_client_record_is_not_accepted() -> None:
+    old_scheduler = StatusDoc.from_dict(
+        {"state": "running", "scheduler": {"host": "h", "pid": 3, "job_id": 1}}
+    )
+    assert old_scheduler.reporter == Reporter("h", 3, 1) and old_scheduler.accepted
+    old_wrapper = StatusDoc.from_dict({"state": "running", "wrapper_host": "n0", "wrapper_pid": 9})
+    assert old_wrapper.reporter == Reporter("n0", 9) and "wrapper_host" not in old_wrapper.to_dict()
+    client = StatusDoc.from_dict({"state": "queued", "creation_time": "t"})
+    assert not client.accepted  # a submit still in flight: its client's, not a scheduler's
+
+
+def test_nodes_record_and_ctl_reply_round_trip() -> None:
+    doc = NodesDoc(nodes={"n0": NodeHold("e/a", "running")}, queued=["e/b"], down=["n1"], idle_since=None)
+    assert NodesDoc.from_dict(doc.to_dict()) == doc
+    full = NodesDoc(head_disk_error="disk full")
+    assert NodesDoc.from_dict(full.to_dict()).head_disk_error == "disk full"
+    assert not NodesDoc.from_dict({"nodes": {}}).has_idle_since  # an older scheduler's record
+    refused = CtlReply.refused("exists", "job e/a is already queued or running")
+    assert CtlReply.from_dict(refused.to_dict()) == refused
+    assert CtlReply.from_dict({"ok": True, "id": 3}).data == {"id": 3}
+
+
+def test_the_clients_layout_and_a_nodes_paths_are_the_protocols() -> None:
+    node = SharePaths("/mnt/share")
+    assert SharePaths.at_meta("/mnt/share/.batchai") == node
+    assert node.status_record("e", "j") == "/mnt/share/" + layout.status_record("e", "j")
+    assert node.launch_config("e", "j") == "/mnt/share/" + layout.launch_config("e", "j")
+    assert node.nodes_record("c") == "/mnt/share/" + layout.nodes_record("c")
+    assert layout.job_output_root("logs", "e", "j") == "logs/experiments/e/jobs/j"
+    assert layout.job_output_root(None, "e", "j") == layout.job_dir("e", "j")
+    assert is_eviction_file(eviction_marker("n0")) and not is_eviction_file("simulate-eviction-n0.json")
+    assert is_eviction_file("simulate-eviction-n0.json", simulated=True)
