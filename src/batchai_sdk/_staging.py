@@ -15,19 +15,26 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import logging
 import os
 import posixpath
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import _progress
-from .exceptions import NotFoundError, ValidationError
+from ._models import utcnow
+from .exceptions import NotFoundError, ShareError, ValidationError
+from .launch import launch_config, on_node
+from .node.protocol import LAUNCH_CONFIG
 from .share import Share, join
 from .train import SCRIPTS, module_path
 
 if TYPE_CHECKING:
     import pathspec
+
+    from .backends.base import LaunchTarget
+    from .job import Job
 
 __all__ = [
     "DEFAULT_IGNORE",
@@ -38,7 +45,9 @@ __all__ = [
     "code_hash",
     "default_max_bytes",
     "stage_code",
+    "stage_job",
 ]
+log = logging.getLogger("batchai_sdk")
 
 IGNORE_FILE = ".batchaiignore"
 DEFAULT_IGNORE = (
@@ -234,3 +243,63 @@ def resolve_local_script(script: str) -> Path | None:
         if found is not None and found.origin and found.origin.endswith(".py"):
             return Path(found.origin)
     return None
+
+
+def stage_job(
+    job: Job, target: LaunchTarget, local_script: Path | None, script_rel: str | None, *, evictable: bool
+) -> dict[str, Any]:
+    """Upload a job's script (or its source_dir), make its folders, write launch.json, the queued status
+    and the job record (returned); a share that refuses a write is a ShareError naming what."""
+    share = job.workspace.share
+    what = "the job's script"
+    try:
+        if job.spec.source_dir is not None and local_script is not None:  # the whole folder, one tree
+            stage_code(share, Path(job.spec.source_dir).expanduser(), job.paths.wd)
+            script_rel = join(job.paths.wd, job.spec.python_script or "")
+        elif local_script is not None:
+            script_rel = share.upload(local_script, join(job.paths.wd, local_script.name))
+        else:
+            share.mkdir(job.paths.wd)
+        script_on_node = on_node(target, script_rel) if script_rel is not None else job.spec.python_script
+        what = "the job's folders"
+        for directory in (
+            job.paths.stdouterr,
+            *job.paths.outputs.values(),
+            join(job.paths.job_dir, "shared_tmp"),
+        ):
+            share.mkdir(directory)
+        what = "the node code"
+        from .backends.head_scheduler import ensure_node_code  # the backends import this module
+
+        node_main = on_node(target, join(ensure_node_code(job.workspace.backend), "__main__.py"))
+        config = launch_config(
+            job.spec,
+            target,
+            job.paths,
+            share_name=share.name,
+            script_on_node=script_on_node,
+            node_main=node_main,
+        )
+        config["eviction_watch"] = evictable  # Spot / low priority: each node watches for notices
+        config["notes"] = job.workspace.backend.guard_host(config)
+        for note in config["notes"]:
+            log.warning("job %s: %s", job.name, note)
+        config["notes"] += job._mount_notes
+        what = "the job's launch configuration"
+        share.write_json(join(job.paths.run_dir, LAUNCH_CONFIG), config)
+        created = utcnow().isoformat()
+        what = "the job's status record"
+        share.write_json(job.paths.status, {"state": "queued", "creation_time": created})
+        record = {
+            "spec": job.spec.to_dict(redact=True),
+            "paths": job.paths.to_dict(),
+            "backend": job.workspace.backend.kind,
+            "script_on_node": script_on_node,
+            "creation_time": created,
+        }
+        what = "the job record"
+        share.write_json(job.paths.record, record)
+    except (OSError, ShareError) as exc:
+        raise ShareError(f"could not write {what} to share {share.name!r}: {exc}", job.paths.job_dir) from exc
+
+    return record

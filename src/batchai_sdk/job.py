@@ -6,10 +6,8 @@ from __future__ import annotations
 import fnmatch
 import logging
 import os
-import shlex
 import sys
 import time
-from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -20,7 +18,7 @@ from . import _layout as layout
 from . import _lost, _progress
 from ._display import waiting_line
 from ._hints import with_hint, with_skipped
-from ._job_files import confined, list_confined
+from ._job_files import confined, dir_argument, follow_lines, last_lines, list_confined
 from ._layout import JobPaths, share_relative
 from ._models import (
     JobSpec,
@@ -33,9 +31,9 @@ from ._models import (
     validate_name,
 )
 from ._mount_paths import cluster_mounts_named
-from ._staging import code_files, resolve_local_script, stage_code
+from ._staging import code_files, resolve_local_script, stage_job
 from .backends.base import ClusterScheduler, JobRequest, LaunchTarget
-from .backends.head_scheduler import ensure_node_code, with_cluster_heartbeat
+from .backends.head_scheduler import with_cluster_heartbeat
 from .cost import Cost, format_cost
 from .exceptions import (
     AlreadyExistsError,
@@ -49,7 +47,6 @@ from .exceptions import (
     UnhealthyNodesError,
     ValidationError,
 )
-from .launch import launch_config, on_node
 from .node.policy.watchdog import LOG_PATTERNS
 from .node.protocol import LAUNCH_CONFIG, StatusDoc
 from .share import Share, join
@@ -315,62 +312,9 @@ class Job:
         *,
         evictable: bool = False,
     ) -> dict[str, str]:
-        """Upload the script, write launch.json, the queued status and the job record; returns the
-        secret values, which go to the scheduler and never to the share."""
-        share = self.workspace.share
-        what = "the job's script"
-        try:
-            if self.spec.source_dir is not None and local_script is not None:  # the whole folder, one tree
-                stage_code(share, Path(self.spec.source_dir).expanduser(), self.paths.wd)
-                script_rel = join(self.paths.wd, self.spec.python_script or "")
-            elif local_script is not None:
-                script_rel = share.upload(local_script, join(self.paths.wd, local_script.name))
-            else:
-                share.mkdir(self.paths.wd)
-            script_on_node = (
-                on_node(target, script_rel) if script_rel is not None else self.spec.python_script
-            )
-            what = "the job's folders"
-            for directory in (
-                self.paths.stdouterr,
-                *self.paths.outputs.values(),
-                join(self.paths.job_dir, "shared_tmp"),
-            ):
-                share.mkdir(directory)
-            what = "the node code"
-            node_main = on_node(target, join(ensure_node_code(self.workspace.backend), "__main__.py"))
-            config = launch_config(
-                self.spec,
-                target,
-                self.paths,
-                share_name=share.name,
-                script_on_node=script_on_node,
-                node_main=node_main,
-            )
-            config["eviction_watch"] = evictable  # Spot / low priority: each node watches for notices
-            config["notes"] = self.workspace.backend.guard_host(config)
-            for note in config["notes"]:
-                log.warning("job %s: %s", self.name, note)
-            config["notes"] += self._mount_notes
-            what = "the job's launch configuration"
-            share.write_json(join(self.paths.run_dir, LAUNCH_CONFIG), config)
-            created = utcnow().isoformat()
-            what = "the job's status record"
-            share.write_json(self.paths.status, {"state": "queued", "creation_time": created})
-            record = {
-                "spec": self.spec.to_dict(redact=True),
-                "paths": self.paths.to_dict(),
-                "backend": self.workspace.backend.kind,
-                "script_on_node": script_on_node,
-                "creation_time": created,
-            }
-            what = "the job record"
-            share.write_json(self.paths.record, record)
-        except (OSError, ShareError) as exc:
-            raise ShareError(
-                f"could not write {what} to share {share.name!r}: {exc}", self.paths.job_dir
-            ) from exc
-        self._record = record
+        """Upload the script, write launch.json, the queued status and the job record (``stage_job``);
+        returns the secret values, which go to the scheduler and never to the share."""
+        self._record = stage_job(self, target, local_script, script_rel, evictable=evictable)
         return {k: self.spec.environment[k] for k in self.spec.secret_environment}
 
     def _start(self, cluster: Cluster, nodes: tuple[Node, ...], secrets: dict[str, str]) -> None:
@@ -622,24 +566,7 @@ class Job:
     def dir_argument(self) -> str | None:
         """The share path of the folder the job's ``--dir`` argument names (the training module's output
         folder, as in the tutorial), or None when it has none on the share."""
-        words = list(self.spec.args)
-        if len(words) == 1 and " " in words[0]:
-            words = shlex.split(words[0])
-        value = None
-        for i, word in enumerate(words):
-            if word in ("--dir", "-d") and i + 1 < len(words):
-                value = words[i + 1]
-            elif word.startswith("--dir="):
-                value = word.split("=", 1)[1]
-        if value is None:
-            return None
-        for var in ("$AZ_BATCHAI_STDOUTERR_DIR", "${AZ_BATCHAI_STDOUTERR_DIR}"):
-            if value == var or value.startswith(var + "/"):
-                return join(self.paths.stdouterr, value[len(var) + 1 :])
-        share_name = self.workspace.share.name
-        return share_relative(
-            value, mount_path=self.spec.mount_path, share_name=share_name, job_mounts=self.spec.mounts
-        )
+        return dir_argument(self.spec, self.paths.stdouterr, self.workspace.share.name)
 
     def file_roots(self) -> list[str]:
         """Where job files are looked up by name, in order: the logs, the output directories, ``--dir``."""
@@ -682,51 +609,23 @@ class Job:
         """
         self._require_submitted()
         share, path = self._locate(name, directory)
-        offset = 0
-        pending = b""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            ended = self.state.ended if follow else True
-            info = share.stat(path)
-            if info is None:
-                if ended:
-                    if follow:
-                        return
-                    raise NotFoundError("file", name, f"job {self.name!r}")
-            elif (info.size or 0) < offset:  # a requeued attempt started the file anew
-                offset, pending = 0, b""
-                continue
-            elif (info.size or 0) > offset:
-                if share is self.workspace.share:  # checked at each read: a link may come later
-                    confined(share, path, self.file_roots(), name)
-                chunk = share.read_bytes(path, offset, (info.size or 0) - offset)
-                offset += len(chunk)
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    yield line.decode("utf-8", errors="replace").rstrip("\r")
-                continue  # the file may still be growing: read again before sleeping
-            if ended:
-                if pending:
-                    yield pending.decode("utf-8", errors="replace").rstrip("\r")
-                return
-            if deadline is not None and time.monotonic() > deadline:
-                raise BatchAITimeoutError(f"job {self.name!r} file {name!r}", timeout or 0)
-            time.sleep(poll_interval)
+        check = (
+            (lambda: confined(share, path, self.file_roots(), name))
+            if share is self.workspace.share
+            else None
+        )
+        ended = (lambda: self.state.ended) if follow else (lambda: True)
+        yield from follow_lines(
+            share, path, ended=ended, check=check, missing=None if follow else NotFoundError(
+                "file", name, f"job {self.name!r}"
+            ), poll_interval=poll_interval, timeout=timeout, what=f"job {self.name!r} file {name!r}",
+        )  # fmt: skip
 
     def tail(self, name: str = "stdout.txt", lines: int = 20, *, directory: str | None = None) -> list[str]:
         """The last ``lines`` lines of a job file (reads only its end)."""
         self._require_submitted()
         share, path = self._reachable(name, directory)
-        size = share.size(path)
-        window = 8192
-        while True:
-            start = max(0, size - window)
-            data = share.read_bytes(path, start, size - start)
-            text = data.decode("utf-8", errors="replace").splitlines()
-            if start == 0 or len(text) > lines:
-                return list(deque(text if start == 0 else text[1:], maxlen=lines))
-            window *= 4
+        return last_lines(share, path, lines)
 
     def download(
         self, name: str, dest: str | os.PathLike[str] = ".", *, directory: str | None = None
