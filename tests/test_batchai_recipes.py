@@ -27,7 +27,7 @@ from _helpers import stand_in_engine, stand_in_tools
 from batchai_sdk import Workspace
 from batchai_sdk.batchai_json import parse_job_json
 from batchai_sdk.cli import main
-from batchai_sdk.cli._state import Registry
+from batchai_sdk.cli._registry import Registry
 
 pytestmark = pytest.mark.mpi
 

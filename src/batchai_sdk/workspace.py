@@ -90,7 +90,7 @@ class Workspace:
 
         ``batchai workspace create -g g -w w`` in a terminal, then ``Workspace.from_cli("g", "w")`` here.
         """
-        from .cli._state import Registry, batchai_home, validate_group
+        from .cli._registry import Registry, batchai_home, validate_group
 
         registry = Registry(batchai_home())
         entry = registry.workspace_entry(

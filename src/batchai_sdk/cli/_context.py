@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._models import validate_name
 from ._format import TableLayout
-from ._state import Profile, Registry, batchai_home, validate_group
+from ._registry import Profile, Registry, batchai_home, validate_group
 
 if TYPE_CHECKING:
     from ..experiment import Experiment

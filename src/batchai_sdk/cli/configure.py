@@ -10,7 +10,7 @@ from typing import Any
 from ._context import Context, Result, UsageError
 from ._format import OUTPUT_FORMATS
 from ._params import Commands, positive
-from ._state import BACKENDS
+from ._registry import BACKENDS
 
 
 def register(commands: Commands) -> None:

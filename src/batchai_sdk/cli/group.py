@@ -8,7 +8,7 @@ import shutil
 from ._context import Context, Result
 from ._format import group_table, group_view
 from ._params import Commands, yes_arg
-from ._state import validate_group
+from ._registry import validate_group
 
 
 def register(commands: Commands) -> None:

@@ -15,7 +15,7 @@ from ..share import join, normalize
 from ._context import Context, Result, UsageError
 from ._format import account_table, account_view, file_table, file_view
 from ._params import Commands, resource_group_arg, yes_arg
-from ._state import validate_account, validate_share
+from ._registry import validate_account, validate_share
 
 if TYPE_CHECKING:
     from ..workspace import Workspace

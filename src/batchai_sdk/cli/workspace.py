@@ -13,7 +13,7 @@ from ..exceptions import BatchAIError, NotFoundError
 from ._context import Context, Result, UsageError
 from ._format import workspace_table, workspace_view
 from ._params import Commands, resource_group_arg, workspace_arg, yes_arg
-from ._state import BACKENDS
+from ._registry import BACKENDS
 
 
 def register(commands: Commands) -> None:
