@@ -14,51 +14,10 @@ from typing import Any, ClassVar
 
 from .._models import ClusterSpec, Node, NodeState
 from ..exceptions import BackendError, NotSupportedError, ValidationError
-from ..mounts import Mount, describe, mount_to_dict, storage_key
+from ..launch import LaunchTarget as LaunchTarget  # re-exported: the backends make it, launch.py reads it
+from ..mounts import Mount, describe, storage_key
 from ..remote.base import Runner
 from ..share import Share
-
-
-@dataclass(frozen=True)
-class LaunchTarget:
-    """What the job wrapper on the head node needs to know about its cluster's nodes."""
-
-    nodes: tuple[Node, ...]
-    node_share_root: str  # where every node sees the workspace share's root
-    mount_root: str  # AZ_BATCHAI_MOUNT_ROOT: the share is at <mount_root>/<share name>
-    temp_root: str  # node-local directory under which AZ_BATCHAI_JOB_TEMP is made
-    python: str = "python3"  # the interpreter on the nodes
-    mpirun: str = "mpirun"
-    # How the head node runs a command on another node (argv prefix; the command follows as one
-    # argument). None: every node is this machine, commands run directly.
-    ssh_command: tuple[str, ...] | None = None
-    mpi_args: tuple[str, ...] = ()  # backend-specific mpirun options (mca parameters, rsh agent)
-    env: Mapping[str, str] = field(default_factory=dict)  # exported to every rank and to job preparation
-    num_gpus: int = 0  # per node: AZ_BATCHAI_NUM_GPUS
-    oversubscribe: bool = False  # more ranks than cores is expected (the local backend's slots)
-    # where the nodes see each storage a job mounts (backend's storage root / mounts.storage_key); None:
-    # the backend mounts nothing per job (then a job's mounts are the cluster's, by storage)
-    storage_root: str | None = None
-    cluster_mounts: tuple[Mount, ...] = ()  # the cluster's mounts, at <mount_root>/<relative_mount_path>
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "nodes": [
-                {"id": n.id, "address": n.address, "machine": n.machine, "slots": n.slots} for n in self.nodes
-            ],
-            "node_share_root": self.node_share_root,
-            "mount_root": self.mount_root,
-            "temp_root": self.temp_root,
-            "python": self.python,
-            "mpirun": self.mpirun,
-            "ssh_command": list(self.ssh_command) if self.ssh_command is not None else None,
-            "mpi_args": list(self.mpi_args),
-            "env": dict(self.env),
-            "num_gpus": self.num_gpus,
-            "oversubscribe": self.oversubscribe,
-            "storage_root": self.storage_root,
-            "cluster_mounts": [mount_to_dict(m) for m in self.cluster_mounts],
-        }
 
 
 @dataclass(frozen=True)
