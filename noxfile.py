@@ -27,6 +27,14 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session
+def unit(session: nox.Session) -> None:
+    """The fast tier (a few minutes on 2 cores): every test but those that train, start sshd nodes,
+    namespaces, Slurm or mpirun, or are marked slow. CI still runs everything (``tests``)."""
+    fast = "not (train or ssh or mpi or slurm or nsnodes or slow)"
+    session.run("pytest", "-q", "-m", fast, *session.posargs)
+
+
+@nox.session
 def quickstart(session: nox.Session) -> None:
     """The tutorial end to end on the local backend (digits data, 2 Horovod ranks)."""
     session.run("python", "examples/quickstart.py", *session.posargs)

@@ -114,7 +114,13 @@ def test_a_job_that_stopped_reporting_reads_as_failed() -> None:
     assert fresh.state is JobState.RUNNING and not fresh.lost
     lost = JobStatus.from_record(running, timeout=60, now=t0 + timedelta(seconds=61))
     assert lost.state is JobState.FAILED and lost.lost
-    assert "node0" in (lost.failure_reason or "")
+    assert "node0" in (lost.failure_reason or "") and "wrapper" not in (lost.failure_reason or "")
+    new_keys = {**running, "reporter": {"host": "head1", "pid": 42}}
+    del new_keys["wrapper_host"]
+    lost = JobStatus.from_record(new_keys, timeout=60, now=t0 + timedelta(seconds=61))
+    assert (lost.reporter_host, lost.reporter_pid) == ("head1", 42) and "head1 (pid 42)" in str(
+        lost.failure_reason
+    )
     never = JobStatus.from_record(
         {"state": "queued", "creation_time": t0.isoformat()}, timeout=60, now=t0 + timedelta(minutes=5)
     )

@@ -235,19 +235,25 @@ def test_a_restarted_scheduler_adopts_a_running_launcher(h: Harness) -> None:
 
 def test_a_new_database_rebuilds_the_queue_from_the_share(tmp_path: Path) -> None:
     first = Harness(tmp_path / "one")
-    first.stage("q1", "true")
-    (first.job_dir("q1") / "job.json").write_text(json.dumps({"spec": {"cluster": "c", "node_count": 1}}))
-    first.stage("r1", "true")
-    (first.job_dir("r1") / "job.json").write_text(json.dumps({"spec": {"cluster": "c", "node_count": 1}}))
-    (first.job_dir("r1") / "status.json").write_text(json.dumps({"state": "running", "nodes": ["n0"]}))
+    spec = json.dumps({"spec": {"cluster": "c", "node_count": 1}})
+    reporter = {"host": "head", "pid": 1, "job_id": 7}
+    for name in ("q1", "r1", "inflight"):
+        first.stage(name, "true")
+        (first.job_dir(name) / "job.json").write_text(spec)
+    (first.job_dir("q1") / "status.json").write_text(json.dumps({"state": "queued", "reporter": reporter}))
+    running = {"state": "running", "nodes": ["n0"], "start_time": "2026-01-01T00:00:00+00:00"}
+    (first.job_dir("r1") / "status.json").write_text(json.dumps({**running, "scheduler": reporter}))
     (first.state / "sched.db").unlink()  # the head node was replaced: its local state is gone
     rebuilt = Scheduler(str(first.state))
-    assert rebuilt.rebuilt == 2
+    assert rebuilt.rebuilt == 2  # "inflight" has no scheduler's record: its submit is still its client's
     first.sched = rebuilt
+    rebuilt.adopt()
     first.pump(lambda: first.ended("q1")() and first.ended("r1")())
     assert first.status("q1")["state"] == "succeeded"
     r1 = first.status("r1")
-    assert r1["state"] == "failed" and "lost with the cluster's head node" in r1["failure_reason"]
+    assert r1["state"] == "failed" and "database was lost" in r1["failure_reason"]
+    assert first.status("inflight") == {"state": "queued"} and not first.sched.rows("name = 'inflight'")
+    assert first.sched.handle({"op": "submit", "experiment": "e", "name": "n", "node_count": 1})["id"] > 7
 
 
 def test_a_job_deleted_from_the_share_is_not_published_for_ever(h: Harness) -> None:

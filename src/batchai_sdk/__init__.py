@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from ._health import HealthCheck, HealthReport
 from ._models import (
     ClusterSpec,
     ClusterState,
@@ -43,6 +44,7 @@ from .exceptions import (
     SlurmRejectedError,
     SSHError,
     TimeoutError,
+    UnhealthyNodesError,
     ValidationError,
 )
 from .experiment import Experiment
@@ -81,6 +83,8 @@ __all__ = [
     "ClusterState",
     "Experiment",
     "FileInfo",
+    "HealthCheck",
+    "HealthReport",
     "HostKeyError",
     "Job",
     "JobFailedError",
@@ -101,6 +105,7 @@ __all__ = [
     "SlurmRejectedError",
     "TimeoutError",
     "Toolkit",
+    "UnhealthyNodesError",
     "ValidationError",
     "VmPriority",
     "Workspace",

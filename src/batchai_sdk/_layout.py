@@ -1,4 +1,5 @@
-"""Where things live on the workspace share — the one place these paths are spelled.
+"""Where things live on the workspace share, as the client names them: every path is derived from
+``node/protocol.py`` (the one place the share's paths are spelled, for the client and the nodes alike).
 
 ::
 
@@ -29,41 +30,47 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .exceptions import ValidationError
+from .node import protocol
 from .share import join, normalize
 
 if TYPE_CHECKING:
     from ._models import JobSpec
 
-META = ".batchai"
+META = protocol.META
 STDOUTERR = "stdouterr"
+_SHARE = protocol.SharePaths()  # share-relative: the spelling both halves use, in node/protocol.py
 
 
 def workspace_record() -> str:
-    return join(META, "workspace.json")
+    return _SHARE.workspace_record()
 
 
 def clusters_dir() -> str:
-    return join(META, "clusters")
+    return _SHARE.clusters_dir()
 
 
 def cluster_dir(cluster: str) -> str:
-    return join(META, "clusters", cluster)
+    return _SHARE.cluster_dir(cluster)
 
 
 def cluster_record(cluster: str) -> str:
-    return join(cluster_dir(cluster), "cluster.json")
+    return _SHARE.cluster_record(cluster)
 
 
 def cluster_size_record(cluster: str) -> str:
-    return join(cluster_dir(cluster), "size.json")
+    return _SHARE.size_record(cluster)
 
 
 def cluster_events_record(cluster: str) -> str:
-    return join(cluster_dir(cluster), "events.jsonl")
+    return _SHARE.events_record(cluster)
 
 
 def cluster_client_events_dir(cluster: str) -> str:
-    return join(cluster_dir(cluster), "events.d")
+    return _SHARE.client_events_dir(cluster)
+
+
+def cluster_health_report(cluster: str, name: str) -> str:
+    return join(_SHARE.health_dir(cluster), name)
 
 
 def cluster_client_event(cluster: str, stamp: str, unique: str) -> str:
@@ -71,47 +78,51 @@ def cluster_client_event(cluster: str, stamp: str, unique: str) -> str:
 
 
 def nodes_record(cluster: str) -> str:
-    return join(cluster_dir(cluster), "nodes.json")
+    return _SHARE.nodes_record(cluster)
 
 
 def node_code_dir(digest: str) -> str:
-    return join(META, "node", digest, "batchai_node")
+    return _SHARE.node_code_dir(digest)
 
 
 def experiments_dir() -> str:
-    return join(META, "experiments")
+    return _SHARE.experiments_dir()
 
 
 def experiment_record(experiment: str) -> str:
-    return join(META, "experiments", experiment, "experiment.json")
+    return _SHARE.experiment_record(experiment)
 
 
 def jobs_dir(experiment: str) -> str:
-    return join(META, "experiments", experiment, "jobs")
+    return _SHARE.jobs_dir(experiment)
 
 
 def job_dir(experiment: str, job: str) -> str:
-    return join(jobs_dir(experiment), job)
+    return _SHARE.job_dir(experiment, job)
 
 
 def job_record(experiment: str, job: str) -> str:
-    return join(job_dir(experiment, job), "job.json")
+    return _SHARE.job_record(experiment, job)
 
 
 def status_record(experiment: str, job: str) -> str:
-    return join(job_dir(experiment, job), "status.json")
+    return _SHARE.status_record(experiment, job)
 
 
 def job_wd(experiment: str, job: str) -> str:
-    return join(job_dir(experiment, job), "wd")
+    return _SHARE.job_wd(experiment, job)
 
 
 def job_run_dir(experiment: str, job: str) -> str:
-    return join(job_dir(experiment, job), "run")
+    return _SHARE.run_dir(experiment, job)
+
+
+def launch_config(experiment: str, job: str) -> str:
+    return _SHARE.launch_config(experiment, job)
 
 
 def job_output_root(prefix: str | None, experiment: str, job: str) -> str:
-    return join(prefix or META, "experiments", experiment, "jobs", job)
+    return normalize(_SHARE.job_output_root(prefix, experiment, job))
 
 
 def stdouterr_dir(prefix: str | None, experiment: str, job: str) -> str:

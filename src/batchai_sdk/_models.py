@@ -18,6 +18,7 @@ from typing import Any
 
 from .exceptions import BatchAIJsonError, ValidationError
 from .node.policy.autoscale import AutoScaleError, AutoScaleSettings, parse_batchai_autoscale
+from .node.protocol import StatusDoc
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 OUTPUT_ID_RE = re.compile(r"[A-Za-z0-9_]{1,32}")
@@ -192,6 +193,7 @@ class ClusterSpec:
     extra: Mapping[str, Any] = field(default_factory=dict)
     price_per_hour: float | None = None  # per node, set by the user (local/SSH: 0 when unset)
     autoscale: AutoScaleSettings | None = None
+    health_check: str = "off"  # the gate nodes pass when they join: off, basic, full (docs/health.md)
 
     def __post_init__(self) -> None:
         validate_name(self.name, "cluster name")
@@ -200,6 +202,7 @@ class ClusterSpec:
         validate_node_target(self.nodes, "nodes")
         object.__setattr__(self, "vm_priority", _priority(self.vm_priority))
         object.__setattr__(self, "price_per_hour", validate_price(self.price_per_hour))
+        validate_health_level(self.health_check)
 
     def to_dict(self) -> dict[str, Any]:
         """The spec as JSON-ready values (the cluster's record on the share)."""
@@ -214,6 +217,7 @@ class ClusterSpec:
             "extra": dict(self.extra),
             "price_per_hour": self.price_per_hour,
             "autoscale": self.autoscale.to_dict() if self.autoscale else None,
+            "health_check": self.health_check,
         }
 
     @classmethod
@@ -230,7 +234,19 @@ class ClusterSpec:
             extra=data.get("extra") or {},
             price_per_hour=data.get("price_per_hour"),
             autoscale=autoscale_from_dict(data.get("autoscale")),
+            health_check=data.get("health_check") or "off",
         )
+
+
+HEALTH_LEVELS = ("off", "basic", "full")
+
+
+def validate_health_level(value: object, field_name: str = "health_check") -> str:
+    """A health gate level: ``off``, ``basic`` (seconds: GPUs, ECC, throttling, versions, a rendezvous) or
+    ``full`` (about a minute: DCGM diagnostics, all-reduce bandwidth per node and between nodes)."""
+    if value not in HEALTH_LEVELS:
+        raise ValidationError(field_name, value, "one of 'off', 'basic', 'full'")
+    return str(value)
 
 
 def validate_price(value: object, field_name: str = "price_per_hour") -> float | None:
@@ -433,6 +449,7 @@ class JobSpec:
     max_cost: float | None = None  # end the job once its cost estimate passes this (the cluster's currency)
     source_dir: str | None = None  # a local folder uploaded whole; python_script is a path inside it
     retry_on_exit_codes: tuple[int, ...] = ()
+    health_check: str | None = None  # a gate its nodes pass right before it starts (off, basic, full)
     # the toolkit's own settings, snake_case (see TOOLKIT_SETTING_KEYS and docs/toolkits.md)
     toolkit_settings: Mapping[str, Any] = field(default_factory=dict)
 
@@ -449,6 +466,8 @@ class JobSpec:
         ):
             raise ValidationError("process_count", self.process_count, "an integer >= 1 or None")
         object.__setattr__(self, "toolkit", Toolkit.parse(self.toolkit))
+        if self.health_check is not None:
+            validate_health_level(self.health_check)
         if isinstance(self.args, str):
             raise ValidationError("args", self.args, "a list of strings, one per argument")
         object.__setattr__(self, "args", tuple(self.args))
@@ -633,9 +652,10 @@ def heartbeat_timeout() -> float:
 
 @dataclass(frozen=True)
 class JobStatus:
-    """The status record the job wrapper keeps on the share (``status.json``).
+    """A job's status record on the share (``status.json``, ``node.protocol.StatusDoc``), as read.
 
-    ``lost`` marks a job whose wrapper stopped writing its heartbeat: it is reported as ``failed``.
+    ``lost`` marks a job whose reporter (its scheduler, or the Slurm step) stopped writing its heartbeat:
+    it is reported as ``failed`` (``Job.status`` first asks the scheduler whether it still runs it).
     """
 
     state: JobState
@@ -646,10 +666,20 @@ class JobStatus:
     failure_reason: str | None = None
     nodes: tuple[str, ...] = ()
     preparing: bool = False
-    wrapper_pid: int | None = None
+    reporter_pid: int | None = None
     heartbeat: datetime | None = None
-    wrapper_host: str | None = None
+    reporter_host: str | None = None
     lost: bool = False
+
+    @property
+    def wrapper_pid(self) -> int | None:
+        """Deprecated: ``reporter_pid`` (round 1's job wrapper is gone)."""
+        return self.reporter_pid
+
+    @property
+    def wrapper_host(self) -> str | None:
+        """Deprecated: ``reporter_host``."""
+        return self.reporter_host
 
     @classmethod
     def from_record(
@@ -658,28 +688,31 @@ class JobStatus:
         """The record's status; a job that stopped reporting (see ``heartbeat_timeout``) reads as failed."""
         if not data:
             return cls(state=JobState.QUEUED)
+        doc = StatusDoc.from_dict(dict(data))
         status = cls(
             state=JobState.from_raw(data.get("state")),
-            exit_code=data.get("exit_code"),
-            creation_time=parse_time(data.get("creation_time")),
-            start_time=parse_time(data.get("start_time")),
-            end_time=parse_time(data.get("end_time")),
-            failure_reason=data.get("failure_reason"),
-            nodes=tuple(data.get("nodes") or ()),
-            preparing=bool(data.get("preparing")),
-            wrapper_pid=data.get("wrapper_pid"),
-            heartbeat=parse_time(data.get("heartbeat")),
-            wrapper_host=data.get("wrapper_host"),
+            exit_code=doc.exit_code,
+            creation_time=parse_time(doc.creation_time),
+            start_time=parse_time(doc.start_time),
+            end_time=parse_time(doc.end_time),
+            failure_reason=doc.failure_reason,
+            nodes=tuple(doc.nodes or ()),
+            preparing=bool(doc.preparing),
+            reporter_pid=doc.reporter.pid if doc.reporter else None,
+            heartbeat=parse_time(doc.heartbeat),
+            reporter_host=doc.reporter.host if doc.reporter else None,
         )
         if status.state.ended or timeout is None:
             return status
         last = status.heartbeat or status.creation_time
         if last is None or ((now or utcnow()) - last).total_seconds() <= timeout:
             return status
-        where = f" on {status.wrapper_host}" if status.wrapper_host else ""
+        where = f" on {status.reporter_host}" if status.reporter_host else ""
+        who = f" (pid {status.reporter_pid})" if status.reporter_pid else ""
         why = (
-            f"the job wrapper{where} stopped reporting at {last.isoformat()} (killed, or its node went down)"
+            f"the job's scheduler{where}{who} stopped reporting at {last.isoformat()} (it was killed, or"
+            " its head node went down)"
             if status.heartbeat
-            else f"the job wrapper never started (submitted at {last.isoformat()})"
+            else f"the job never started: no scheduler reported on it (submitted at {last.isoformat()})"
         )
         return dataclasses.replace(status, state=JobState.FAILED, failure_reason=why, lost=True)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _layout as layout
 from . import _progress
+from ._health import HealthReport
 from ._models import (
     ClusterSpec,
     ClusterState,
@@ -21,12 +22,14 @@ from ._models import (
     autoscale_settings,
     count_nodes,
     utcnow,
+    validate_health_level,
     validate_node_target,
 )
 from .backends.base import ClusterStatus
 from .cost import format_cost
 from .exceptions import BatchAITimeoutError, ClusterBusyError, NotFoundError, ValidationError
 from .node.policy.autoscale import DEFAULT_IDLE_SECONDS
+from .node.protocol import simulated_eviction
 from .share import join
 
 GROW_TIMEOUT = 1800.0  # seconds Job.submit waits for an Azure scale set to grow for it
@@ -119,7 +122,7 @@ class Cluster:
             "grace_seconds": grace_seconds,
             "source": "simulate_eviction",
         }
-        path = join(layout.job_run_dir(experiment, job), f"simulate-eviction-{node}.json")
+        path = join(layout.job_run_dir(experiment, job), simulated_eviction(node))
         self.workspace.share.write_json(path, notice)
         return held[node].job
 
@@ -254,6 +257,27 @@ class Cluster:
             else:
                 out[node.id] = NodeState.IDLE
         return out
+
+    def unusable_nodes(self) -> dict[str, str]:
+        """Nodes kept out of jobs, with why: the health gate's failed checks, or "stopped answering"."""
+        held = self.workspace.backend.scheduler(self._spec).assignments()
+        return {node: a.reason or "unusable" for node, a in held.items() if a.phase == "unusable"}
+
+    def failed_health(self) -> dict[str, str]:
+        """The nodes kept out by the health gate, with their failed checks (see ``unusable_nodes``)."""
+        return {n: why for n, why in self.unusable_nodes().items() if why != "stopped answering"}
+
+    def check_nodes(self, level: str = "basic", *, timeout: float | None = None) -> HealthReport:
+        """Run the health gate on every node now (``"basic"``: seconds; ``"full"``: about a minute, with
+        all-reduce bandwidth per node and between nodes). Nodes that fail become ``unusable`` with their
+        reason and get no job until a later check passes them; the report says which and why."""
+        validate_health_level(level, "level")
+        if level == "off":
+            raise ValidationError("level", level, "'basic' or 'full'")
+        scheduler = self.workspace.backend.scheduler(self._spec)
+        report = HealthReport.from_dict(scheduler.check_nodes(level, timeout=timeout))
+        self._event({"kind": "health_check", "level": level, "unusable": dict(report.unusable)})
+        return report
 
     @property
     def node_counts(self) -> NodeCounts:

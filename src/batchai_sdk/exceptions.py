@@ -125,6 +125,19 @@ class NodeError(BatchAIError):
         super().__init__(f"{operation} failed on {len(failures)} node(s): {detail}")
 
 
+class UnhealthyNodesError(NodeError):
+    """Too few of the cluster's nodes passed the health gate for the job: ``failures`` maps each node kept
+    out to its failed checks (``node-1 allreduce busbw=212.3GB/s < 400 FAIL``)."""
+
+    def __init__(self, needed: int, failures: dict[str, str], healthy: list[str]) -> None:
+        self.needed = needed
+        super().__init__(
+            f"the job needs {needed} healthy node(s), {len(healthy)} passed the health gate; placing it",
+            failures,
+            healthy,
+        )
+
+
 class HostKeyError(BatchAIError):
     """A node's SSH host key is unknown (and trust on first use is off) or has changed."""
 

@@ -68,6 +68,7 @@ class Experiment:
         retry_on_exit_codes: Sequence[int] = (),
         max_cost: float | None = None,
         source_dir: str | os.PathLike[str] | None = None,
+        health_check: str | None = None,
     ) -> Job:
         """Describe a job (nothing runs until ``Job.submit``).
 
@@ -80,6 +81,8 @@ class Experiment:
         ``hang_timeout`` (seconds without output from any rank: stacks collected, job failed; 0 turns it off,
         None is off for your scripts and 30 minutes for the shipped training modules), ``max_retries`` and
         ``retry_on_exit_codes`` (requeue after a lost node or a listed exit code): see "Jobs that survive".
+        ``health_check`` (``"basic"`` or ``"full"``): the job's nodes pass the health gate right before it
+        starts; a node that fails is kept out and the job waits for healthy ones (docs/health.md).
         """
 
         if name is None:
@@ -121,6 +124,7 @@ class Experiment:
             retry_on_exit_codes=retry_on_exit_codes,  # type: ignore[arg-type]  # JobSpec makes it a tuple
             max_cost=max_cost,
             source_dir=os.fspath(source_dir) if source_dir is not None else None,
+            health_check=health_check,
             toolkit_settings=toolkit_settings if toolkit_settings is not None else {},
         )
         return self.job_from_spec(spec)

@@ -42,9 +42,11 @@ from .exceptions import (
     NodeError,
     NotFoundError,
     ShareError,
+    UnhealthyNodesError,
     ValidationError,
 )
 from .launch import launch_config, on_node
+from .node.protocol import LAUNCH_CONFIG, StatusDoc
 from .share import join
 
 if TYPE_CHECKING:
@@ -225,6 +227,14 @@ class Job:
             cluster.grow_for(self.spec.node_count, why=f"job {self.experiment.name}/{self.name} submitted")
             status = backend.cluster_status(spec)
             nodes = tuple(n for n in status.nodes if n.id not in status.node_states)
+        if len(nodes) >= self.spec.node_count and spec.autoscale is None:
+            unhealthy = cluster.failed_health()
+            if unhealthy and len([n for n in nodes if n.id not in unhealthy]) < self.spec.node_count:
+                backend.scheduler(cluster.spec).sync_health()  # a newer report may have passed them
+                unhealthy = cluster.failed_health()
+            healthy = [n.id for n in nodes if n.id not in unhealthy]
+            if unhealthy and len(healthy) < self.spec.node_count:  # no node to wait for: it would never start
+                raise UnhealthyNodesError(self.spec.node_count, unhealthy, healthy)
         if len(nodes) >= self.spec.node_count:
             return nodes
         down = {
@@ -303,7 +313,7 @@ class Job:
             for note in config["notes"]:
                 log.warning("job %s: %s", self.name, note)
             what = "the job's launch configuration"
-            share.write_json(join(self.paths.run_dir, "launch.json"), config)
+            share.write_json(join(self.paths.run_dir, LAUNCH_CONFIG), config)
             created = utcnow().isoformat()
             what = "the job's status record"
             share.write_json(self.paths.status, {"state": "queued", "creation_time": created})
@@ -328,7 +338,7 @@ class Job:
             experiment=self.experiment.name,
             name=self.name,
             node_count=self.spec.node_count,
-            launch_config=join(self.paths.run_dir, "launch.json"),
+            launch_config=join(self.paths.run_dir, LAUNCH_CONFIG),
             max_wall_clock_seconds=self.spec.max_wall_clock_seconds,
             created=str((self._record or {}).get("creation_time")),
             hang_timeout=self.spec.watchdog_seconds,
@@ -353,8 +363,19 @@ class Job:
         return float(price.value)
 
     def _unstage(self) -> None:
-        """Remove what a failed submit wrote (its own folder only: the name is free again)."""
+        """Remove what a failed submit wrote (its own folder only: the name is free again). A folder whose
+        status a scheduler has written is that scheduler's job (its request was accepted, whatever reply
+        this client saw): it is never removed from under it."""
         self._record = None
+        try:
+            status = self.workspace.share.read_json_or_none(self.paths.status) or {}
+        except Exception:  # the submit's own error is the one to raise
+            status = {}
+        if isinstance(status, dict) and StatusDoc.from_dict(status).accepted:
+            log.warning(
+                "job %s/%s was accepted by its scheduler: its folder is kept", self.experiment.name, self.name
+            )
+            return
         try:
             self.workspace.share.delete(self.paths.job_dir, recursive=True)
         except Exception:
@@ -377,7 +398,41 @@ class Job:
             self._scheduler().refresh(self.experiment.name, self.name)
         record = self.workspace.share.read_json_or_none(self.paths.status)
         record = with_cluster_heartbeat(self.workspace.share, self.spec.cluster, record)
-        return JobStatus.from_record(record, timeout=heartbeat_timeout())
+        status = JobStatus.from_record(record, timeout=heartbeat_timeout())
+        return self._confirm_lost(status, record or {}) if status.lost else status
+
+    def _confirm_lost(self, status: JobStatus, record: Mapping[str, Any]) -> JobStatus:
+        """A stale record is only a hint (a full share stops the scheduler's writes, not its work): the
+        job is lost only when its scheduler cannot be reached or no longer knows it. One it knows keeps
+        its state; one that ended there reads as it ended, before the share takes the record."""
+        try:
+            known = self._scheduler().job_state(self.experiment.name, self.name, timeout=30)
+        except BatchAIError as exc:
+            log.debug("could not ask the scheduler about %s: %s", self.name, exc)
+            return status
+        if not known:
+            return status
+        if not known.get("found"):  # its scheduler answers and does not know it: lost for good
+            self._record_lost(status, record)
+            return status
+        fresh: dict[str, Any] = dict(record)
+        fresh.update(
+            {k: known[k] for k in ("state", "exit_code", "failure_reason", "end_time") if k in known}
+        )
+        return JobStatus.from_record(fresh)
+
+    def _record_lost(self, status: JobStatus, record: Mapping[str, Any]) -> None:
+        """Write the lost job's end, so that it reads the same from then on (a final state is final)."""
+        ended = {
+            **record,
+            "state": "failed",
+            "failure_reason": status.failure_reason,
+            "end_time": utcnow().isoformat(),
+        }
+        try:
+            self.workspace.share.write_json(self.paths.status, ended)
+        except (OSError, BatchAIError) as exc:
+            log.debug("could not record the end of lost job %s: %s", self.name, exc)
 
     @property
     def attempts(self) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ from ._layout import JobPaths
 from ._models import JobSpec
 from .backends.base import LaunchTarget
 from .node.policy import toolkits
+from .node.protocol import LAUNCH_CONFIG
 
 __all__ = [
     "job_environment",
@@ -128,7 +129,7 @@ def launch_config(
     launcher's environment (the scheduler keeps the values on the head node)."""
     env, expand = job_environment(spec, target, paths, share_name=share_name)
     run_dir = on_node(target, paths.run_dir)
-    config_path = posixpath.join(run_dir, "launch.json")
+    config_path = posixpath.join(run_dir, LAUNCH_CONFIG)
     hostfile = posixpath.join(run_dir, "hostfile")
     settings = toolkit_settings_for_launch(spec)
     world = toolkits.process_count(spec.toolkit.value, settings, spec.node_count, target.num_gpus)
@@ -155,6 +156,7 @@ def launch_config(
         "toolkit_settings": settings,
         "gpus_per_node": target.num_gpus,
         "max_wall_clock_seconds": spec.max_wall_clock_seconds,
+        "health_check": spec.health_check,
         "status_path": on_node(target, paths.status),
         "ranks_per_node": ranks,
         "head": target.nodes[0].id,

@@ -185,3 +185,23 @@ def check_vm_size(size: str, backend_kind: str) -> VMSize | None:
         stacklevel=2,
     )
     return entry
+
+
+# The health gate's all-reduce floors per family, in GB/s of bus bandwidth (nccl-tests' busbw): within a
+# node across its GPUs, and between two nodes with one rank each. About half of what a healthy VM of the
+# family measures (NVLink/NVSwitch within ND and NC H100 NVL pairs, PCIe within the others; InfiniBand
+# between ND VMs, accelerated Ethernet between the others), so only a sick node or link falls below.
+HEALTH_FLOORS: dict[str, tuple[float | None, float | None]] = {
+    "ND_H100_v5": (400.0, 20.0),
+    "ND_A100_v4": (180.0, 10.0),
+    "NCads_H100_v5": (100.0, 1.0),
+    "NC_A100_v4": (10.0, 1.0),
+    "NCasT4_v3": (4.0, 1.0),
+    "NVadsA10_v5": (None, 1.0),
+}
+
+
+def health_floors(size: str) -> tuple[float | None, float | None]:
+    """(within a node, between nodes) all-reduce floors in GB/s for ``size``; None where not known."""
+    entry = lookup(size)
+    return HEALTH_FLOORS.get(entry.family, (None, None)) if entry is not None else (None, None)

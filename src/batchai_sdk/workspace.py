@@ -261,6 +261,7 @@ class Workspace:
         max_nodes: int | None = None,
         initial_nodes: int | None = None,
         idle_seconds_before_scaledown: float | Literal["default"] | None = "default",
+        health_check: Literal["off", "basic", "full"] | None = None,
         **extra: Any,
     ) -> Cluster:
         """Create a cluster of ``nodes`` machines of ``vm_size`` (state ``resizing`` until they are ready).
@@ -269,7 +270,9 @@ class Workspace:
         it starts with ``initial_nodes`` (default ``min_nodes``), grows for queued jobs up to ``max_nodes``
         and lets nodes idle for ``idle_seconds_before_scaledown`` go, down to ``min_nodes``; no client needs
         to stay up. ``price_per_hour``: per node, for cost estimates (default: 0 on local/SSH, Azure's
-        retail price)."""
+        retail price). ``health_check``: the gate each node passes when it joins, ``"off"``, ``"basic"``
+        (seconds) or ``"full"`` (about a minute); default ``"basic"`` on Azure, ``"off"`` elsewhere. A node
+        that fails is ``unusable``, with its reason, and gets no job (see docs/health.md)."""
         auto = None
         idle = idle_seconds_before_scaledown
         if min_nodes is not None or max_nodes is not None:
@@ -304,6 +307,7 @@ class Workspace:
             node_setup=node_setup,
             extra=extra,
             price_per_hour=price_per_hour,
+            health_check=health_check or ("basic" if self.backend.kind == "azure" else "off"),
         )
         existing = self.share.read_json_or_none(layout.cluster_record(name))
         if existing is not None:

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from .._models import ClusterSpec, Node, NodeState
+from ..exceptions import BackendError
 from ..remote.base import Runner
 from ..share import Share
 
@@ -95,7 +96,8 @@ class Assignment:
     """A node held by a job, as the cluster's scheduler published it."""
 
     job: str  # "<experiment>/<job>"
-    phase: str  # "preparing" | "running" | "cleaning"
+    phase: str  # "preparing" | "running" | "cleaning" | "unusable"
+    reason: str = ""  # why a node is unusable (the health gate's failed checks, ...)
 
 
 @dataclass(frozen=True)
@@ -135,12 +137,28 @@ class ClusterScheduler(ABC):
     def ensure_running(self) -> None:  # noqa: B027 - Slurm's daemons are not ours to start
         """Start the scheduler again if it died (it then resumes its queue)."""
 
+    def job_state(self, experiment: str, name: str, *, timeout: float | None = None) -> dict[str, Any] | None:
+        """What the scheduler itself holds of the job (``found``, ``state``, ``exit_code``,
+        ``failure_reason``, ``end_time``), for when its published record went stale; None where the
+        scheduler cannot say (Slurm: its own queue is read by ``refresh``)."""
+        return None
+
     def refresh(self, experiment: str, name: str) -> object:
         """Bring the job's status record up to date where the scheduler does not publish it by itself."""
         return None
 
     def update_nodes(self, nodes: tuple[Node, ...], *, timeout: float | None = None) -> None:  # noqa: B027
         """Tell the scheduler the cluster's nodes changed (resize): queued jobs that no longer fit fail."""
+
+    def sync_health(self, *, timeout: float = 15.0) -> None:  # noqa: B027 - no gate of ours to sync
+        """Wait until the scheduler has applied the cluster's health reports (where it is ours)."""
+
+    def check_nodes(self, level: str, *, timeout: float | None = None) -> dict[str, Any]:
+        """Run the health gate across the cluster's nodes; its report (see ``node/gate/run.py``)."""
+        raise BackendError(
+            "the health gate runs where the cluster's scheduler is ours (local, SSH, Azure); on Slurm, "
+            "Slurm's own HealthCheckProgram (e.g. NHC) keeps bad nodes out"
+        )
 
 
 class Backend(ABC):

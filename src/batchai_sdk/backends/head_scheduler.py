@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import posixpath
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import replace
@@ -20,7 +21,9 @@ from .. import _layout as layout
 from .._models import ClusterSpec, Node, parse_time
 from ..exceptions import AlreadyExistsError, BackendError, CapacityError, ShareError, ValidationError
 from ..launch import node_command, on_node
+from ..node.protocol import E_CAPACITY, E_EXISTS, E_INVALID, NodesDoc
 from ..share import Share
+from ..vm_sizes import health_floors
 from .base import Activity, Assignment, Backend, ClusterScheduler, JobRequest, LaunchTarget
 
 NODE_PACKAGE = Path(__file__).resolve().parent.parent / "node"
@@ -116,7 +119,59 @@ class HeadNodeScheduler(ClusterScheduler):
             "meta_root": on_node(target, layout.META),
             "cluster_dir": on_node(target, layout.cluster_dir(self.spec.name)),
             "env": dict(target.env),
+            "health": self.health_settings(target),
         }
+
+    def health_settings(self, target: LaunchTarget) -> dict[str, Any]:
+        """What the health gate needs: its level, GPUs per node, and the VM size's all-reduce floors (on
+        Azure, where the size is real; elsewhere it is a label and only the sniff test applies)."""
+        node_busbw, link_busbw = (
+            health_floors(self.spec.vm_size) if self.backend.kind == "azure" else (None, None)
+        )
+        return {
+            "level": self.spec.health_check,
+            "gpus": target.num_gpus,
+            "node_busbw": node_busbw,
+            "link_busbw": link_busbw,
+        }
+
+    def check_nodes(self, level: str, *, timeout: float | None = None) -> dict[str, Any]:
+        """Run the health gate across the cluster's nodes from its head node; returns its report, which
+        is also written to the cluster's ``health/`` folder, where the scheduler applies it."""
+        self.backend.prepare(self.spec, self.nodes() or self.pool())  # node setup: keys, ssh config
+        target = self.target()
+        cluster = self.cluster_config(target)
+        nodes = cluster["nodes"] or cluster["pool"]
+        command = node_command(target.python, cluster["node_main"], "gate", "run", env=target.env)
+        request = json.dumps({"cluster": cluster, "nodes": nodes, "level": level})
+        with self.backend.head_runner(self.spec, self.nodes() or self.pool()) as runner:
+            result = runner.run(command, timeout=timeout or 600, stdin=request)
+        try:
+            report: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError) as exc:
+            raise BackendError(
+                f"the health check of cluster {self.spec.name!r} gave no report: {result.describe()}"
+            ) from exc
+        name = f"{report.get('started', 0):.0f}-{uuid.uuid4().hex[:8]}.json"
+        self.backend.share.write_json(layout.cluster_health_report(self.spec.name, name), report)
+        self.sync_health()  # placement follows the report once the scheduler applied it
+        return report
+
+    def sync_health(self, *, timeout: float = 15.0) -> None:
+        """Start the scheduler if it sleeps and wait (bounded) until it has applied every report in the
+        cluster's ``health/`` folder: one a health tool wrote while no scheduler ran counts too."""
+        share = self.backend.share
+        folder = posixpath.dirname(layout.cluster_health_report(self.spec.name, "x"))
+        if not share.exists(folder):
+            return
+        count = sum(1 for f in share.list(folder) if f.name.endswith(".json"))
+        self.ensure_running()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            raw = share.read_json_or_none(layout.nodes_record(self.spec.name))
+            if NodesDoc.from_dict(raw if isinstance(raw, dict) else {}).health_reports >= count:
+                return
+            time.sleep(0.2)
 
     def call(self, request: dict[str, Any], *, timeout: float | None = None) -> dict[str, Any]:
         target = self.target()
@@ -160,19 +215,23 @@ class HeadNodeScheduler(ClusterScheduler):
         if reply.get("ok"):
             return
         error, message = reply.get("error"), str(reply.get("message", reply))
-        if error == "exists":
+        if error == E_EXISTS:
             raise AlreadyExistsError(
                 "job", request.name, f"experiment {request.experiment!r} (already running)"
             )
-        if error == "capacity":
+        if error == E_CAPACITY:
             raise CapacityError(self.spec.name, request.node_count, len(self.nodes()))
-        if error == "invalid":
+        if error == E_INVALID:
             raise ValidationError("job", request.key, message)
         raise BackendError(f"the scheduler of cluster {self.spec.name!r} refused the job: {message}")
 
     def terminate(self, experiment: str, name: str, *, timeout: float | None = None) -> bool:
         reply = self.call({"op": "terminate", "experiment": experiment, "name": name}, timeout=timeout)
         return bool(reply.get("found"))
+
+    def job_state(self, experiment: str, name: str, *, timeout: float | None = None) -> dict[str, Any] | None:
+        reply = self.call({"op": "job", "experiment": experiment, "name": name}, timeout=timeout)
+        return reply if reply.get("ok") and "found" in reply else None  # an older scheduler cannot say
 
     def ensure_running(self) -> None:
         """Make sure the scheduler runs (restarting it if it died) and knows the cluster's nodes."""
@@ -183,28 +242,31 @@ class HeadNodeScheduler(ClusterScheduler):
         self.call({"op": "nodes"}, timeout=timeout)
 
     def assignments(self) -> Mapping[str, Assignment]:
-        doc = self.backend.share.read_json_or_none(layout.nodes_record(self.spec.name)) or {}
-        out = {
-            node: Assignment(job=str(held.get("job", "")), phase=str(held.get("phase", "running")))
-            for node, held in (doc.get("nodes") or {}).items()
-        }
-        for node in doc.get("down") or []:  # stopped answering during a job; no job goes there
-            out.setdefault(str(node), Assignment(job="", phase="unusable"))
+        raw = self.backend.share.read_json_or_none(layout.nodes_record(self.spec.name))
+        doc = NodesDoc.from_dict(raw if isinstance(raw, dict) else {})
+        out = {node: Assignment(job=held.job, phase=held.phase) for node, held in doc.nodes.items()}
+        for node in doc.down:  # stopped answering during a job; no job goes there
+            out.setdefault(node, Assignment(job="", phase="unusable", reason="stopped answering"))
+        for node, why in doc.unusable.items():  # failed the health gate
+            out.setdefault(node, Assignment(job="", phase="unusable", reason=why))
+        for node in doc.checking:  # being checked: preparing, as a node runs its start task
+            out.setdefault(node, Assignment(job="", phase="preparing"))
         return out
 
     def activity(self) -> Activity | None:
         """From ``nodes.json``: busy while a node is held or a job queued, else idle since the last job's
         end. No record yet: no job was ever queued. A record without ``idle_since`` (written by an older
         scheduler) while nothing runs: unknown."""
-        doc = self.backend.share.read_json_or_none(layout.nodes_record(self.spec.name))
-        if doc is None:
+        raw = self.backend.share.read_json_or_none(layout.nodes_record(self.spec.name))
+        if not isinstance(raw, dict):
             return Activity(busy=False)
-        if doc.get("nodes") or doc.get("queued"):
+        doc = NodesDoc.from_dict(raw)
+        if doc.nodes or doc.queued:
             return Activity(busy=True)
-        if "idle_since" not in doc:
+        if not doc.has_idle_since:
             return None
         try:
-            last = datetime.fromisoformat(doc["idle_since"]) if doc["idle_since"] else None
+            last = datetime.fromisoformat(doc.idle_since) if doc.idle_since else None
         except (TypeError, ValueError):
             return None
         return Activity(busy=False, last_end=last)

@@ -197,6 +197,20 @@ def cluster_list_table(result: Any) -> list[Row]:
     return rows
 
 
+def health_table(result: Any) -> list[Row]:
+    """``cluster check``: a row per check, failures first."""
+    checks = sorted(result.get("checks") or [], key=lambda c: (bool(c.get("ok")), str(c.get("node"))))
+    return [
+        {
+            "Node": c.get("node"),
+            "Check": c.get("check"),
+            "Result": "OK" if c.get("ok") else "FAIL",
+            "Detail": c.get("detail"),
+        }
+        for c in checks
+    ]
+
+
 def job_view(job: Job, group: str) -> dict[str, Any]:
     data = job.to_dict()
     return {"name": data.pop("name"), "resourceGroup": group, "workspace": job.workspace.name, **data}

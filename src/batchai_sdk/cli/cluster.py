@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ._context import Context, Handler, Result
-from ._format import cluster_list_table, cluster_table, cluster_view
+from ._format import cluster_list_table, cluster_table, cluster_view, health_table
 from ._params import Commands, non_negative, resource_group_arg, workspace_arg, yes_arg
 
 
@@ -22,6 +22,7 @@ def register(commands: Commands) -> None:
             "batchai cluster list -g batchai.horovod -w batchaidev --output table",
             "batchai cluster resize -g batchai.horovod -w batchaidev -n nc6cluster --target 0",
             "batchai cluster auto-scale -g batchai.horovod -w batchaidev -n nc6cluster --min 0 --max 4",
+            "batchai cluster check -g batchai.horovod -w batchaidev -n nc6cluster --level full",
             "batchai cluster delete -g batchai.horovod -w batchaidev -n nc6cluster --yes",
         ),
     )
@@ -39,6 +40,11 @@ def register(commands: Commands) -> None:
     _autoscale_args(p, required=False)
     p.add_argument("--image", "-i", help="node image (backend-specific)")
     p.add_argument("--setup-task", help="command line run on each node when it is set up")
+    p.add_argument(
+        "--health-check",
+        choices=("off", "basic", "full"),
+        help="the gate each node passes when it joins (default: basic on Azure, off elsewhere)",
+    )
     p.add_argument("--generate-ssh-keys", action="store_true", help="accepted; see the note it prints")
     p.add_argument("--user-name", "-u", help="accepted; see the note it prints")
     p.add_argument("--ssh-key", "-k", help="accepted; see the note it prints")
@@ -70,6 +76,16 @@ def register(commands: Commands) -> None:
     )
     p.add_argument("--node", help="the node (default: the first node running a job)")
     p.add_argument("--grace", type=non_negative, default=30, help="seconds the ranks get to checkpoint (30)")
+    p = _cluster_command(
+        c, "check", cluster_check, "run the health gate on every node now; failing nodes become unusable"
+    )
+    p.add_argument(
+        "--level",
+        choices=("basic", "full"),
+        default="basic",
+        help="basic: seconds (GPUs, ECC, throttling, versions, a rendezvous); full: about a minute "
+        "(DCGM, all-reduce bandwidth per node and between nodes)",
+    )
     p = _cluster_command(c, "delete", cluster_delete, "delete a cluster")
     p.add_argument("--force", action="store_true", help="terminate its running jobs")
     yes_arg(p)
@@ -127,6 +143,7 @@ def cluster_create(ctx: Context, args: argparse.Namespace) -> Result | None:
         max_nodes=args.max,
         initial_nodes=args.initial,
         idle_seconds_before_scaledown="default" if args.idle_seconds is None else args.idle_seconds,
+        health_check=args.health_check,
     )
     return Result(cluster_view(cluster, group), cluster_table)
 
@@ -166,6 +183,20 @@ def cluster_simulate_eviction(ctx: Context, args: argparse.Namespace) -> Result 
     cluster = ctx.open_workspace(group).get_cluster(args.name)
     job = cluster.simulate_eviction(args.node, grace_seconds=args.grace)
     return Result({"cluster": cluster.name, "node": args.node, "job": job, "evicted": True})
+
+
+def cluster_check(ctx: Context, args: argparse.Namespace) -> Result | None:
+    group = ctx.group()
+    report = ctx.open_workspace(group).get_cluster(args.name).check_nodes(args.level)
+    value = {
+        "cluster": args.name,
+        "level": report.level,
+        "seconds": report.seconds,
+        "checks": [{"node": c.node, "check": c.name, "ok": c.ok, "detail": c.detail} for c in report.checks],
+        "unusable": dict(report.unusable),
+        "notes": list(report.notes),
+    }
+    return Result(value, health_table, exit_code=1 if report.unusable else 0)
 
 
 def cluster_delete(ctx: Context, args: argparse.Namespace) -> Result | None:

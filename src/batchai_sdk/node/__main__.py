@@ -9,6 +9,7 @@
 ``reap TAG``              end every process of a job on this node; prints how many survived
 ``slurm-job batch CONFIG``  inside a Slurm allocation: the job's launcher there (see slurm/step.py)
 ``stacks --tag T --out D --node N``  write the Python stacks of a job's processes here (hang watchdog)
+``gate run`` (config on stdin) | ``gate node ...`` | ``gate allreduce ...``  the health gate (gate/)
 """
 
 from __future__ import annotations
@@ -63,6 +64,12 @@ def main(argv: list[str]) -> int:
         return int(_mod("slurm.step").main(args))
     if mode == "stacks":
         return int(_mod("job.stacks").main(args))
+    if mode == "gate" and args[:1] == ["run"]:  # the gate across nodes: its config as JSON on stdin
+        req = json.loads(sys.stdin.read())
+        print(json.dumps(_mod("gate.run").run_gate(req["cluster"], req["nodes"], req["level"])), flush=True)
+        return 0
+    if mode == "gate":
+        return int(_mod("gate.probe").main(args))
     if mode == "reap" and len(args) == 1:
         print(_mod("job.procs").reap(args[0]))
         return 0

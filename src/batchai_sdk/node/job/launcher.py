@@ -2,8 +2,9 @@
 
 It pulls the job's container image and runs job preparation once per machine of the nodes the scheduler
 assigned, then the ranks (mpirun, or the command alone for a custom toolkit), and leaves its outcome in
-``result.json`` in its node-local job folder. It writes nothing the scheduler owns: the scheduler alone
-records states on the share.
+``result.json`` in its node-local job folder and in the job's run folder on the share (with the attempt's
+tag, for a scheduler whose disk is full or whose database was lost). It writes nothing the scheduler owns:
+the scheduler alone records states on the share.
 Its whole environment — and so mpirun's, every rank's and their children's — carries the job's tag.
 """
 
@@ -21,6 +22,7 @@ import time
 from typing import Any
 
 from ..common import (
+    TAG_VAR,
     hostfile_text,
     job_env,
     load,
@@ -30,6 +32,7 @@ from ..common import (
     try_append,
     write_json_atomic,
 )
+from ..protocol import RESULT_RECORD
 from .containers import PULL_FAILED, PULL_FAILED_PREFIX, PullError
 from .forked import ForkedRank, fork_rank
 from .rank import run_prep
@@ -277,6 +280,8 @@ class Launcher:
         if code == 0 or self.stopping is not None:
             return None
         what = "mpirun" if self.cfg["toolkit"] != "custom" else "the job's command"
+        if code < 0 and what == "mpirun":  # a signal ended mpirun itself: the ranks' ends follow from it
+            return f"mpirun was killed by signal {-code} (the job's ranks were stopped with it)"
         culprit = find_culprit(self.cfg["stdouterr_dir"], self.nodes, reachable=self.reachable)
         if culprit:
             return f"{culprit} ({what} exited with code {code}; the full output is in stderr.txt)"
@@ -329,8 +334,23 @@ class Launcher:
         except Exception as exc:  # the result must say why, whatever broke
             result["reason"] = f"job launcher error: {exc!r}"
         result["stopped_by_signal"] = self.stopping
-        write_json_atomic(os.path.join(self.job_dir, "result.json"), result)
+        result["tag"] = os.environ.get(TAG_VAR)
+        self.leave(result)
         return 0
+
+    def leave(self, result: dict[str, Any]) -> None:
+        """The outcome, in the node-local job folder and in the run folder on the share: a scheduler whose
+        own disk is full, or that lost its database, still reads it there (matched by the tag)."""
+        kept = False
+        for folder in (self.job_dir, self.cfg.get("run_dir")):
+            if folder:
+                try:
+                    write_json_atomic(os.path.join(folder, RESULT_RECORD), result)
+                    kept = True
+                except OSError as exc:
+                    self.log(f"could not write the job's result to {folder}: {exc}")
+        if not kept:
+            raise SystemExit(f"the job's result could not be written anywhere: {result}")
 
 
 def pull_failures(failed: list[tuple[str, int, str]]) -> str | None:
@@ -370,7 +390,7 @@ def find_culprit(stdouterr_dir: str, nodes: list[dict[str, Any]], *, reachable: 
     """Name the first rank that failed for its own reason.
 
     A rank that exited non-zero without having been sent a signal failed by itself; the earliest such
-    one is the culprit. Otherwise a rank that started and never logged its end lost its wrapper or its
+    one is the culprit. Otherwise a rank that started and never logged its end lost its rank shim or its
     node (named, with whether the node still answers). Ranks that mpirun stopped during its cleanup
     (sent SIGTERM) are named only when nothing else explains the failure.
     """
@@ -391,7 +411,9 @@ def find_culprit(stdouterr_dir: str, nodes: list[dict[str, Any]], *, reachable: 
             return f"node {node} stopped answering (rank {rank} there ended without an exit code)"
     if silent:
         _, node, rank = silent[0]
-        return f"rank {rank} on node {node} ended without reporting an exit (its wrapper was killed)"
+        return (
+            f"rank {rank} on node {node} ended without reporting an exit (the rank's shim process was killed)"
+        )
     stopped = sorted(
         (e["end"], node, rank, e["how"])
         for (node, rank), e in events.items()

@@ -36,6 +36,19 @@ def tagged_pids(tag: str) -> list[int]:
     return found
 
 
+def launcher_pid(tag: str) -> int | None:
+    """The job's launcher on this (head) node, found by its tag and its mode (``… launch <folder>``)."""
+    for pid in tagged_pids(tag):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"launch" in argv[1:5] and any(mark in arg for arg in argv[:4] for mark in OURS):
+            return pid
+    return None
+
+
 OURS = (b"batchai_node", b"batchai_sdk/node/")  # the node code: scheduler, launcher, rank shims
 MPI_DAEMONS = (b"mpirun", b"mpiexec", b"orted", b"prted", b"prterun")
 

@@ -20,11 +20,12 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..common import expand, job_env, load, load_or_none, try_append, write_json_atomic
+from ..protocol import eviction_marker, simulated_eviction
+from . import containers
+
 if TYPE_CHECKING:
     from ..policy.toolkits import RankContext
-
-from ..common import expand, job_env, load, load_or_none, try_append, write_json_atomic
-from . import containers
 
 
 def make_node_dirs(cfg: dict[str, Any]) -> None:
@@ -244,7 +245,7 @@ class EvictionWatch:
     def __init__(self, cfg: dict[str, Any], env: dict[str, str], node: str, log: str) -> None:
         self.cfg, self.node, self.log = cfg, node, log
         self.tag = env.get("BATCHAI_JOB_TAG", "")
-        self.simulated = os.path.join(cfg["run_dir"], f"simulate-eviction-{node}.json")
+        self.simulated = os.path.join(cfg["run_dir"], simulated_eviction(node))
         self.stop = threading.Event()
         self.evicting = threading.Event()
         self.done = threading.Event()
@@ -276,7 +277,7 @@ class EvictionWatch:
         from . import procs
 
         self.evicting.set()
-        marker = os.path.join(self.cfg["run_dir"], f"evicted-{self.node}.json")
+        marker = os.path.join(self.cfg["run_dir"], eviction_marker(self.node))
         with contextlib.suppress(OSError):
             write_json_atomic(marker, {"node": self.node, **notice})
         kind = notice.get("event_type", "Preempt")

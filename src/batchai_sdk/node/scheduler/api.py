@@ -19,14 +19,15 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ..gate.checks import LEVELS
 from ..policy.autoscale import AutoScaleSettings
+from ..protocol import OPS
 from .store import NAME
 
 MAX_REQUEST = 1 << 20  # bytes of one request line: secrets and a cluster of thousands of nodes fit
 MAX_DEPTH = 8
 MAX_ITEMS = 10_000  # entries of one list or object
 MAX_TEXT = 65_536  # characters of one string
-OPS = ("submit", "terminate", "ping", "nodes")
 REQUEST_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # a host name or address, never an ssh option ("-o..."); empty while an Azure node has none yet
@@ -155,7 +156,7 @@ def check_request(doc: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(doc["no_start"], bool):
             raise invalid("no_start", doc["no_start"], "true or false")
         out["no_start"] = doc["no_start"]
-    if op == "terminate":
+    if op in ("terminate", "job"):
         out["experiment"] = text(doc, "experiment", NAME)
         out["name"] = text(doc, "name", NAME)
     if op != "submit":
@@ -235,7 +236,25 @@ def check_cluster(cfg: Any) -> dict[str, Any]:
         raise invalid("cluster.azure", azure, "the scale set (subscription, resource_group, vmss) or null")
     if cfg.get("idle_exit_seconds") is not None:
         out["idle_exit_seconds"] = number(cfg, "idle_exit_seconds", 0, WEEKS_52)
+    if cfg.get("health") is not None:
+        out["health"] = check_health(cfg["health"])
     return out
+
+
+def check_health(health: Any) -> dict[str, Any]:
+    """The health gate's settings (``HeadNodeScheduler.health_settings``)."""
+    if not isinstance(health, dict):
+        raise invalid("cluster.health", health, "the health gate's settings or null")
+    if health.get("level") not in LEVELS:
+        raise invalid("cluster.health.level", health.get("level"), f"one of {', '.join(LEVELS)}")
+    out = {
+        "level": health["level"],
+        "gpus": integer(health, "gpus", 0, 64, optional=True) or 0,
+        "node_busbw": number(health, "node_busbw", 0, 1e6),
+        "link_busbw": number(health, "link_busbw", 0, 1e6),
+        "tolerance": number(health, "tolerance", 0, 1),
+    }
+    return {k: v for k, v in out.items() if v is not None}
 
 
 # -- the scheduler's own rows -------------------------------------------------------------------------------

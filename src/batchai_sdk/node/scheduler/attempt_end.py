@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..common import load_or_none, now
 from ..job import procs
 from ..policy import retries
+from ..protocol import RESULT_RECORD, is_eviction_file
 
 if TYPE_CHECKING:
     from .daemon import Scheduler
@@ -39,7 +40,7 @@ def launcher_ended(sched: Scheduler, job_id: int, code: int | None) -> None:
     """Record what the launcher left, then clean every node of the job before freeing it.
     ``code`` is its exit status as subprocess gives it (negative: a signal; None: not our child)."""
     row = sched.rows("id = ?", job_id)[0]
-    result = load_or_none(os.path.join(sched.job_state_dir(job_id), "result.json"))
+    result = launcher_result(sched, row)
     if result is None:
         how = f"was killed by signal {-code}" if code is not None and code < 0 else "died"
         if code is not None and code > 0:
@@ -58,7 +59,8 @@ def launcher_ended(sched: Scheduler, job_id: int, code: int | None) -> None:
             f"{e.get('node')} ({e.get('event_type', 'Preempt')})" for e in evicted
         )
     elif result.get("exit_code") is None:
-        lost = (code is not None and code < 0) or "stopped answering" in str(result.get("reason"))
+        # a launcher that died is a failed attempt, not a lost node: it runs beside this scheduler
+        lost = "stopped answering" in str(result.get("reason"))
         cause = retries.EndCause.NODE_LOST.value if lost else retries.EndCause.EXIT.value
         reason = result.get("reason") or "the job ended before its ranks ran"
     else:
@@ -77,11 +79,23 @@ def launcher_ended(sched: Scheduler, job_id: int, code: int | None) -> None:
     sched.cleaning[job_id] = sched.pool_exec.submit(clean_nodes, sched, row["tag"], json.loads(row["nodes"]))
 
 
+def launcher_result(sched: Scheduler, row: sqlite3.Row) -> dict[str, Any] | None:
+    """The outcome this attempt's launcher left: in its node-local folder, else (that disk full) its copy
+    in the run folder on the share, which counts only when it carries this attempt's tag."""
+    local = load_or_none(os.path.join(sched.job_state_dir(row["id"]), RESULT_RECORD))
+    if isinstance(local, dict):
+        return local
+    shared = load_or_none(sched.share_paths().result_record(row["experiment"], row["name"]))
+    if isinstance(shared, dict) and row["tag"] and shared.get("tag") == row["tag"]:
+        return shared
+    return None
+
+
 def evictions(sched: Scheduler, row: sqlite3.Row) -> list[dict[str, Any]]:
     """The eviction notices the job's nodes marked in its run folder during this attempt."""
-    run_dir = os.path.join(sched.job_share_dir(row["experiment"], row["name"]), "run")
+    run_dir = sched.share_paths().run_dir(row["experiment"], row["name"])
     try:
-        names = sorted(n for n in os.listdir(run_dir) if n.startswith("evicted-") and n.endswith(".json"))
+        names = sorted(n for n in os.listdir(run_dir) if is_eviction_file(n))
     except OSError:
         return []
     return [load_or_none(os.path.join(run_dir, n)) or {} for n in names]
@@ -89,10 +103,10 @@ def evictions(sched: Scheduler, row: sqlite3.Row) -> list[dict[str, Any]]:
 
 def clear_evictions(sched: Scheduler, row: sqlite3.Row) -> None:
     """Remove the attempt's eviction notices (and simulated ones) before the job runs again."""
-    run_dir = os.path.join(sched.job_share_dir(row["experiment"], row["name"]), "run")
+    run_dir = sched.share_paths().run_dir(row["experiment"], row["name"])
     with contextlib.suppress(OSError):
         for name in os.listdir(run_dir):
-            if name.startswith(("evicted-", "simulate-eviction-")) and name.endswith(".json"):
+            if is_eviction_file(name, simulated=True):
                 os.unlink(os.path.join(run_dir, name))
 
 

@@ -34,11 +34,13 @@ from ..common import TAG_VAR, load_or_none, now, write_json_atomic
 from ..job import procs
 from ..policy import autoscale, retries, watchdog
 from ..policy.queue import Holding, Waiting, plan
+from ..protocol import OP_JOB, OP_NODES, OP_PING, OP_SUBMIT, OP_TERMINATE, RESULT_RECORD, SharePaths
 from . import api, attempt_end, health, prune, publish, quarantine, recovery, scaling
 from .api import RequestError
+from .gate import NodeGate
 from .server import RequestServer
 from .spares import Spares
-from .store import ACTIVE, SCHEMA, iso, migrate
+from .store import ACTIVE, SCHEMA, STARTING, iso, migrate
 
 __all__ = ["Holding", "RequestError", "Scheduler", "Waiting", "plan", "run"]
 
@@ -71,7 +73,7 @@ class Scheduler:
         self.idle_since: float | None = None
         self.publish_errors: dict[str, str] = {}
         self.last_nodes_doc: Any = None
-        self.published_as: tuple[int, tuple[str, ...]] | None = None  # what publish last saw (publish.py)
+        self.published_as: tuple[object, ...] | None = None  # what publish last saw (publish.py)
         self.next_beat = 0.0
         self.stopping = False
         # autoscale: the nodes up now (a subset of the pool), and since when each free node is idle
@@ -86,10 +88,13 @@ class Scheduler:
         self.hang_checked: dict[int, float] = {}
         self.next_review: float | None = None
         self.scaling: concurrent.futures.Future[None] | None = None
+        self.gate = NodeGate(self)
+        self.fault_message: str | None = None  # the head node's disk refusing writes, while it lasts
         self.server: RequestServer | None = None
         self.spares = Spares()
         self.pidfds: dict[int, int] = {}  # job id → a descriptor readable once its launcher exits
         self.step_errors: dict[str, str] = {}
+        self.faulted = False  # a step of this pass met a disk fault
         self.pruned_at = 0.0
         quarantine.quarantine_bad_rows(self)
         self.rebuilt = recovery.rebuild_from_share(self) if fresh else 0
@@ -125,7 +130,11 @@ class Scheduler:
 
     def job_share_dir(self, experiment: str, name: str) -> str:
         """The job's folder on the share (its records, ``run/``)."""
-        return os.path.join(self.cfg["meta_root"], "experiments", experiment, "jobs", name)
+        return self.share_paths().job_dir(experiment, name)
+
+    def share_paths(self) -> SharePaths:
+        """The share's paths as this head node sees them (node/protocol.py)."""
+        return SharePaths.at_meta(self.cfg["meta_root"])
 
     def job_state_dir(self, job_id: int) -> str:
         """The job's folder on this node: assignment, secrets, the launcher's result and log."""
@@ -147,6 +156,7 @@ class Scheduler:
         out: dict[str, tuple[int, str]] = {}
         for row in self.rows("state IN ('running', 'cleaning')"):
             phase = "cleaning" if row["state"] == "cleaning" else (row["phase"] or "preparing")
+            phase = "preparing" if phase == STARTING else phase
             for node in json.loads(row["nodes"]):
                 out[node] = (row["id"], phase)
         return out
@@ -158,12 +168,14 @@ class Scheduler:
         if request.get("cluster"):
             self.set_cluster(request["cluster"])
         op = request["op"]
-        if op == "submit":
+        if op == OP_SUBMIT:
             return self.submit(request)
-        if op == "terminate":
+        if op == OP_TERMINATE:
             return self.terminate(request)
-        if op in ("ping", "nodes"):
+        if op in (OP_PING, OP_NODES):
             return {"ok": True, "pid": os.getpid()}
+        if op == OP_JOB:
+            return self.job_state(request)
         raise RequestError("invalid", f"unknown request {op!r}")
 
     def set_cluster(self, cfg: dict[str, Any]) -> None:
@@ -242,6 +254,16 @@ class Scheduler:
         self.publish()
         return {"ok": True, "id": job_id}
 
+    def job_state(self, request: dict[str, Any]) -> dict[str, Any]:
+        """What this scheduler holds of a job, whatever the share shows (a full share stops its writes,
+        not its work): found, and the state, exit code, reason and end it would publish."""
+        rows = self.rows("key = ?", f"{request.get('experiment')}/{request.get('name')}")
+        if not rows:
+            return {"ok": True, "found": False}
+        doc = publish.status_doc(self, rows[-1])
+        keys = ("state", "exit_code", "failure_reason", "end_time")
+        return {"ok": True, "found": True, **{k: doc[k] for k in keys if k in doc}}
+
     def terminate(self, request: dict[str, Any]) -> dict[str, Any]:
         """End a queued job now, or stop a running one (its launcher gets SIGTERM)."""
         key = f"{request.get('experiment')}/{request.get('name')}"
@@ -260,7 +282,12 @@ class Scheduler:
     def schedule(self) -> None:
         """Start what can start now (see ``plan``)."""
         held = self.held()
-        free = [n for n in self.nodes() if n["id"] not in held and n["id"] not in self.down]
+        blocked = self.gate.blocked()
+        free = [
+            n
+            for n in self.nodes()
+            if n["id"] not in held and n["id"] not in self.down and n["id"] not in blocked
+        ]
         if not free:  # nothing can start: the queue, however long, need not be read
             return
         rows = {r["id"]: r for r in self.rows("state = 'queued'")}
@@ -272,8 +299,17 @@ class Scheduler:
             for r in self.rows("state IN ('running', 'cleaning')")
         ]
         for job_id, count in plan(queued, running, len(free), time.time()):
+            if not self.gate.ready(free[:count], self.job_health_level(rows[job_id])):
+                break  # its nodes are being checked; the next plan sees which passed
             self.start(rows[job_id], free[:count])
             free = free[count:]
+
+    def job_health_level(self, row: sqlite3.Row) -> str:
+        """The job's own ``health_check`` (launch.json), or "off": the cluster's gate already ran."""
+        launch = load_or_none(
+            os.path.join(self.job_share_dir(row["experiment"], row["name"]), "run", "launch.json")
+        )
+        return str((launch or {}).get("health_check") or "off")
 
     def start(self, row: sqlite3.Row, nodes: list[dict[str, Any]]) -> None:
         """Start the job's launcher on ``nodes`` with a fresh tag for this attempt."""
@@ -285,12 +321,11 @@ class Scheduler:
         tag = spare.tag if spare is not None else uuid.uuid4().hex
         job_dir = self.job_state_dir(job_id)
         os.makedirs(job_dir, mode=0o700, exist_ok=True)
-        for stale in ("result.json", "phase.json"):
+        for stale in (RESULT_RECORD, "phase.json"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(job_dir, stale))
-        share_dir = self.job_share_dir(row["experiment"], row["name"])
         assignment = {
-            "launch": os.path.join(share_dir, "run", "launch.json"),
+            "launch": self.share_paths().launch_config(row["experiment"], row["name"]),
             "nodes": nodes,
             "tag": tag,
             "attempt": row["attempt"],
@@ -300,6 +335,19 @@ class Scheduler:
         launch = load_or_none(assignment["launch"]) or {}
         env[TAG_VAR] = tag
         t = time.time()
+        # Intent before action: the row says which tag this launch uses before the launcher exists, so a
+        # scheduler killed in between finds it by that tag (recovery) instead of starting it again.
+        self.update(
+            job_id,
+            state="running",
+            started=t,
+            start_time=iso(t),
+            nodes=json.dumps([n["id"] for n in nodes]),
+            tag=tag,
+            launcher_pid=None,
+            phase=STARTING,
+            stdouterr=launch.get("stdouterr_dir"),
+        )
         try:
             if spare is not None and spare.go(job_dir):
                 proc = spare.proc
@@ -318,35 +366,31 @@ class Scheduler:
             return
         self.children[job_id] = proc
         self.watch_exit(job_id, proc.pid)
-        self.update(
-            job_id,
-            state="running",
-            started=t,
-            start_time=iso(t),
-            nodes=json.dumps([n["id"] for n in nodes]),
-            tag=tag,
-            launcher_pid=proc.pid,
-            phase="preparing",
-            stdouterr=launch.get("stdouterr_dir"),
-        )
+        self.update(job_id, launcher_pid=proc.pid, phase="preparing")
         self.trackers[job_id] = watchdog.OutputTracker()
         self.log(f"started {row['key']} on {', '.join(n['id'] for n in nodes)} (launcher pid {proc.pid})")
 
     def stop(self, row: sqlite3.Row, state: str, reason: str, cause: str | None = None) -> None:
         """Ask the job's launcher to stop; the job ends in ``state`` once its nodes are clean."""
         self.update(row["id"], stop_state=state, stop_reason=reason, stop_sent=time.time(), stop_cause=cause)
-        if row["launcher_pid"]:
+        pid = self.launcher_pid(row)
+        if pid:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(row["launcher_pid"], signal.SIGTERM)
+                os.kill(pid, signal.SIGTERM)
+
+    def launcher_pid(self, row: sqlite3.Row) -> int | None:
+        """The job's launcher: as recorded, or this process's child whose pid a failed write left out."""
+        child = self.children.get(row["id"])
+        return int(row["launcher_pid"]) if row["launcher_pid"] else (child.pid if child else None)
 
     def watch(self) -> None:
         """Launchers that ended, stops that take too long, wall clocks, phases."""
         for job_id, proc in list(self.children.items()):
             code = proc.poll()
             if code is not None:
-                del self.children[job_id]
-                self.unwatch_exit(job_id)
                 attempt_end.launcher_ended(self, job_id, code)
+                del self.children[job_id]  # only once recorded: a write that failed is tried again
+                self.unwatch_exit(job_id)
         t = time.time()
         for row in self.rows("state = 'running'"):
             pid = row["launcher_pid"]
@@ -367,8 +411,10 @@ class Scheduler:
             elif row["stop_state"] is None and row["hang"] and row["stdouterr"]:
                 health.check_hang(self, row, t)
             elif row["stop_sent"] and t - row["stop_sent"] > TERM_GRACE + 5:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
+                victim = self.launcher_pid(row)
+                if victim:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(victim, signal.SIGKILL)
             if row["phase"] != "running":
                 phase = load_or_none(os.path.join(self.job_state_dir(row["id"]), "phase.json")) or {}
                 if phase.get("phase") and phase["phase"] != row["phase"]:
@@ -428,6 +474,7 @@ class Scheduler:
             and self.next_review is None
             and self.scaling is None
             and not self.down
+            and not self.gate.busy()
         )
 
     def serve(self, listener: socket.socket) -> int:
@@ -448,16 +495,21 @@ class Scheduler:
                 if not os.path.exists(os.path.join(self.state_dir, "sched.db")):
                     self.log("this scheduler's folder was removed: exiting")
                     break
+            self.faulted = False
             self.step("requests", lambda: self.server.poll(LOOP) if self.server else None)
             self.step("watch", self.watch)
             self.step("cleanup", self.reap_cleaned)
             self.step("probes", lambda: health.probe_down_nodes(self))
+            self.step("health gate", self.gate.tick)
             self.step("autoscale", lambda: scaling.autoscale(self))
             self.step("placement", self.schedule)
             self.step("publish", self.publish)
             if time.monotonic() - self.pruned_at > prune.EVERY_S:
                 self.pruned_at = time.monotonic()
                 self.step("prune", lambda: prune.prune(self))
+            if self.faulted:
+                continue  # outcomes wait in memory; never exit idle while the disk refuses them
+            self.cleared()
             if self.idle():
                 self.idle_since = self.idle_since or time.monotonic()
                 if time.monotonic() - self.idle_since > float(self.cfg.get("idle_exit_seconds", IDLE_EXIT)):
@@ -470,10 +522,17 @@ class Scheduler:
 
     def step(self, name: str, fn: Callable[[], object]) -> None:
         """One step of the loop; a failure is logged (once per distinct error), bad rows are quarantined,
-        and the loop goes on: no request or record can end the scheduler."""
+        and the loop goes on: no request or record can end the scheduler. A disk or database that
+        refuses writes is a fault (``fault``): reported, and the step tried again next pass."""
         try:
             fn()
             self.step_errors.pop(name, None)
+        except (sqlite3.Error, OSError) as exc:
+            if self.db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    self.db.execute("ROLLBACK")
+            self.faulted = True
+            self.fault(exc)
         except Exception as exc:
             if self.db.in_transaction:
                 self.db.execute("ROLLBACK")
@@ -483,12 +542,34 @@ class Scheduler:
             with contextlib.suppress(Exception):
                 quarantine.quarantine_bad_rows(self)
 
+    def fault(self, exc: BaseException) -> None:
+        """The head node's disk or database refused a write: stay up, say so once (in the log and in
+        ``nodes.json`` on the share), keep what is in memory, and try the same step again next pass."""
+        message = f"the scheduler's disk refused a write ({exc}); outcomes are kept in memory and retried"
+        if message != self.fault_message:
+            self.log(message)
+            self.fault_message = message
+            publish.report_fault(self, message)
+
+    def cleared(self) -> None:
+        """A pass went through: a fault reported before is over."""
+        if self.fault_message is not None:
+            self.log("the scheduler's disk takes writes again")
+            self.fault_message = None
+            publish.report_fault(self, None)
+
     def answer(self, line: bytes) -> dict[str, Any]:
         """The reply to one request line from the socket; never raises."""
         try:
             return self.handle(api.parse(line))
         except RequestError as exc:
             return {"ok": False, "error": exc.code, "message": str(exc)}
+        except sqlite3.Error as exc:
+            if self.db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    self.db.execute("ROLLBACK")
+            self.fault(exc)
+            return {"ok": False, "error": "unavailable", "message": self.fault_message or str(exc)}
         except Exception as exc:
             if self.db.in_transaction:
                 self.db.execute("ROLLBACK")

@@ -1,50 +1,61 @@
-"""The scheduler's recovery: a new database on a replaced head node is rebuilt from the share's records,
-and a restarted scheduler takes back the launchers and cleanups the previous one left."""
+"""The scheduler's recovery: a new database (the old one lost, or a replaced head node) is rebuilt from
+the share's records of accepted jobs, fencing the nodes of jobs that ran; a restarted scheduler takes back
+the launchers, launches and cleanups the previous one left (see docs/concepts.md, what survives what)."""
 
 from __future__ import annotations
 
 import json
 import os
+import sqlite3
+import time
 from typing import TYPE_CHECKING
 
 from ..common import load_or_none, now
+from ..job import procs
+from ..policy import retries
+from ..protocol import RESULT_RECORD, SharePaths, StatusDoc
 from . import attempt_end
-from .store import NAME
+from .store import NAME, STARTING
 
 if TYPE_CHECKING:
     from .daemon import Scheduler
 
 
 def rebuild_from_share(sched: Scheduler) -> int:
-    """A new database on a node that ran jobs before (the head node was replaced): rebuild the queue
-    from the share's records. Queued jobs without secrets wait again; jobs that were running are
-    reported failed (their processes are ended once their tags are found) rather than forgotten."""
-    root = os.path.join(sched.cfg.get("meta_root", ""), "experiments")
+    """A new database on a head node whose old one was lost (or a replaced head node): rebuild the queue
+    from the records the share holds of accepted jobs. A record no scheduler wrote is a submit still in
+    flight: its client's, never adopted (its request queues it). Queued jobs without secrets wait again;
+    jobs that were running fence their nodes: they are held, being cleaned, until every process with
+    their tag is ended, and end with the outcome their launcher left on the share if it left one."""
+    paths = SharePaths.at_meta(sched.cfg.get("meta_root", ""))
     count = 0
     try:
-        experiments = sorted(os.listdir(root))
+        experiments = sorted(os.listdir(paths.experiments_dir()))
     except OSError:
         return 0
+    last_id = old_job_ids(sched)
     for exp in experiments:
         try:
-            jobs = sorted(os.listdir(os.path.join(root, exp, "jobs")))
+            jobs = sorted(os.listdir(paths.jobs_dir(exp)))
         except OSError:
             continue
         for name in jobs:
             if not (NAME.match(exp) and NAME.match(name)):
                 continue
-            base = os.path.join(root, exp, "jobs", name)
-            status = load_or_none(os.path.join(base, "status.json")) or {}
-            record = load_or_none(os.path.join(base, "job.json")) or {}
+            raw = load_or_none(paths.status_record(exp, name))
+            status = StatusDoc.from_dict(raw if isinstance(raw, dict) else {})
+            record = load_or_none(paths.job_record(exp, name)) or {}
             spec = record.get("spec") or {}
-            if spec.get("cluster") != sched.cfg.get("cluster") or status.get("state") not in (
-                "queued",
-                "running",
+            if (
+                spec.get("cluster") != sched.cfg.get("cluster")
+                or not status.accepted
+                or status.state not in ("queued", "running")
             ):
                 continue
             count += 1
-            created = status.get("creation_time")
-            if status["state"] == "queued" and not spec.get("secret_environment"):
+            if status.reporter and status.reporter.job_id:
+                last_id = max(last_id, status.reporter.job_id)
+            if status.state == "queued" and not spec.get("secret_environment"):
                 sched.db.execute(
                     "INSERT INTO jobs (key, experiment, name, node_count, wall, state, creation_time)"
                     " VALUES (?, ?, ?, ?, ?, 'queued', ?)",
@@ -54,40 +65,100 @@ def rebuild_from_share(sched: Scheduler) -> int:
                         name,
                         int(spec.get("node_count", 1)),
                         spec.get("max_wall_clock_seconds"),
-                        created,
+                        status.creation_time,
                     ),
                 )
-                continue
-            why = (
-                "lost with the cluster's head node while it ran"
-                if status["state"] == "running"
-                else "lost with the cluster's head node (its secrets were kept only there): submit again"
-            )
-            sched.db.execute(
-                "INSERT INTO jobs (key, experiment, name, node_count, state, creation_time, start_time,"
-                " end_time, nodes, reason) VALUES (?, ?, ?, ?, 'failed', ?, ?, ?, ?, ?)",
-                (
-                    f"{exp}/{name}",
-                    exp,
-                    name,
-                    int(spec.get("node_count", 1)),
-                    created,
-                    status.get("start_time"),
-                    now(),
-                    json.dumps(status.get("nodes", [])),
-                    why,
-                ),
-            )
+            elif status.state == "running":
+                fence(sched, exp, name, status, int(spec.get("node_count", 1)))
+            else:
+                sched.db.execute(
+                    "INSERT INTO jobs (key, experiment, name, node_count, state, creation_time, end_time,"
+                    " reason) VALUES (?, ?, ?, ?, 'failed', ?, ?, ?)",
+                    (
+                        f"{exp}/{name}",
+                        exp,
+                        name,
+                        int(spec.get("node_count", 1)),
+                        status.creation_time,
+                        now(),
+                        "lost with the cluster's head node (its secrets were kept only there): submit again",
+                    ),
+                )
+    # new jobs get ids the old database never gave: their node-local folders are not the old jobs'
+    sched.db.execute("DELETE FROM sqlite_sequence WHERE name = 'jobs'")
+    sched.db.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('jobs', ?)", (last_id,))
     return count
 
 
+def old_job_ids(sched: Scheduler) -> int:
+    """The highest job id the lost database gave, from the node-local job folders it left."""
+    try:
+        return max(
+            (int(n) for n in os.listdir(os.path.join(sched.state_dir, "jobs")) if n.isdigit()), default=0
+        )
+    except OSError:
+        return 0
+
+
+def fence(sched: Scheduler, exp: str, name: str, status: StatusDoc, node_count: int) -> None:
+    """A job that ran when the database was lost: its nodes stay held (``cleaning``) until every process
+    with its tag is ended; its outcome is the one its launcher left on the share, else lost."""
+    result = load_or_none(sched.share_paths().result_record(exp, name))
+    ended = isinstance(result, dict) and status.tag is not None and result.get("tag") == status.tag
+    if ended and result.get("exit_code") is not None:
+        cause, exit_code, reason = retries.EndCause.EXIT.value, result["exit_code"], result.get("reason")
+    else:
+        cause, exit_code = retries.EndCause.EXIT.value, None
+        reason = (
+            "the scheduler's database was lost while the job ran (its head node's state was removed or"
+            " replaced); every process of the job was ended before its nodes were used again"
+        )
+    sched.db.execute(
+        "INSERT INTO jobs (key, experiment, name, node_count, state, creation_time, start_time, started,"
+        " nodes, tag, exit_code, reason) VALUES (?, ?, ?, ?, 'cleaning', ?, ?, ?, ?, ?, ?, ?)",
+        (
+            f"{exp}/{name}",
+            exp,
+            name,
+            node_count,
+            status.creation_time,
+            status.start_time,
+            time.time(),
+            json.dumps(status.nodes or []),
+            status.tag,
+            exit_code,
+            json.dumps([cause, reason]),
+        ),
+    )
+
+
 def adopt(sched: Scheduler) -> None:
-    """After a restart on the same node: launchers that outlived the old scheduler are watched again;
-    jobs whose launcher is gone are cleaned up and ended from what the launcher left."""
+    """After a restart: cleanups are resumed; launchers that outlived the old scheduler are watched
+    again; a launch it recorded as starting is adopted when its tag runs, else ended from what its
+    launcher left, or requeued when it never ran; a job whose launcher is gone is cleaned up."""
     for row in sched.rows("state = 'cleaning'"):
         sched.cleaning[row["id"]] = sched.pool_exec.submit(
             attempt_end.clean_nodes, sched, row["tag"], json.loads(row["nodes"])
         )
     for row in sched.rows("state = 'running'"):
-        if not sched.alive(row["launcher_pid"], row["tag"]):
+        if row["phase"] == STARTING and not row["launcher_pid"]:
+            adopt_starting(sched, row)
+        elif not sched.alive(row["launcher_pid"], row["tag"]):
             attempt_end.launcher_ended(sched, row["id"], None)
+
+
+def adopt_starting(sched: Scheduler, row: sqlite3.Row) -> None:
+    """The old scheduler recorded this launch and may have died before or after starting it."""
+    pid = procs.launcher_pid(row["tag"])
+    if pid is not None:  # it started: this one watches it; it is never started twice
+        sched.update(row["id"], launcher_pid=pid, phase="preparing")
+        sched.log(f"adopted the launcher of {row['key']} (pid {pid}) started before a restart")
+        return
+    job_dir = sched.job_state_dir(row["id"])
+    if any(os.path.exists(os.path.join(job_dir, f)) for f in ("phase.json", RESULT_RECORD)):
+        attempt_end.launcher_ended(sched, row["id"], None)  # it ran, and ended or died
+        return
+    sched.update(row["id"], **dict.fromkeys(attempt_end.ATTEMPT_COLUMNS), state="queued", nodes="[]")
+    sched.log(
+        f"{row['key']} was about to start when the scheduler stopped; its launcher never ran: queued again"
+    )

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..common import now, write_json_atomic
 from ..policy.autoscale import NodeView, decide
+from ..protocol import EVENTS_RECORD, SIZE_RECORD
 
 if TYPE_CHECKING:
     from .daemon import Scheduler
@@ -34,8 +35,16 @@ def autoscale(sched: Scheduler) -> None:
         else:
             sched.free_since.setdefault(node["id"], t)
     head = sched.pool()[0]["id"] if sched.pool() else None
+    bad = sched.gate.unusable  # failed the health gate: the policy lets them go first and replaces them
     views = [
-        NodeView(n["id"], n["id"] in held, sched.free_since.get(n["id"], t), head=n["id"] == head) for n in up
+        NodeView(
+            n["id"],
+            n["id"] in held,
+            sched.free_since.get(n["id"], t),
+            head=n["id"] == head,
+            unusable=n["id"] in bad,
+        )
+        for n in up
     ]
     queue = [r["node_count"] for r in sched.rows("state = 'queued'")]
     decision = decide(settings, views, queue, t)
@@ -66,12 +75,12 @@ def release_azure_nodes(sched: Scheduler, azure: dict[str, str], remove: list[st
         sched.log(f"could not release {', '.join(remove)} through the scale set's identity: {exc}")
 
 
-def event(sched: Scheduler, fields: dict[str, Any]) -> None:
-    """One autoscale decision in the log and in the cluster's ``events.jsonl`` on the share."""
+def event(sched: Scheduler, fields: dict[str, Any], label: str = "autoscale") -> None:
+    """One decision (autoscale's, the health gate's) in the log and in the cluster's ``events.jsonl``."""
     line = json.dumps({"time": now(), **fields}, sort_keys=True)
-    sched.log(f"autoscale: {line}")
+    sched.log(f"{label}: {line}")
     try:
-        with open(os.path.join(sched.cfg["cluster_dir"], "events.jsonl"), "a", encoding="utf-8") as f:
+        with open(os.path.join(sched.cfg["cluster_dir"], EVENTS_RECORD), "a", encoding="utf-8") as f:
             f.write(line + "\n")
     except OSError as exc:
         sched.log(f"cannot write the event log yet: {exc}")
@@ -81,6 +90,6 @@ def publish_size(sched: Scheduler) -> None:
     """The nodes up now, in the cluster's ``size.json`` on the share."""
     doc = {"nodes": [n["id"] for n in sched.nodes()], "updated": now()}
     try:
-        write_json_atomic(os.path.join(sched.cfg["cluster_dir"], "size.json"), doc)
+        write_json_atomic(os.path.join(sched.cfg["cluster_dir"], SIZE_RECORD), doc)
     except OSError as exc:
         sched.log(f"cannot write the cluster's size yet: {exc}")

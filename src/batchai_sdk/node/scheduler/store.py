@@ -9,6 +9,8 @@ from datetime import datetime, timezone
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 ACTIVE = ("queued", "running", "cleaning")
+# the phase of a running job whose launcher is being started: its tag is recorded, its pid not yet
+STARTING = "starting"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (

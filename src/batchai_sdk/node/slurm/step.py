@@ -30,6 +30,7 @@ from ..common import job_env as common_job_env
 from ..job.launcher import free_port
 from ..job.rank import FRAMEWORKS, framework_context, make_mount_link
 from ..policy import toolkits
+from ..protocol import Reporter, StatusDoc
 
 HEARTBEAT = 10.0
 
@@ -174,7 +175,7 @@ class Batch:
             self.status.update(fields)
             self.status["heartbeat"] = now()
             try:
-                write_json_atomic(self.status_path, self.status)
+                write_json_atomic(self.status_path, StatusDoc.from_dict(self.status).to_dict())
             except OSError as exc:  # a full/read-only share: keep going, the next write retries
                 sys.stderr.write(f"batchai: could not write {self.status_path}: {exc}\n")
 
@@ -269,8 +270,7 @@ class Batch:
             start_time=now(),
             nodes=self.nodes,
             slurm_job_id=os.environ.get("SLURM_JOB_ID"),
-            wrapper_host=socket.gethostname(),
-            wrapper_pid=os.getpid(),
+            reporter=Reporter(host=socket.gethostname(), pid=os.getpid()).to_dict(),
         )
         done = threading.Event()
         threading.Thread(target=self.heartbeat, args=(done,), daemon=True).start()

@@ -1,0 +1,148 @@
+"""The health gate inside the scheduler: nodes are checked when they join (the cluster's ``health_check``
+level) and before a job that asks for a level starts on them; a node that fails is kept out of placement
+with its reason until a later check passes it.
+
+This part owns its state (which nodes passed at which level, which are unusable and why, the check in
+flight); the daemon asks it only which nodes are blocked, whether a job's nodes are ready, and whether a
+check is still running. Every report, this scheduler's or one a client wrote with ``check_nodes``, is a
+file under the cluster's ``health/`` folder on the share, and every report found there is applied.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import json
+import os
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..common import write_json_atomic
+from ..gate.checks import LEVELS
+from ..gate.run import run_gate
+from ..protocol import HEALTH_DIR
+from . import scaling
+
+if TYPE_CHECKING:
+    from .daemon import Scheduler
+
+RANK = {level: i for i, level in enumerate(LEVELS)}
+
+
+class NodeGate:
+    def __init__(self, sched: Scheduler) -> None:
+        self.sched = sched
+        self.passed: dict[str, int] = {}  # node -> the highest level it passed (RANK)
+        self.unusable: dict[str, str] = {}  # node -> why
+        self.checking: set[str] = set()
+        self.running: concurrent.futures.Future[dict[str, Any]] | None = None
+        self.seen: set[str] = set()  # report files already applied (read, or written by this process)
+        self.applied = 0  # of the reports now in the folder, how many were applied: a client waits on it
+
+    @property
+    def folder(self) -> str:
+        return os.path.join(self.sched.cfg["cluster_dir"], HEALTH_DIR)
+
+    def level(self) -> str:
+        level = str((self.sched.cfg.get("health") or {}).get("level") or "off")
+        return level if level in RANK else "off"
+
+    def blocked(self) -> set[str]:
+        """Nodes no job may take: unusable, being checked, or (with a gate on the cluster) not yet checked."""
+        out = set(self.unusable) | self.checking
+        if self.level() != "off":
+            out |= {n["id"] for n in self.sched.nodes() if n["id"] not in self.passed}
+        return out
+
+    def busy(self) -> bool:
+        return self.running is not None
+
+    def ready(self, nodes: Sequence[Mapping[str, Any]], level: str) -> bool:
+        """Whether ``nodes`` passed ``level``; if not, a check of them starts (when none runs)."""
+        need = RANK.get(level, 0)
+        missing = [n for n in nodes if self.passed.get(n["id"], 0) < need]
+        if not missing:
+            return True
+        self.start(missing, level)
+        return False
+
+    def start(self, nodes: Sequence[Mapping[str, Any]], level: str) -> None:
+        if self.running is not None or not nodes:
+            return
+        self.checking = {n["id"] for n in nodes}
+        self.sched.log(f"health check ({level}) of {', '.join(sorted(self.checking))}")
+        chosen = [dict(n) for n in nodes]
+        self.running = self.sched.pool_exec.submit(run_gate, dict(self.sched.cfg), chosen, level)
+
+    def tick(self) -> None:
+        """Collect a finished check, read reports clients wrote, and check nodes that joined."""
+        if self.running is not None and self.running.done():
+            fut, self.running = self.running, None
+            try:
+                report = fut.result()
+            except Exception as exc:  # a bug in the gate must not stop the scheduler; the nodes stay out
+                why = {n: f"{n} health check could not run: {exc}" for n in self.checking}
+                report = {"level": "basic", "nodes": sorted(self.checking), "checks": [], "unusable": why}
+            self.checking = set()
+            self.write(report)
+        self.read_reports()
+        level = self.level()
+        if level != "off" and self.running is None:
+            joined = [
+                n for n in self.sched.nodes() if n["id"] not in self.passed and n["id"] not in self.unusable
+            ]
+            self.start(joined, level)
+
+    def write(self, report: dict[str, Any]) -> None:
+        name = f"{report.get('started', 0):.0f}-{uuid.uuid4().hex[:8]}.json"
+        try:
+            os.makedirs(self.folder, exist_ok=True)
+            write_json_atomic(os.path.join(self.folder, name), report)
+        except OSError as exc:
+            self.sched.log(f"cannot write the health report yet: {exc}; applied in memory")
+        self.seen.add(name)
+        self.apply(report)
+        self.prune()
+
+    def prune(self, keep: int = 50) -> None:
+        """The newest ``keep`` reports stay (their names start with the time)."""
+        try:
+            names = sorted(n for n in os.listdir(self.folder) if n.endswith(".json"))
+        except OSError:
+            return
+        for name in names[:-keep]:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(self.folder, name))
+
+    def read_reports(self) -> None:
+        try:
+            present = sorted(n for n in os.listdir(self.folder) if n.endswith(".json"))
+        except OSError:
+            return
+        names = [n for n in present if n not in self.seen]
+        self.applied = len(present)
+        for name in names:
+            self.seen.add(name)
+            try:
+                with open(os.path.join(self.folder, name), encoding="utf-8") as f:
+                    report = json.load(f)
+                self.apply(report)
+            except (OSError, ValueError, TypeError, AttributeError) as exc:
+                self.sched.log(f"health report {name} unreadable: {exc}")
+
+    def apply(self, report: Mapping[str, Any]) -> None:
+        bad = {str(k): str(v) for k, v in dict(report.get("unusable") or {}).items()}
+        rank = RANK.get(str(report.get("level")), 1)
+        for node in [str(n) for n in report.get("nodes") or []]:
+            if node in bad:
+                self.passed.pop(node, None)
+                if self.unusable.get(node) != bad[node]:
+                    self.unusable[node] = bad[node]
+                    scaling.event(
+                        self.sched, {"kind": "unusable", "node": node, "reason": bad[node]}, "health"
+                    )
+            else:
+                self.passed[node] = max(self.passed.get(node, 0), rank)
+                if self.unusable.pop(node, None) is not None:
+                    scaling.event(self.sched, {"kind": "healthy", "node": node}, "health")
