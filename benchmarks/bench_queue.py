@@ -1,6 +1,8 @@
 """The cluster scheduler's queue on the local backend, each figure printed beside its goal.
 
-- 50 jobs of 1 s on 2 nodes, of 1 node each and a mix (every 5th job needs both): wall time from the first
+- 50 jobs of 1 s on 2 nodes, of 1 node each and a mix (every 5th job needs both), through mpirun (a
+  command line's default toolkit, custommpi), and of 1 node each with the custom toolkit (no mpirun: the
+  scheduler's and launcher's own hand-off): wall time from the first
   submit to the last end against the ideal, the jobs' own node-seconds / nodes (goal <= 1.05x), both
   measured inside the jobs; and the hand-off, a node freed (a job's last instruction there) to the next
   job's first one on it (goal < 0.05 s median);
@@ -34,7 +36,9 @@ COMMAND = 's=$(date +%s.%N); sleep {secs}; e=$(date +%s.%N); echo "$s $e $BATCHA
 GOAL_RATIO, GOAL_GAP_S, GOAL_SUBMIT_RUN_S, GOAL_FLAT, GOAL_IMPORT_MS = 1.05, 0.05, 1.0, 1.2, 60.0
 
 
-def run_queue(jobs: int, secs: float, mixed: bool) -> tuple[float, float, list[float]]:
+def run_queue(
+    jobs: int, secs: float, mixed: bool, toolkit: str | None = None
+) -> tuple[float, float, list[float]]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out"
         out.mkdir()
@@ -47,7 +51,9 @@ def run_queue(jobs: int, secs: float, mixed: bool) -> tuple[float, float, list[f
             nodes = 2 if mixed and i % 5 == 0 else 1
             cmd = COMMAND.format(secs=secs, out=out, name=f"j{i:03d}")
             handles.append(
-                exp.create_job(f"j{i:03d}", cluster=cluster, node_count=nodes, command_line=cmd).submit()
+                exp.create_job(
+                    f"j{i:03d}", cluster=cluster, node_count=nodes, command_line=cmd, toolkit=toolkit
+                ).submit()
             )
         for job in handles:
             assert job.wait(timeout=600) is JobState.SUCCEEDED, job.status.failure_reason
@@ -156,8 +162,13 @@ def main() -> None:
     print(f"{args.jobs} jobs of {args.seconds:g} s on 2 local nodes (load average {os.getloadavg()[0]:.1f})")
     print(f"{'jobs':<22}{'wall s':>9}{'ideal s':>9}{'ratio':>8}{'goal':>7}{'gap median s':>14}{'goal':>7}"
           f"{'gap p95 s':>11}")  # fmt: skip
-    for label, mixed in (("1 node each", False), ("mixed (1/5 on 2)", True)) if args.jobs else ():
-        wall, ideal, gaps = run_queue(args.jobs, args.seconds, mixed)
+    rows = (
+        ("1 node each", False, None),
+        ("mixed (1/5 on 2)", True, None),
+        ("1 node, custom", False, "custom"),
+    )
+    for label, mixed, toolkit in rows if args.jobs else ():
+        wall, ideal, gaps = run_queue(args.jobs, args.seconds, mixed, toolkit)
         p95 = sorted(gaps)[int(0.95 * (len(gaps) - 1))] if gaps else float("nan")
         med = statistics.median(gaps) if gaps else float("nan")
         print(

@@ -378,6 +378,8 @@ class Scheduler:
         self.update(job_id, launcher_pid=proc.pid, phase="preparing")
         self.trackers[job_id] = watchdog.OutputTracker()
         self.log(f"started {row['key']} on {', '.join(n['id'] for n in nodes)} (launcher pid {proc.pid})")
+        if self.server is not None:  # the next job's launcher, started after this one's hand-off
+            self.spares.refill(argv, {k: v for k, v in env.items() if k != TAG_VAR})
 
     def stop(self, row: sqlite3.Row, state: str, reason: str, cause: str | None = None) -> None:
         """Ask the job's launcher to stop; the job ends in ``state`` once its nodes are clean."""
@@ -493,7 +495,7 @@ class Scheduler:
         self.adopt()
         if self.cfg.get("python") and self.cfg.get("node_main"):  # the first job's launcher, started now
             env = {**os.environ, **self.cfg.get("env", {})}
-            self.spares.take([self.cfg["python"], "-S", self.cfg["node_main"], "launch"], env)
+            self.spares.refill([self.cfg["python"], "-S", self.cfg["node_main"], "launch"], env)
         if self.cfg.get("ssh_command"):
             for node in self.nodes():
                 self.pool_exec.submit(health.warm_connection, self, node["address"])

@@ -3,10 +3,10 @@ start-up and the launcher's imports are paid while the previous job runs, not in
 
 The spare is started with the environment the next job's launcher gets, its tag included (a process's
 tag must be in the environment it was started with: ``procs`` finds it there), and waits on its standard
-input. ``take()`` gives the job that spare (its tag becomes the attempt's tag) and starts the next one;
-the job's folder is then written to the spare's stdin and it runs as ``launch JOB_DIR`` would. A spare
-whose environment no longer matches the cluster's is let go (its stdin closed: it exits at once), as is
-every spare when the scheduler exits or dies.
+input. ``take()`` gives the job that spare (its tag becomes the attempt's tag); the job's folder is then
+written to the spare's stdin and it runs as ``launch JOB_DIR`` would; ``refill()`` starts the next one
+after that hand-off. A spare whose environment no longer matches the cluster's is let go (its stdin
+closed: it exits at once), as is every spare when the scheduler exits or dies.
 """
 
 from __future__ import annotations
@@ -53,19 +53,29 @@ class Spares:
 
     def take(self, argv: list[str], env: dict[str, str]) -> Spare | None:
         """The spare for a launcher of ``argv`` (without its job folder) and ``env`` (without a tag), or
-        None when there is none that fits; a fitting one is started for the next job either way."""
-        key = (*argv, *sorted(f"{k}={v}" for k, v in env.items()))
+        None when there is none that fits (``refill`` starts the next one, after the hand-off)."""
         spare, self.spare = self.spare, None
-        if spare is not None and (spare.key != key or spare.proc.poll() is not None):
+        if spare is not None and (spare.key != _key(argv, env) or spare.proc.poll() is not None):
             spare.release()
             spare = None
-        self.spare = start(argv, env, key)
         return spare
+
+    def refill(self, argv: list[str], env: dict[str, str]) -> None:
+        """Start a spare for the next job unless one that fits is waiting."""
+        if self.spare is not None and self.spare.key == _key(argv, env) and self.spare.proc.poll() is None:
+            return
+        if self.spare is not None:
+            self.spare.release()
+        self.spare = start(argv, env, _key(argv, env))
 
     def close(self) -> None:
         if self.spare is not None:
             self.spare.release()
             self.spare = None
+
+
+def _key(argv: list[str], env: dict[str, str]) -> tuple[str, ...]:
+    return (*argv, *sorted(f"{k}={v}" for k, v in env.items()))
 
 
 def start(argv: list[str], env: dict[str, str], key: tuple[str, ...]) -> Spare | None:
