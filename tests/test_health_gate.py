@@ -75,6 +75,18 @@ def test_nhc_failures_are_read_from_its_log() -> None:
     assert checks.nhc_checks("n", "Node Health Check completed.  Exit code: 0\n")[0].ok
 
 
+def test_nccl_version_from_its_library(tmp_path: Path) -> None:
+    from batchai_sdk.node.gate.probe import nccl_version
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    for name in ("a/libnccl.so", "a/libnccl.so.2", "a/libnccl.so.2.18.3", "b/libnccl.so.2.21.5"):
+        (tmp_path / name).write_bytes(b"")
+    assert nccl_version([str(tmp_path / "a")]) == "2.18.3"
+    assert nccl_version([str(tmp_path / "a"), str(tmp_path / "b")]) == "2.21.5"
+    assert nccl_version([str(tmp_path / "none")]) is None
+
+
 def test_the_odd_version_out_is_named() -> None:
     versions = {
         "a": {"driver": "535.161.08", "cuda": "12.2"},
@@ -224,6 +236,8 @@ def test_a_job_that_asks_for_the_gate_starts_after_its_nodes_pass(ws: Workspace)
     assert job.wait(timeout=180) is JobState.SUCCEEDED
     [report] = [json.loads(p.read_text()) for p in _health_folder(ws, "j").glob("*.json")]
     assert sorted(report["nodes"]) == sorted(cluster.node_states()) and report["unusable"] == {}
+    copy = json.loads("\n".join(job.tail("health-check.json", lines=10_000)))
+    assert copy == report  # the job's own copy, beside its logs
     plain = exp.create_job("plain", cluster=cluster, command_line="true", toolkit="custom")
     plain.submit()
     assert plain.wait(timeout=60) is JobState.SUCCEEDED

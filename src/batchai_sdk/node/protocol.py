@@ -28,6 +28,7 @@ SIZE_RECORD = "size.json"  # with autoscale: the nodes up now (the scheduler)
 EVENTS_RECORD = "events.jsonl"  # every scaling decision (the scheduler)
 CLIENT_EVENTS = "events.d"  # a client's scaling decision, one file each
 HEARTBEAT_KEY = "heartbeat"  # in nodes.json: the queue's heartbeat (queued jobs' records are not rewritten)
+HEALTH_REPORT = "health-check.json"  # in a job's logs: the health gate's report on its nodes, when it asked
 HEALTH_DIR = "health"  # the health gate's reports, one file each (the scheduler, check_nodes, any tool)
 EXPERIMENT_RECORD = "experiment.json"
 JOB_RECORD = "job.json"

@@ -9,17 +9,32 @@ as a job's ranks do; a node without torch reports the test skipped, not failed.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from .checks import GPU_QUERY, Check, cuda_version, dcgm_checks, gpu_checks, nhc_checks, parse_gpus
 
 NHC_LOGS = ("/opt/azurehpc/test/azurehpc-health-checks/health.log", "/var/log/nhc.log")
+# where NCCL's library is installed: the distribution's, CUDA's, HPC-X's (the Azure HPC image), NCCL_HOME's
+NCCL_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/local/cuda/lib64", "/usr/lib64", "/opt/hpcx/nccl/lib")
+
+
+def nccl_version(dirs: Sequence[str]) -> str | None:
+    """NCCL's version from its library's file name (``libnccl.so.2.21.5``): the newest found in ``dirs``."""
+    found: list[tuple[int, ...]] = []
+    for folder in dirs:
+        for path in glob.glob(os.path.join(folder, "libnccl.so.*")):
+            parts = os.path.basename(path)[len("libnccl.so.") :].split(".")
+            if len(parts) == 3 and all(p.isdigit() for p in parts):
+                found.append(tuple(int(p) for p in parts))
+    return ".".join(map(str, max(found))) if found else None
 
 
 def _run(argv: list[str], timeout: float) -> tuple[int, str]:
@@ -47,6 +62,8 @@ def node_report(node: str, level: str, gpus: int) -> dict[str, Any]:
             out.extend(gpu_checks(node, rows, gpus))
             versions["driver"] = rows[0].get("driver_version") if rows else None
             versions["cuda"] = cuda_version(_run([smi], 20)[1])
+            home = os.environ.get("NCCL_HOME")
+            versions["nccl"] = nccl_version([*NCCL_DIRS, *([os.path.join(home, "lib")] if home else [])])
     if level == "full" and smi is not None and (dcgmi := shutil.which("dcgmi")) is not None:
         code, text = _run([dcgmi, "diag", "-r", "1", "-j"], 120)
         out.extend(dcgm_checks(node, text) if text.strip().startswith("{") else [])

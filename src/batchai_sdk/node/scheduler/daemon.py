@@ -307,17 +307,17 @@ class Scheduler:
             for r in self.rows("state IN ('running', 'cleaning')")
         ]
         for job_id, count in plan(queued, running, len(free), time.time()):
-            if not self.gate.ready(free[:count], self.job_health_level(rows[job_id])):
+            level, logs = self.job_health_level(rows[job_id])
+            if not self.gate.ready(free[:count], level, copy_to=logs):
                 break  # its nodes are being checked; the next plan sees which passed
             self.start(rows[job_id], free[:count])
             free = free[count:]
 
-    def job_health_level(self, row: sqlite3.Row) -> str:
-        """The job's own ``health_check`` (launch.json), or "off": the cluster's gate already ran."""
-        launch = load_or_none(
-            os.path.join(self.job_share_dir(row["experiment"], row["name"]), "run", "launch.json")
-        )
-        return str((launch or {}).get("health_check") or "off")
+    def job_health_level(self, row: sqlite3.Row) -> tuple[str, str | None]:
+        """The job's own ``health_check`` (launch.json), or "off" (the cluster's gate already ran), and
+        the job's log folder, where the report of its check goes too."""
+        launch = load_or_none(self.share_paths().launch_config(row["experiment"], row["name"])) or {}
+        return str(launch.get("health_check") or "off"), launch.get("stdouterr_dir")
 
     def start(self, row: sqlite3.Row, nodes: list[dict[str, Any]]) -> None:
         """Start the job's launcher on ``nodes`` with a fresh tag for this attempt."""

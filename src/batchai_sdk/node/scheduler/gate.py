@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..common import write_json_atomic
 from ..gate.checks import LEVELS
 from ..gate.run import run_gate
-from ..protocol import HEALTH_DIR
+from ..protocol import HEALTH_DIR, HEALTH_REPORT
 from . import scaling
 
 if TYPE_CHECKING:
@@ -37,6 +37,7 @@ class NodeGate:
         self.unusable: dict[str, str] = {}  # node -> why
         self.checking: set[str] = set()
         self.running: concurrent.futures.Future[dict[str, Any]] | None = None
+        self.copy_to: str | None = None  # the job folder the running check's report goes to as well
         self.seen: set[str] = set()  # report files already applied (read, or written by this process)
         self.applied = 0  # of the reports now in the folder, how many were applied: a client waits on it
 
@@ -58,18 +59,20 @@ class NodeGate:
     def busy(self) -> bool:
         return self.running is not None
 
-    def ready(self, nodes: Sequence[Mapping[str, Any]], level: str) -> bool:
-        """Whether ``nodes`` passed ``level``; if not, a check of them starts (when none runs)."""
+    def ready(self, nodes: Sequence[Mapping[str, Any]], level: str, *, copy_to: str | None = None) -> bool:
+        """Whether ``nodes`` passed ``level``; if not, a check of them starts (when none runs), its report
+        also written to the folder ``copy_to`` (the job's logs, for a job that asked for the check)."""
         need = RANK.get(level, 0)
         missing = [n for n in nodes if self.passed.get(n["id"], 0) < need]
         if not missing:
             return True
-        self.start(missing, level)
+        self.start(missing, level, copy_to=copy_to)
         return False
 
-    def start(self, nodes: Sequence[Mapping[str, Any]], level: str) -> None:
+    def start(self, nodes: Sequence[Mapping[str, Any]], level: str, *, copy_to: str | None = None) -> None:
         if self.running is not None or not nodes:
             return
+        self.copy_to = copy_to
         self.checking = {n["id"] for n in nodes}
         self.sched.log(f"health check ({level}) of {', '.join(sorted(self.checking))}")
         chosen = [dict(n) for n in nodes]
@@ -86,6 +89,10 @@ class NodeGate:
                 report = {"level": "basic", "nodes": sorted(self.checking), "checks": [], "unusable": why}
             self.checking = set()
             self.write(report)
+            if self.copy_to is not None:  # the job that asked for the check: its report beside its logs
+                with contextlib.suppress(OSError):
+                    write_json_atomic(os.path.join(self.copy_to, HEALTH_REPORT), report)
+                self.copy_to = None
         self.read_reports()
         level = self.level()
         if level != "off" and self.running is None:
