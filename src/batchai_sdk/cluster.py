@@ -311,7 +311,7 @@ class Cluster:
             status = self._status()
             usable = tuple(n for n in status.nodes if n.id not in status.node_states)
             if usable:
-                self.workspace.backend.scheduler(new).update_nodes(usable, timeout=timeout)
+                self.workspace.backend.scheduler(new, nodes=usable).update_nodes(usable, timeout=timeout)
         if wait:
             self.wait_until_steady(timeout=timeout)
         return self

@@ -334,7 +334,9 @@ class Job:
             scheduling_priority=self.spec.scheduling_priority,
             secrets=secrets,
         )
-        self.workspace.backend.scheduler(cluster.spec).submit(request)
+        # the nodes just found are the cluster's (with autoscale they are the pool's: it finds its own)
+        known = nodes if cluster.spec.autoscale is None else None
+        self.workspace.backend.scheduler(cluster.spec, nodes=known).submit(request)
 
     @staticmethod
     def _price(cluster: Cluster) -> float:

@@ -236,12 +236,13 @@ class Backend(ABC):
         """Where the head node can change the cluster's capacity itself (Azure: the scale set), or None."""
         return None
 
-    def scheduler(self, spec: ClusterSpec) -> ClusterScheduler:
+    def scheduler(self, spec: ClusterSpec, *, nodes: tuple[Node, ...] | None = None) -> ClusterScheduler:
         """The authority that queues and places the cluster's jobs: by default our scheduler on the
-        cluster's head node; a Slurm backend returns Slurm."""
+        cluster's head node; a Slurm backend returns Slurm. ``nodes``: the cluster's usable nodes when
+        the caller has just found them (submit, resize), so they are not asked for again."""
         from .head_scheduler import HeadNodeScheduler
 
-        return HeadNodeScheduler(self, spec)
+        return HeadNodeScheduler(self, spec, nodes)
 
     def delete(self) -> None:  # noqa: B027 - backends with cloud resources override
         """Remove what the workspace created outside its records (cloud resources)."""

@@ -307,7 +307,7 @@ class AzureBatchBackend(AzureBackend):
             "a head-node runner", "azure (engine batch)", "the Batch service runs the job"
         )
 
-    def scheduler(self, spec: ClusterSpec) -> ClusterScheduler:
+    def scheduler(self, spec: ClusterSpec, *, nodes: tuple[Node, ...] | None = None) -> ClusterScheduler:
         from .scheduler import BatchScheduler
 
         return BatchScheduler(self, spec)

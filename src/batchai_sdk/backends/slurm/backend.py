@@ -220,7 +220,7 @@ class SlurmBackend(Backend):
         """The login node (jobs start through sbatch there, never directly on a compute node)."""
         return BorrowedRunner(self.runner)
 
-    def scheduler(self, spec: ClusterSpec) -> SlurmScheduler:
+    def scheduler(self, spec: ClusterSpec, *, nodes: tuple[Node, ...] | None = None) -> SlurmScheduler:
         """The cluster's scheduler: Slurm itself (sbatch, scancel, squeue)."""
         from .scheduler import SlurmScheduler
 
