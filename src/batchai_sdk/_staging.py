@@ -19,9 +19,11 @@ import logging
 import os
 import posixpath
 from collections.abc import Callable
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import _layout as layout
 from . import _progress
 from ._models import utcnow
 from .exceptions import NotFoundError, ShareError, ValidationError
@@ -33,7 +35,7 @@ from .train import SCRIPTS, module_path
 if TYPE_CHECKING:
     import pathspec
 
-    from .backends.base import LaunchTarget
+    from .backends.base import Backend, LaunchTarget
     from .job import Job
 
 __all__ = [
@@ -44,6 +46,8 @@ __all__ = [
     "code_files",
     "code_hash",
     "default_max_bytes",
+    "ensure_node_code",
+    "node_code",
     "stage_code",
     "stage_job",
 ]
@@ -245,6 +249,36 @@ def resolve_local_script(script: str) -> Path | None:
     return None
 
 
+NODE_PACKAGE = Path(__file__).resolve().parent / "node"
+
+
+@lru_cache(maxsize=1)
+def node_code() -> tuple[str, tuple[tuple[str, bytes], ...]]:
+    """(digest, files) of the node package, its subfolders included (paths relative to it, with '/'): the
+    digest names its folder on the share."""
+    files = tuple(
+        sorted((p.relative_to(NODE_PACKAGE).as_posix(), p.read_bytes()) for p in NODE_PACKAGE.rglob("*.py"))
+    )
+    digest = hashlib.sha256(b"".join(name.encode() + b"\0" + data for name, data in files)).hexdigest()
+    return digest[:16], files
+
+
+def ensure_node_code(backend: Backend) -> str:
+    """Upload the node code once per version; returns its share-relative folder. ``__main__.py`` is
+    written last, so a folder that has it is complete (concurrent uploads write the same bytes)."""
+    digest, files = node_code()
+    folder = layout.node_code_dir(digest)
+    share = backend.share
+    if share.exists(posixpath.join(folder, "__main__.py")):
+        return folder
+    try:
+        for name, data in sorted(files, key=lambda f: f[0] == "__main__.py"):
+            share.write_bytes(posixpath.join(folder, name), data)
+    except OSError as exc:
+        raise ShareError(f"could not write the node code to share {share.name!r} ({folder}): {exc}") from exc
+    return folder
+
+
 def stage_job(
     job: Job, target: LaunchTarget, local_script: Path | None, script_rel: str | None, *, evictable: bool
 ) -> dict[str, Any]:
@@ -269,8 +303,6 @@ def stage_job(
         ):
             share.mkdir(directory)
         what = "the node code"
-        from .backends.head_scheduler import ensure_node_code  # the backends import this module
-
         node_main = on_node(target, join(ensure_node_code(job.workspace.backend), "__main__.py"))
         config = launch_config(
             job.spec,

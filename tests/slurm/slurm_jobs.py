@@ -13,8 +13,8 @@ from typing import Any
 
 from batchai_sdk._layout import JobPaths
 from batchai_sdk._models import ClusterSpec, JobSpec, JobStatus, heartbeat_timeout, utcnow
+from batchai_sdk._staging import ensure_node_code
 from batchai_sdk.backends.base import JobRequest
-from batchai_sdk.backends.head_scheduler import ensure_node_code
 from batchai_sdk.backends.slurm import SlurmBackend, SlurmScheduler
 from batchai_sdk.launch import launch_config, on_node
 from batchai_sdk.share import join

@@ -5,7 +5,6 @@ runner: the request (secrets included) goes on stdin, the reply comes back on st
 
 from __future__ import annotations
 
-import hashlib
 import json
 import posixpath
 import time
@@ -13,47 +12,18 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from .. import _layout as layout
 from .._models import ClusterSpec, Node, parse_time
-from ..exceptions import AlreadyExistsError, BackendError, CapacityError, ShareError, ValidationError
+from .._staging import ensure_node_code as ensure_node_code  # re-exported (it lived here)
+from .._staging import node_code as node_code
+from ..exceptions import AlreadyExistsError, BackendError, CapacityError, ValidationError
 from ..launch import node_command, on_node
 from ..node.protocol import E_CAPACITY, E_EXISTS, E_INVALID, NodesDoc
 from ..share import Share
 from ..vm_sizes import health_floors
 from .base import Activity, Assignment, Backend, ClusterScheduler, JobRequest, LaunchTarget
-
-NODE_PACKAGE = Path(__file__).resolve().parent.parent / "node"
-
-
-@lru_cache(maxsize=1)
-def node_code() -> tuple[str, tuple[tuple[str, bytes], ...]]:
-    """(digest, files) of the node package, its subfolders included (paths relative to it, with '/'): the
-    digest names its folder on the share."""
-    files = tuple(
-        sorted((p.relative_to(NODE_PACKAGE).as_posix(), p.read_bytes()) for p in NODE_PACKAGE.rglob("*.py"))
-    )
-    digest = hashlib.sha256(b"".join(name.encode() + b"\0" + data for name, data in files)).hexdigest()
-    return digest[:16], files
-
-
-def ensure_node_code(backend: Backend) -> str:
-    """Upload the node code once per version; returns its share-relative folder. ``__main__.py`` is
-    written last, so a folder that has it is complete (concurrent uploads write the same bytes)."""
-    digest, files = node_code()
-    folder = layout.node_code_dir(digest)
-    share = backend.share
-    if share.exists(posixpath.join(folder, "__main__.py")):
-        return folder
-    try:
-        for name, data in sorted(files, key=lambda f: f[0] == "__main__.py"):
-            share.write_bytes(posixpath.join(folder, name), data)
-    except OSError as exc:
-        raise ShareError(f"could not write the node code to share {share.name!r} ({folder}): {exc}") from exc
-    return folder
 
 
 def with_cluster_heartbeat(

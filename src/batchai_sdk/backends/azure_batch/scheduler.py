@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from ... import _layout as layout
 from ..._models import JobState, parse_time, utcnow
+from ..._staging import ensure_node_code
 from ...exceptions import AlreadyExistsError
 from ...share import join
 from ..base import Assignment, ClusterScheduler, JobRequest
-from ..head_scheduler import ensure_node_code
 from . import task as tasks
 
 if TYPE_CHECKING:

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from ... import _layout as layout
 from ..._models import ClusterSpec, JobState, utcnow
+from ..._staging import ensure_node_code
 from ...exceptions import AlreadyExistsError, ValidationError
 from ...share import join
 from ..base import Assignment, ClusterScheduler, JobRequest
-from ..head_scheduler import ensure_node_code
 from . import states
 from .commands import QueuedJob
 from .script import SbatchRequest, parse_job_name, sbatch_script, slurm_job_name
