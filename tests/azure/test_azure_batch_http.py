@@ -484,18 +484,20 @@ def test_a_workspace_opens_only_with_the_engine_it_was_created_with(
     mock: responses.RequestsMock, tmp_path: Path
 ) -> None:
     ws, _arm, _service, _files = batch_workspace(mock, tmp_path)
+    ws.create_experiment("first")  # the workspace's record, with its engine, comes with what it first holds
     options = {k: v for k, v in ws.backend.describe().items() if k in ("subscription_id", "location")}
+    other = Workspace.azure(  # constructing makes no call (issue 23): the engine is checked at first use
+        "batchaidev",
+        resource_group="batchai.horovod",
+        credential=FakeCredential(),
+        storage_account=ACCOUNT,
+        state_dir=tmp_path / "state2",
+        polling_interval=0,
+        ssh_source_cidr="203.0.113.7/32",
+        **options,
+    )
     with pytest.raises(ValidationError, match="'batch', the engine workspace 'batchaidev' was created with"):
-        Workspace.azure(
-            "batchaidev",
-            resource_group="batchai.horovod",
-            credential=FakeCredential(),
-            storage_account=ACCOUNT,
-            state_dir=tmp_path / "state2",
-            polling_interval=0,
-            ssh_source_cidr="203.0.113.7/32",
-            **options,
-        )
+        other.create_experiment("e")
     assert Workspace.azure("batchaidev", engine="batch", resource_group="batchai.horovod",
                            credential=FakeCredential(), storage_account=ACCOUNT, state_dir=tmp_path / "s3",
                            polling_interval=0, **options).backend.engine == "batch"  # fmt: skip
