@@ -62,7 +62,11 @@ def with_cluster_heartbeat(
     """A queued job's record with the cluster's heartbeat when that is newer: the scheduler rewrites a
     queued job's ``status.json`` only when it changes, and beats once for the whole queue in
     ``nodes.json`` (a thousand queued jobs are not a thousand writes every few seconds)."""
-    if not record or record.get("state") != "queued" or not record.get("scheduler"):
+    if (
+        not record
+        or record.get("state") != "queued"
+        or not (record.get("reporter") or record.get("scheduler"))
+    ):
         return record
     doc = share.read_json_or_none(layout.nodes_record(cluster)) or {}
     try:
