@@ -140,6 +140,7 @@ HOSTILE = {
     "retry codes of strings": json.dumps(submit("codes", retry_on_exit_codes=["1"])).encode(),
     "secrets not strings": json.dumps(submit("sec", secrets={"A": 1})).encode(),
     "priority 'urgent'": json.dumps(submit("urgent", scheduling_priority="urgent")).encode(),
+    "priority a list": json.dumps(submit("plist", scheduling_priority=["high"])).encode(),
     "a node address that is an ssh option": b"",  # filled in below (needs the daemon's configuration)
     "not UTF-8": b'{"op": "\xff\xfe"}',
     "not JSON": b"hello",

@@ -167,9 +167,6 @@ def check_request(doc: dict[str, Any]) -> dict[str, Any]:
         not isinstance(c, bool) and isinstance(c, int) and 1 <= c <= 255 for c in codes
     ):
         raise invalid("retry_on_exit_codes", codes, "a list of exit codes 1..255")
-    priority = doc.get("scheduling_priority")
-    if priority is not None and priority not in PRIORITIES:
-        raise invalid("scheduling_priority", priority, f"one of {', '.join(PRIORITIES)}")
     out.update(
         experiment=text(doc, "experiment", NAME),
         name=text(doc, "name", NAME),
@@ -183,8 +180,11 @@ def check_request(doc: dict[str, Any]) -> dict[str, Any]:
         max_cost=number(doc, "max_cost", 0, 1e12, above=True),
         price=number(doc, "price", 0, 1e9),
         secrets=string_map(doc, "secrets", ENV_NAME),
-        scheduling_priority=priority or "normal",
     )
+    priority = doc.get("scheduling_priority")
+    if priority is not None and (not isinstance(priority, str) or priority.lower() not in PRIORITIES):
+        raise invalid("scheduling_priority", priority, f"one of {', '.join(PRIORITIES)}")
+    out["scheduling_priority"] = priority
     return out
 
 
