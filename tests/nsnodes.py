@@ -284,11 +284,18 @@ class NSNode:
         return found
 
     def leftovers(self) -> list[str]:
-        """Anything on the node but its init, sshd and a cluster's scheduler: what jobs left there."""
+        """Anything on the node but its init, sshd, a cluster's scheduler, the spare launcher it keeps
+        ready (``launch -``, scheduler/spares.py) and its shared SSH connections (the ControlMaster an SSH
+        cluster keeps to each node for a while by design, node_setup.MUX_DIR): what jobs left there."""
         return [
             f"{pid} {cmd[:100]}"
             for pid, cmd in self.processes().items()
-            if pid != 1 and cmd and not cmd.startswith("sshd") and cmd.split()[3:4] != ["scheduler"]
+            if pid != 1
+            and cmd
+            and not cmd.startswith("sshd")
+            and cmd.split()[3:4] != ["scheduler"]
+            and cmd.split()[3:] != ["launch", "-"]
+            and not _ssh_mux(cmd)
         ]
 
     def host_pid(self, pid: int) -> int:
@@ -538,3 +545,11 @@ def start_nodes(
         yield cluster
     finally:
         cluster.close()
+
+
+def _ssh_mux(cmd: str) -> bool:
+    """A cluster's shared SSH connection: ``ssh: <home>/.batchai-ssh/<cluster>-<hash> [mux]``."""
+    from batchai_sdk.backends.ssh.node_setup import MUX_DIR
+
+    words = cmd.split()
+    return len(words) == 3 and words[0] == "ssh:" and f"/{MUX_DIR}/" in words[1] and words[2] == "[mux]"

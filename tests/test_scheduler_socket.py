@@ -139,6 +139,8 @@ HOSTILE = {
     "node_count true": json.dumps(submit("bool", node_count=True)).encode(),
     "retry codes of strings": json.dumps(submit("codes", retry_on_exit_codes=["1"])).encode(),
     "secrets not strings": json.dumps(submit("sec", secrets={"A": 1})).encode(),
+    "priority 'urgent'": json.dumps(submit("urgent", scheduling_priority="urgent")).encode(),
+    "priority a list": json.dumps(submit("plist", scheduling_priority=["high"])).encode(),
     "a node address that is an ssh option": b"",  # filled in below (needs the daemon's configuration)
     "not UTF-8": b'{"op": "\xff\xfe"}',
     "not JSON": b"hello",
@@ -271,7 +273,7 @@ JSON = st.recursive(
 )
 FIELDS = st.sampled_from(
     ["op", "experiment", "name", "node_count", "max_wall_clock_seconds", "cluster", "secrets", "request_id",
-     "retry_on_exit_codes", "max_retries", "hang_timeout", "max_cost", "price", "created", "no_start"]
+     "retry_on_exit_codes", "max_retries", "hang_timeout", "max_cost", "price", "created", "no_start", "scheduling_priority"]
 )  # fmt: skip
 REQUESTS = st.one_of(
     st.binary(max_size=200),

@@ -270,6 +270,13 @@ def test_a_job_is_a_batch_job_with_a_multi_instance_task(env: Any, tmp_path: Pat
     assert on_share and not any(b"hf-s3cret" in data for data in on_share)
 
 
+def test_a_jobs_own_scheduling_priority_wins_over_the_clusters_job_priority(env: Any, tmp_path: Path) -> None:
+    ws, _arm, service, _ = env
+    ws.create_cluster("nc", vm_size=T4, nodes=2, idle_seconds_before_scaledown=None, job_priority=50)
+    _submit(ws, tmp_path, scheduling_priority="high")
+    assert service.body_of("POST", r"^/jobs$")["priority"] == 100  # high, not the cluster's 50
+
+
 def test_task_and_subtask_states_drive_the_job(env: Any, tmp_path: Path) -> None:
     ws, _arm, service, _ = env
     ws.create_cluster("nc", vm_size=T4, nodes=2, idle_seconds_before_scaledown=None)

@@ -40,6 +40,16 @@ def job_id_for(experiment: str, name: str, created: str | None) -> str:
     return f"{stem}-{digest}"
 
 
+def _job_priority(spec: Mapping[str, Any], cluster_priority: object) -> object:
+    """The priority the Batch job gets: the job's own ``schedulingPriority`` where it asked for one
+    (``low``/``high``), else the cluster's ``job_priority``. Every job spec carries ``normal`` by
+    default, so ``normal`` cannot be told from "not given" and defers to the cluster's."""
+    own = spec.get("scheduling_priority")
+    if own is not None and str(own).strip().lower() != "normal":
+        return own
+    return cluster_priority if cluster_priority is not None else own
+
+
 class BatchScheduler(ClusterScheduler):
     def __init__(self, backend: AzureBatchBackend, spec: Any) -> None:
         self.backend = backend
@@ -66,9 +76,7 @@ class BatchScheduler(ClusterScheduler):
             job_id=job_id,
             pool_id=backend.pool_id(self.spec),
             key=request.key,
-            priority=tasks.batch_priority(
-                spec.get("scheduling_priority") or self.spec.extra.get("job_priority")
-            ),
+            priority=tasks.batch_priority(_job_priority(spec, self.spec.extra.get("job_priority"))),
         )
         task = tasks.task_body(
             node_count=request.node_count,
