@@ -191,7 +191,7 @@ def test_cntk_brainscript_and_caffe_solver() -> None:
 
 def test_custom_command_line() -> None:
     c = ctx("custommpi", 0, 2, script=None, args=[], command_line="echo $AZ_BATCHAI_TASK_INDEX")
-    assert tk.rank_argv(c) == ["bash", "-c", "echo $AZ_BATCHAI_TASK_INDEX"]
+    assert tk.rank_argv(c) == ["bash", "--noprofile", "--norc", "-c", "echo $AZ_BATCHAI_TASK_INDEX"]
     with pytest.raises(ValueError, match="a custom rank needs a command line"):
         tk.rank_argv(ctx("custom", 0, 1))
     with pytest.raises(ValueError, match="unknown toolkit"):

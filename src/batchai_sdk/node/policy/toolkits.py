@@ -68,7 +68,9 @@ TORCH_BACKENDS = ("tcp", "gloo", "nccl", "mpi")
 _PER_NODE_DEFAULT = ("horovod", "custommpi", "chainer", "cntk", "caffe", "caffe2")
 DONE_FOLDER = "tensorflow-workers-done"
 # Command lines (custom, custommpi, job preparation) run under bash, as Batch AI ran them: `source` works.
-SHELL = ("bash", "-c")
+# No rc file: a bash whose stdin is the SSH channel reads ~/.bashrc on its own, and a pyenv or conda line
+# there would put another python and pip first on the job's PATH.
+SHELL = ("bash", "--noprofile", "--norc", "-c")
 
 
 @dataclass(frozen=True)
