@@ -90,14 +90,20 @@ def _walk_error(error: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
             yield from _walk_error(detail)
 
 
-def arm_error(body: Any) -> tuple[str | None, str | None]:
-    """The most specific (code, message) in an ARM error body (``{"error": {...}}`` or the error itself)."""
+def json_mapping(body: Any) -> Mapping[str, Any] | None:
+    """An error body (REST JSON text, bytes or an already parsed dict) as a mapping; None if it is none."""
     if isinstance(body, (bytes, str)):
         try:
             body = json.loads(body)
         except (ValueError, TypeError):
-            return None, None
-    if not isinstance(body, Mapping):
+            return None
+    return body if isinstance(body, Mapping) else None
+
+
+def arm_error(body: Any) -> tuple[str | None, str | None]:
+    """The most specific (code, message) in an ARM error body (``{"error": {...}}`` or the error itself)."""
+    body = json_mapping(body)
+    if body is None:
         return None, None
     inner = body.get("error")
     error: Mapping[str, Any] = inner if isinstance(inner, Mapping) else body

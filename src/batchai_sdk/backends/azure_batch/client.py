@@ -15,7 +15,6 @@ ARM operations, we return once the service accepted the request and read the out
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -25,7 +24,7 @@ from urllib.parse import quote
 from ...exceptions import AlreadyExistsError, AzureError, AzureQuotaError, BatchAIError
 from ..azure import _sdk
 from ..azure.clients import ClientOptions
-from ..azure.errors import scrub, translate
+from ..azure.errors import json_mapping, scrub, translate
 from ..azure.provision import _dict  # the REST JSON of an SDK model
 
 _QUOTA_CODES = {
@@ -47,12 +46,8 @@ _RANGE_RE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 
 def batch_error(body: Any) -> tuple[str | None, str | None]:
     """(code, message) of a Batch error body (REST JSON text or dict), with its ``values`` details."""
-    if isinstance(body, (bytes, str)):
-        try:
-            body = json.loads(body)
-        except (ValueError, TypeError):
-            return None, None
-    if not isinstance(body, Mapping):
+    body = json_mapping(body)
+    if body is None:
         return None, None
     code = body.get("code")
     message = body.get("message")
