@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Iterator
 
 from ..common import TAG_VAR
 
@@ -36,14 +37,19 @@ def tagged_pids(tag: str) -> list[int]:
     return found
 
 
-def launcher_pid(tag: str) -> int | None:
-    """The job's launcher on this (head) node, found by its tag and its mode (``… launch <folder>``)."""
+def tagged_argvs(tag: str) -> Iterator[tuple[int, list[bytes]]]:
+    """(pid, argv) of each process of the job on this node that is still there to be read."""
     for pid in tagged_pids(tag):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
+                yield pid, f.read().split(b"\0")
         except OSError:
             continue
+
+
+def launcher_pid(tag: str) -> int | None:
+    """The job's launcher on this (head) node, found by its tag and its mode (``… launch <folder>``)."""
+    for pid, argv in tagged_argvs(tag):
         if b"launch" in argv[1:5] and any(mark in arg for arg in argv[:4] for mark in OURS):
             return pid
     return None
@@ -57,12 +63,7 @@ def rank_pids(tag: str) -> list[int]:
     """The job's own processes on this node — its ranks and what they started — without our launcher,
     rank shims and MPI's daemons (a notice meant for the ranks must reach each of them once)."""
     out = []
-    for pid in tagged_pids(tag):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
+    for pid, argv in tagged_argvs(tag):
         if any(mark in arg for arg in argv[:3] for mark in OURS):
             continue
         if argv and os.path.basename(argv[0]) in MPI_DAEMONS:
