@@ -52,7 +52,7 @@ def slurm_ws(slurm: SlurmCluster, tmp_path: Path) -> Iterator[Workspace]:
     ws.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # its slurmd would be leftovers for the SSH namespace tests
 def ns_slurm(ns_nodes: NSNodes) -> Iterator[SlurmCluster]:
     """A Slurm on namespace nodes: slurmd on node1 and node2 (NodeAddr their addresses), slurmctld on
     node3, the login node; munged here (its socket is a file every node sees). Slurm's commands reach
