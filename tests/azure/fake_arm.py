@@ -18,10 +18,10 @@ import re
 import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import responses
 
@@ -45,12 +45,45 @@ class Operation:
 
 @dataclass
 class Injected:
+    """A canned reply for the next ``times`` calls of ``method`` whose path matches ``pattern``."""
+
     method: str
     pattern: re.Pattern[str]
-    status: int
-    body: Any
-    headers: dict[str, str] = field(default_factory=dict)
+    reply: Reply
     times: int = 1
+
+
+@dataclass
+class Seen:
+    """One request as the fakes read it: the path without its trailing slash, the query and the JSON body."""
+
+    method: str
+    path: str
+    query: dict[str, str]
+    data: Any
+
+
+def read_request(request: Any, *, unquote_path: bool = False) -> Seen:
+    url = urlsplit(request.url)
+    path = url.path.rstrip("/")
+    body = request.body
+    if isinstance(body, bytes):
+        body = body.decode()
+    query = {k: v[0] for k, v in parse_qs(url.query).items()}
+    return Seen(
+        request.method, unquote(path) if unquote_path else path, query, json.loads(body) if body else None
+    )
+
+
+def take_injected(injected: list[Injected], seen: Seen) -> Reply | None:
+    """The canned reply queued for this request, if any (used up after its ``times``)."""
+    for inj in list(injected):
+        if inj.method == seen.method and inj.pattern.search(seen.path):
+            inj.times -= 1
+            if inj.times <= 0:
+                injected.remove(inj)
+            return inj.reply
+    return None
 
 
 @dataclass
@@ -129,9 +162,9 @@ class FakeArm:
         times: int = 1,
     ) -> None:
         """Answer the next ``times`` calls of ``method`` whose path matches ``path_regex`` with this."""
-        self.injected.append(
-            Injected(method, re.compile(path_regex, re.I), status, body, headers or {}, times)
-        )
+        text = body if isinstance(body, str) else json.dumps(body) if body else ""
+        reply = (status, {"Content-Type": "application/json", **(headers or {})}, text)
+        self.injected.append(Injected(method, re.compile(path_regex, re.I), reply, times))
 
     def count(self, method: str, path_regex: str) -> int:
         rx = re.compile(path_regex, re.I)
@@ -156,25 +189,16 @@ class FakeArm:
 
     # -- plumbing ------------------------------------------------------------------------------------------
     def _handle(self, request: Any) -> Reply:
-        url = urlsplit(request.url)
-        path = url.path.rstrip("/")
-        query = {k: v[0] for k, v in parse_qs(url.query).items()}
-        body = request.body
-        if isinstance(body, bytes):
-            body = body.decode()
-        data = json.loads(body) if body else None
+        seen = read_request(request)
+        path, query, data = seen.path, seen.query, seen.data
         with self._lock:
             self.calls.append((request.method, path))
             self.bodies.append((request.method, path, data))
             self.auth_headers.append(request.headers.get("Authorization"))
             self.queries.append(query)
-            for inj in list(self.injected):
-                if inj.method == request.method and inj.pattern.search(path):
-                    inj.times -= 1
-                    if inj.times <= 0:
-                        self.injected.remove(inj)
-                    text = inj.body if isinstance(inj.body, str) else json.dumps(inj.body) if inj.body else ""
-                    return inj.status, {"Content-Type": "application/json", **inj.headers}, text
+            injected = take_injected(self.injected, seen)
+            if injected is not None:
+                return injected
             auth = request.headers.get("Authorization", "")
             if not auth.startswith("Bearer "):
                 return self._error(

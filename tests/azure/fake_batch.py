@@ -24,10 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.utils import formatdate
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
 
 import responses
-from fake_arm import FakeArm, now
+from fake_arm import FakeArm, Injected, now, read_request, take_injected
 
 Reply = tuple[int, dict[str, str], Any]
 
@@ -108,14 +107,6 @@ class FakeBatchArm(FakeArm):
 
 
 @dataclass
-class Injected:
-    method: str
-    pattern: re.Pattern[str]
-    reply: Reply
-    times: int = 1
-
-
-@dataclass
 class FakeBatchService:
     """The data plane of one Batch account. ``addresses(pool, i)`` gives node ``i``'s ``ipAddress``."""
 
@@ -178,25 +169,17 @@ class FakeBatchService:
 
     # -- plumbing --------------------------------------------------------------------------------------
     def _handle(self, request: Any) -> Reply:
-        url = urlsplit(request.url)
-        path = unquote(url.path.rstrip("/"))
-        query = {k: v[0] for k, v in parse_qs(url.query).items()}
-        body = request.body
-        if isinstance(body, bytes):
-            body = body.decode()
-        data = json.loads(body) if body else None
+        seen = read_request(request, unquote_path=True)
+        path, query, data = seen.path, seen.query, seen.data
         with self._lock:
             self.calls.append((request.method, path))
             self.bodies.append((request.method, path, data))
             self.auth_headers.append(request.headers.get("Authorization"))
             if "api-version" not in query:
                 return batch_error(400, "MissingRequiredQueryParameter", "api-version is missing")
-            for inj in list(self.injected):
-                if inj.method == request.method and inj.pattern.search(path):
-                    inj.times -= 1
-                    if inj.times <= 0:
-                        self.injected.remove(inj)
-                    return inj.reply
+            injected = take_injected(self.injected, seen)
+            if injected is not None:
+                return injected
             if not str(request.headers.get("Authorization", "")).startswith("Bearer "):
                 return batch_error(401, "AuthenticationFailed", "Server failed to authenticate the request.")
             try:
