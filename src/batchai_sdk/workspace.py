@@ -423,7 +423,8 @@ class Workspace:
         ``az batchai cluster create -f`` did: ``overrides`` (``create_cluster``'s keywords, e.g.
         ``vm_size``, ``nodes``) win over the file, as flags did. What the file asks for that this backend
         does differently goes to ``on_note`` (default: logged as warnings; docs/cluster-json.md); errors
-        name the JSON path."""
+        name the JSON path. ``mounts`` given here are added to the file's ``mountVolumes``, as az's
+        ``--afs-name``/``--bfs-name``/``--nfs`` were."""
         from .batchai_json import parse_cluster_json
 
         parsed = parse_cluster_json(
@@ -438,7 +439,10 @@ class Workspace:
         if {"nodes", "min_nodes", "max_nodes"} & set(overrides):
             for key in ("nodes", "min_nodes", "max_nodes", "initial_nodes"):
                 args.pop(key, None)  # scale given with the call replaces the file's, whole
+        added = tuple(overrides.pop("mounts", ()))
         args.update(overrides)
+        if added:
+            args["mounts"] = (*args.get("mounts", ()), *added)
         if not {"nodes", "min_nodes"} & set(args):
             args["nodes"] = 0  # Batch AI's default targetNodeCount
         return self.create_cluster(name, **args)
