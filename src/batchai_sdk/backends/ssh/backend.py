@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from ... import _layout as layout
 from ..._models import ClusterSpec, Node, NodeState, utcnow
-from ...exceptions import BatchAIError, HostKeyError, NodeError, ValidationError
+from ...exceptions import BackendError, BatchAIError, HostKeyError, NodeError, ValidationError
 from ...mounts import Mount, storage_key
 from ...remote.base import BorrowedRunner, CommandResult, Runner
 from ...remote.host_keys import HostKeyStore, known_hosts_name
@@ -32,6 +32,7 @@ from ..local import default_root
 from . import keys as ssh_keys
 from . import mounts as ssh_mounts
 from . import node_setup as setup
+from . import setup_secrets
 from .share import SFTPShare
 
 log = logging.getLogger(__name__)
@@ -241,6 +242,8 @@ class SSHBackend(Backend):
 
     def create_cluster(self, spec: ClusterSpec, *, timeout: float | None = None) -> None:
         self._check_size(spec.nodes)
+        if spec.node_setup_secrets:
+            setup_secrets.save(self._client_key_path(spec.name).parent, spec.node_setup_secrets)
 
     def resize_cluster(self, spec: ClusterSpec, nodes: int, *, timeout: float | None = None) -> None:
         self._check_size(nodes)
@@ -324,6 +327,36 @@ class SSHBackend(Backend):
             ssh_keys.save(path, key)
             return key
 
+    def setup_secrets(self, spec: ClusterSpec) -> dict[str, str]:
+        """The values of the cluster's ``node_setup_secrets``: given with the spec, else kept on this
+        client, else read back from the head node (where an earlier setup, maybe from another client,
+        left them); BackendError naming the missing names (never a value) when none has them."""
+        names = set(spec.node_setup_secret_names)
+        if not names:
+            return {}
+        if names <= set(spec.node_setup_secrets):
+            return dict(spec.node_setup_secrets)
+        folder = self._client_key_path(spec.name).parent
+        with self._lock:
+            found = setup_secrets.load(folder)
+            if found is None:
+                try:
+                    path = self.node_paths(spec.name).secrets
+                    with self._runner(self.hosts[0]).sftp().open(path, "r") as f:
+                        found = setup_secrets.parse_env(f.read().decode("utf-8"))
+                except (OSError, UnicodeDecodeError, BatchAIError):
+                    found = {}
+                if names <= set(found):
+                    setup_secrets.save(folder, found)
+        missing = sorted(names - set(found))
+        if missing:
+            raise BackendError(
+                f"the values of node_setup_secrets {', '.join(missing)} of cluster {spec.name!r} are "
+                "neither on this client nor on its head node: delete the cluster and create it again "
+                "with them"
+            )
+        return {k: found[k] for k in sorted(names)}
+
     # -- preparing nodes for a job --------------------------------------------------------------------
     def prepare(self, spec: ClusterSpec, nodes: tuple[Node, ...]) -> None:
         """Every node answers over SSH (else NodeError naming it), sees the share, and has run node
@@ -353,6 +386,7 @@ class SSHBackend(Backend):
             node_setup=spec.node_setup,
             authorized_keys=self.authorized_keys_path,
             cluster_dir=paths.cluster_dir,
+            secret_names=spec.node_setup_secret_names,
         )
         share_marker = posixpath.join(self.share_path, layout.META)
         share_checked = self.share.exists(layout.META)
@@ -437,6 +471,8 @@ class SSHBackend(Backend):
                 join(setup_dir, f"{nid}.json"), {"node": nid, "state": "running", "started": started}
             )
         log.info("node setup of cluster %s on %s", spec.name, ", ".join(sorted(nodes)))
+        secrets = self.setup_secrets(spec)
+        stdin = key.private_openssh + setup_secrets.env_text(secrets)  # never on a command line
 
         def one(node: Node) -> CommandResult:
             script = setup.setup_script(
@@ -448,8 +484,9 @@ class SSHBackend(Backend):
                 log_dir=log_dir,
                 setup_hash=want,
                 env=env,
+                secrets=bool(secrets),
             )
-            return self.runner(node).run(script, stdin=key.private_openssh, timeout=self.setup_timeout)
+            return self.runner(node).run(script, stdin=stdin, timeout=self.setup_timeout)
 
         results, errors = _parallel(nodes, one)
         failures = {nid: str(exc) for nid, exc in errors.items()}
@@ -543,6 +580,7 @@ class SSHBackend(Backend):
         client_dir = self._client_key_path(spec.name).parent
         for f in (client_dir / "id_ed25519", client_dir / "id_ed25519.pub"):
             f.unlink(missing_ok=True)
+        setup_secrets.remove(client_dir)
         try:
             client_dir.rmdir()
         except OSError:
