@@ -29,7 +29,7 @@ from ...remote.host_keys import HostKeyStore, known_hosts_name
 from ...remote.ssh import SSHRunner
 from ..base import Backend, ClusterStatus, LaunchTarget
 from ..local import default_root
-from ..ssh import SSHBackend, setup_secrets
+from ..ssh import SSHBackend, cluster_secrets
 from ..ssh import keys as ssh_keys
 from . import _sdk
 from . import provision as prov
@@ -323,7 +323,7 @@ class AzureBackend(Backend):
             raise ValidationError("os_disk_gb", disk, "an integer from 30 to 4095")
         self._ensure_network()
         if spec.node_setup_secrets:  # node_setup runs over SSH: its secrets live with the SSH state
-            setup_secrets.save(self.state_dir / "ssh" / "clusters" / spec.name, spec.node_setup_secrets)
+            cluster_secrets.save(self.state_dir / "ssh" / "clusters" / spec.name, spec.node_setup_secrets)
         assert self._account_key is not None
         script = setup_script(
             account=self.names.storage_account,

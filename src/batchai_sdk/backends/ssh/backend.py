@@ -29,10 +29,10 @@ from ...remote.ssh import SSHRunner, probe_ssh
 from ...share import join
 from ..base import Backend, ClusterStatus, LaunchTarget
 from ..local import default_root
+from . import cluster_secrets
 from . import keys as ssh_keys
 from . import mounts as ssh_mounts
 from . import node_setup as setup
-from . import setup_secrets
 from .share import SFTPShare
 
 log = logging.getLogger(__name__)
@@ -243,7 +243,7 @@ class SSHBackend(Backend):
     def create_cluster(self, spec: ClusterSpec, *, timeout: float | None = None) -> None:
         self._check_size(spec.nodes)
         if spec.node_setup_secrets:
-            setup_secrets.save(self._client_key_path(spec.name).parent, spec.node_setup_secrets)
+            cluster_secrets.save(self._client_key_path(spec.name).parent, spec.node_setup_secrets)
 
     def resize_cluster(self, spec: ClusterSpec, nodes: int, *, timeout: float | None = None) -> None:
         self._check_size(nodes)
@@ -338,16 +338,16 @@ class SSHBackend(Backend):
             return dict(spec.node_setup_secrets)
         folder = self._client_key_path(spec.name).parent
         with self._lock:
-            found = setup_secrets.load(folder)
+            found = cluster_secrets.load(folder)
             if found is None:
                 try:
                     path = self.node_paths(spec.name).secrets
                     with self._runner(self.hosts[0]).sftp().open(path, "r") as f:
-                        found = setup_secrets.parse_env(f.read().decode("utf-8"))
+                        found = cluster_secrets.parse_env(f.read().decode("utf-8"))
                 except (OSError, UnicodeDecodeError, BatchAIError):
                     found = {}
                 if names <= set(found):
-                    setup_secrets.save(folder, found)
+                    cluster_secrets.save(folder, found)
         missing = sorted(names - set(found))
         if missing:
             raise BackendError(
@@ -472,7 +472,7 @@ class SSHBackend(Backend):
             )
         log.info("node setup of cluster %s on %s", spec.name, ", ".join(sorted(nodes)))
         secrets = self.setup_secrets(spec)
-        stdin = key.private_openssh + setup_secrets.env_text(secrets)  # never on a command line
+        stdin = key.private_openssh + cluster_secrets.env_text(secrets)  # never on a command line
 
         def one(node: Node) -> CommandResult:
             script = setup.setup_script(
@@ -580,7 +580,7 @@ class SSHBackend(Backend):
         client_dir = self._client_key_path(spec.name).parent
         for f in (client_dir / "id_ed25519", client_dir / "id_ed25519.pub"):
             f.unlink(missing_ok=True)
-        setup_secrets.remove(client_dir)
+        cluster_secrets.remove(client_dir)
         try:
             client_dir.rmdir()
         except OSError:

@@ -186,7 +186,7 @@ def setup_script(
     secrets: bool = False,
 ) -> str:
     """Node setup; reads the cluster's private key on stdin (never on a command line), followed by the
-    setup task's secrets (``setup_secrets.env_text``) when ``secrets``: they go to ``paths.secrets``.
+    setup task's secrets (``cluster_secrets.env_text``) when ``secrets``: they go to ``paths.secrets``.
 
     Its output goes to ``stdout-setup-<node>.txt`` / ``stderr-setup-<node>.txt`` in ``log_dir`` (on the
     share, as the node sees it); on failure the last lines of stderr are repeated on the real stderr.
