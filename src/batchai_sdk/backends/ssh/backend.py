@@ -10,6 +10,7 @@ host key checking, then the cluster's own ``node_setup`` command.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import logging
 import os
 import posixpath
@@ -22,7 +23,7 @@ from typing import Any, TypeVar
 from ... import _layout as layout
 from ..._models import ClusterSpec, Node, NodeState, utcnow
 from ...exceptions import BackendError, BatchAIError, HostKeyError, NodeError, ValidationError
-from ...mounts import Mount, storage_key
+from ...mounts import AzureBlobContainer, AzureFileShare, Mount, storage_key
 from ...remote.base import BorrowedRunner, CommandResult, Runner
 from ...remote.host_keys import HostKeyStore, known_hosts_name
 from ...remote.ssh import SSHRunner, probe_ssh
@@ -242,8 +243,7 @@ class SSHBackend(Backend):
 
     def create_cluster(self, spec: ClusterSpec, *, timeout: float | None = None) -> None:
         self._check_size(spec.nodes)
-        if spec.node_setup_secrets:
-            cluster_secrets.save(self._client_key_path(spec.name).parent, spec.node_setup_secrets)
+        save_cluster_secrets(self._client_key_path(spec.name).parent, spec)
 
     def resize_cluster(self, spec: ClusterSpec, nodes: int, *, timeout: float | None = None) -> None:
         self._check_size(nodes)
@@ -417,7 +417,11 @@ class SSHBackend(Backend):
         if todo:
             self._setup(spec, todo, key, paths, want)
         root = posixpath.dirname(self.share_path)
-        points = [ssh_mounts.MountPoint(m, posixpath.join(root, m.relative_mount_path)) for m in spec.mounts]
+        keys = cluster_secrets.load(self._client_key_path(spec.name).parent, name=cluster_secrets.MOUNT_KEYS)
+        points = [
+            ssh_mounts.MountPoint(with_key(m, keys or {}), posixpath.join(root, m.relative_mount_path))
+            for m in spec.mounts
+        ]
         self._mount(by_id, points, f"the mounts of cluster {spec.name!r}")
 
     def prepare_job_mounts(self, spec: ClusterSpec, nodes: tuple[Node, ...], mounts: Sequence[Mount]) -> None:
@@ -585,6 +589,27 @@ class SSHBackend(Backend):
             client_dir.rmdir()
         except OSError:
             pass
+
+
+def save_cluster_secrets(folder: Path, spec: ClusterSpec) -> None:
+    """The cluster's setup secrets and its mounts' keys, to the client's secrets place (``folder``)."""
+    if spec.node_setup_secrets:
+        cluster_secrets.save(folder, spec.node_setup_secrets)
+    keys = {
+        m.relative_mount_path: m.account_key
+        for m in spec.mounts
+        if isinstance(m, AzureFileShare | AzureBlobContainer) and m.account_key is not None
+    }
+    if keys:
+        cluster_secrets.save(folder, keys, name=cluster_secrets.MOUNT_KEYS)
+
+
+def with_key(mount: Mount, keys: Mapping[str, str]) -> Mount:
+    """``mount`` with the key kept for it on this client, where it came without one (from the record)."""
+    key = keys.get(mount.relative_mount_path)
+    if isinstance(mount, AzureFileShare | AzureBlobContainer) and mount.account_key is None and key:
+        return dataclasses.replace(mount, account_key=key)
+    return mount
 
 
 def _parallel(

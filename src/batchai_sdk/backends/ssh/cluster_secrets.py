@@ -10,6 +10,11 @@ live with the cluster, in its secrets place, and nowhere else.
 
 A client that did not create the cluster reads them back from the head node, as it does the cluster key.
 ``cluster delete`` removes both (the node folder with the key; the client file with its folder).
+
+The keys of the cluster's mounts (``AzureFileShare``/``AzureBlobContainer.account_key``, which no record
+holds) are kept the same way on the client, ``mount-keys.json`` (relative mount path → key), so that every
+later submit from this client can mount them on a node that joins; the nodes hold them only in the mount
+script's own 0600 credential files.
 """
 
 from __future__ import annotations
@@ -23,14 +28,15 @@ from pathlib import Path
 from ...exceptions import BackendError
 
 CLIENT_FILE = "setup-secrets.json"
+MOUNT_KEYS = "mount-keys.json"
 NODE_FILE = "setup-secrets.env"
 
 
-def save(folder: Path, secrets: Mapping[str, str]) -> None:
+def save(folder: Path, secrets: Mapping[str, str], *, name: str = CLIENT_FILE) -> None:
     """Write ``secrets`` to the client's secrets place (0600 from creation, replaced atomically)."""
     folder.mkdir(parents=True, exist_ok=True)
     os.chmod(folder, 0o700)
-    path = folder / CLIENT_FILE
+    path = folder / name
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -38,21 +44,23 @@ def save(folder: Path, secrets: Mapping[str, str]) -> None:
     os.replace(tmp, path)
 
 
-def load(folder: Path) -> dict[str, str] | None:
+def load(folder: Path, *, name: str = CLIENT_FILE) -> dict[str, str] | None:
     """The values kept on this client, or None when there are none."""
+    path = folder / name
     try:
-        data = json.loads((folder / CLIENT_FILE).read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
-    except ValueError as exc:
-        raise BackendError(f"{folder / CLIENT_FILE} is not a JSON object of secrets") from exc
+    except ValueError:
+        raise BackendError(f"{path} is not a JSON object of secrets") from None
     if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
-        raise BackendError(f"{folder / CLIENT_FILE} is not a JSON object of secrets")
+        raise BackendError(f"{path} is not a JSON object of secrets")
     return {str(k): v for k, v in data.items()}
 
 
 def remove(folder: Path) -> None:
-    (folder / CLIENT_FILE).unlink(missing_ok=True)
+    for name in (CLIENT_FILE, MOUNT_KEYS):
+        (folder / name).unlink(missing_ok=True)
 
 
 def env_text(secrets: Mapping[str, str]) -> str:
