@@ -158,10 +158,14 @@ def test_the_documentation_s_setup_task_example_refuses_only_its_keyvault_refere
     assert "KeyVault" in str(info.value) and "az keyvault secret show" in str(info.value)
     doc = json.loads(path.read_text())
     doc["properties"]["nodeSetup"]["setupTask"]["secrets"][1] = {"name": "VARIABLE4", "value": "v4"}
-    args = parse_cluster_json(doc).create_args
+    args = parse_cluster_json(doc, backend="ssh").create_args
     assert args["node_setup"].startswith("export VARIABLE1='Value 1' VARIABLE2='Value 2'; exec bash -c ")
     assert args["node_setup_secrets"] == {"VARIABLE3": "Value 3", "VARIABLE4": "v4"}
     assert "Value 3" not in args["node_setup"]  # never on the command line
+    for backend in ("local", "slurm"):  # a setup task is not run there: its secrets are not kept
+        parsed = parse_cluster_json(doc, backend=backend)
+        assert "node_setup_secrets" not in parsed.create_args
+        assert f"setupTask: not run on the {backend} backend" in " ".join(parsed.notes)
     for secrets, where in (
         ([{"name": "VARIABLE1", "value": "x"}], "secrets[0].name"),  # a name used by a variable
         ([{"name": "S"}], "secrets[0].value"),

@@ -101,6 +101,9 @@ def parse_cluster_json(
         )
     if "nodeSetup" in props:
         args.update(_node_setup(r, props["nodeSetup"], "properties.nodeSetup", notes))
+        if "node_setup" in args and backend in _NO_SETUP:
+            kept = "; its secrets are not kept" if args.pop("node_setup_secrets", None) else ""
+            notes.append(f"setupTask: not run on the {backend} backend ({_NO_SETUP[backend]}){kept}")
     if "userAccountSettings" in props:
         _user_account(r, props["userAccountSettings"], "properties.userAccountSettings")
         notes.append(f"userAccountSettings: {_ACCESS.get(backend, _ACCESS['local'])}")
@@ -114,6 +117,10 @@ def parse_cluster_json(
     return ClusterJson(args, tuple(notes))
 
 
+_NO_SETUP = {
+    "local": "its nodes are this machine",
+    "slurm": "the partition's nodes are set up by their admins",
+}
 _ACCESS = {
     "local": "ignored on the local backend (its nodes are this machine)",
     "ssh": "ignored on the ssh backend (nodes are reached with the key file of the workspace's profile)",
