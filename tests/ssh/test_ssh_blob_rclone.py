@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from _helpers import wait_for
 from batchai_sdk import AzureBlobContainer, JobState
 from nsnodes import NODE_STATE_DIR, NSNodes
 
@@ -111,3 +112,5 @@ def test_a_blob_container_is_mounted_by_rclone_and_a_job_reads_and_writes_it(
         node.run(f"fusermount -u {point}")
         ws.close()
         server.terminate(emulator)
+    # nothing left for the next tests on these nodes: rclone ends with its mount, Azurite was stopped
+    wait_for(lambda: not node.leftovers() and not server.leftovers(), timeout=30, what="rclone to end")
