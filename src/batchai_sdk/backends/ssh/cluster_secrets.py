@@ -59,8 +59,11 @@ def load(folder: Path, *, name: str = CLIENT_FILE) -> dict[str, str] | None:
 
 
 def remove(folder: Path) -> None:
+    """Both files, and a temp file a killed ``save`` left behind."""
     for name in (CLIENT_FILE, MOUNT_KEYS):
         (folder / name).unlink(missing_ok=True)
+        for tmp in folder.glob(f".{name}.*.tmp"):
+            tmp.unlink(missing_ok=True)
 
 
 def env_text(secrets: Mapping[str, str]) -> str:
