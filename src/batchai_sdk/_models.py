@@ -211,6 +211,8 @@ class ClusterSpec:
         validate_name(self.name, "cluster name")
         object.__setattr__(self, "mounts", validate_mounts(self.mounts))
         secrets = validate_secrets(self.node_setup_secrets, "node_setup_secrets")
+        if not isinstance(self.node_setup_secret_names, list | tuple):
+            raise ValidationError("node_setup_secret_names", self.node_setup_secret_names, "a list of names")
         object.__setattr__(self, "node_setup_secrets", secrets)
         names = tuple(sorted(set(self.node_setup_secret_names) | set(secrets)))
         for name in names:
@@ -258,7 +260,7 @@ class ClusterSpec:
             autoscale=autoscale_from_dict(data.get("autoscale")),
             health_check=data.get("health_check") or "off",
             mounts=data.get("mounts") or (),
-            node_setup_secret_names=tuple(data.get("node_setup_secret_names") or ()),
+            node_setup_secret_names=data.get("node_setup_secret_names") or (),
         )
 
 
