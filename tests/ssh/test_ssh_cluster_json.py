@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from sshd import NODE_ADDRESSES, SSHNodes
 
-from batchai_sdk import BatchAIJsonError, Job, JobState
+from batchai_sdk import BackendError, BatchAIJsonError, Job, JobState
 from batchai_sdk.batchai_json import parse_cluster_json
 from test_secrets import files_holding
 
@@ -140,4 +140,24 @@ def test_the_documentation_s_setup_secrets_reach_the_setup_task_and_nothing_else
         ]
     finally:
         (gate / "go").touch()
+        ws.close()
+
+
+def test_a_cluster_whose_setup_secrets_are_nowhere_is_refused_naming_them(
+    ssh_nodes: SSHNodes, tmp_path: Path
+) -> None:
+    ws = ssh_nodes.workspace("lostsecrets", tmp_path, NODE_ADDRESSES[:1])
+    other = ssh_nodes.workspace("lostsecrets", tmp_path, NODE_ADDRESSES[:1], state_dir=tmp_path / "c2")
+    try:
+        ws.create_cluster("c", nodes=1, node_setup="true", node_setup_secrets={"TOKEN": "never-shown"})
+        exp = other.create_experiment("e")  # another client: the values are on neither it nor a node
+        job = exp.create_job("j", cluster="c", command_line="true", toolkit="custom")
+        with pytest.raises(BackendError) as info:
+            job.submit()
+        assert "node_setup_secrets TOKEN of cluster 'c'" in str(info.value)
+        assert "never-shown" not in str(info.value)
+        setup = tmp_path / "mnt" / "share" / ".batchai" / "clusters" / "c" / "setup"
+        assert not setup.exists() or not list(setup.glob("*.json"))  # no setup record left "running"
+    finally:
+        other.close()
         ws.close()

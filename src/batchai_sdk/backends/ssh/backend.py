@@ -465,6 +465,9 @@ class SSHBackend(Backend):
         paths: setup.NodePaths,
         want: str,
     ) -> None:
+        # first, so that a cluster whose secrets cannot be found leaves no setup record "running"
+        secrets = self.setup_secrets(spec)
+        stdin = key.private_openssh + cluster_secrets.env_text(secrets)  # never on a command line
         setup_dir = self.setup_dir(spec.name)
         log_dir = posixpath.join(self.share_path, setup_dir)
         self.share.mkdir(setup_dir)
@@ -475,8 +478,6 @@ class SSHBackend(Backend):
                 join(setup_dir, f"{nid}.json"), {"node": nid, "state": "running", "started": started}
             )
         log.info("node setup of cluster %s on %s", spec.name, ", ".join(sorted(nodes)))
-        secrets = self.setup_secrets(spec)
-        stdin = key.private_openssh + cluster_secrets.env_text(secrets)  # never on a command line
 
         def one(node: Node) -> CommandResult:
             script = setup.setup_script(
