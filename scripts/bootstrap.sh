@@ -27,11 +27,22 @@ command -v sshfs >/dev/null 2>&1 || need_apt+=(sshfs)
 # Namespace nodes for the node-failure tests (tests/nsnodes.py): ip (netns, veth, bridge), unshare, nsenter
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || need_apt+=(iproute2)
 command -v nsenter >/dev/null 2>&1 || need_apt+=(util-linux)
+# A blob container mounted for real (tests/ssh/test_ssh_blob_rclone.py): rclone as the FUSE client, Azurite
+# (Microsoft's storage emulator, from npm) as the blob endpoint
+command -v rclone >/dev/null 2>&1 || need_apt+=(rclone)
+command -v fusermount >/dev/null 2>&1 || command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
+command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
   log "installing system packages: ${need_apt[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+NPM_PREFIX=${BATCHAI_NPM_PREFIX:-$HOME/.cache/batchai_sdk/npm}
+if ! command -v azurite-blob >/dev/null 2>&1 && [ ! -x "$NPM_PREFIX/node_modules/.bin/azurite-blob" ]; then
+  log "installing azurite (npm) into $NPM_PREFIX"
+  npm install -s --prefix "$NPM_PREFIX" --no-audit --no-fund azurite@3
 fi
 
 if [ ! -x "$VENV/bin/python" ]; then

@@ -150,16 +150,31 @@ def test_the_setup_task_runs_under_bash_with_its_variables(tmp_path: Path) -> No
     assert out.stdout == "Value 1|it's $x|sourced\n"
 
 
-def test_the_documentation_s_setup_task_example_refuses_only_its_secrets() -> None:
+def test_the_documentation_s_setup_task_example_refuses_only_its_keyvault_reference() -> None:
     path = DOCS / "setup_task_variables_and_secrets.json"
     with pytest.raises(BatchAIJsonError) as info:
         parse_cluster_json(path)
-    assert info.value.field == "properties.nodeSetup.setupTask.secrets"
-    assert "job.json secret" in str(info.value)
-    without = json.loads(path.read_text())
-    del without["properties"]["nodeSetup"]["setupTask"]["secrets"]  # the one change
-    command = parse_cluster_json(without).create_args["node_setup"]
-    assert command.startswith("export VARIABLE1='Value 1' VARIABLE2='Value 2'; exec bash -c ")
+    assert info.value.field == "properties.nodeSetup.setupTask.secrets[1].valueSecretReference"
+    assert "KeyVault" in str(info.value) and "az keyvault secret show" in str(info.value)
+    doc = json.loads(path.read_text())
+    doc["properties"]["nodeSetup"]["setupTask"]["secrets"][1] = {"name": "VARIABLE4", "value": "v4"}
+    args = parse_cluster_json(doc, backend="ssh").create_args
+    assert args["node_setup"].startswith("export VARIABLE1='Value 1' VARIABLE2='Value 2'; exec bash -c ")
+    assert args["node_setup_secrets"] == {"VARIABLE3": "Value 3", "VARIABLE4": "v4"}
+    assert "Value 3" not in args["node_setup"]  # never on the command line
+    for backend in ("local", "slurm"):  # a setup task is not run there: its secrets are not kept
+        parsed = parse_cluster_json(doc, backend=backend)
+        assert "node_setup_secrets" not in parsed.create_args
+        assert f"setupTask: not run on the {backend} backend" in " ".join(parsed.notes)
+    for secrets, where in (
+        ([{"name": "VARIABLE1", "value": "x"}], "secrets[0].name"),  # a name used by a variable
+        ([{"name": "S"}], "secrets[0].value"),
+        ([{"name": "S", "value": 5}], "secrets[0].value"),
+    ):
+        doc["properties"]["nodeSetup"]["setupTask"]["secrets"] = secrets
+        with pytest.raises(BatchAIJsonError) as info:
+            parse_cluster_json(doc)
+        assert info.value.field == f"properties.nodeSetup.setupTask.{where}"
 
 
 def test_the_documentation_s_mount_examples_give_the_cluster_its_mounts() -> None:

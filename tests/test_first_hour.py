@@ -191,7 +191,7 @@ def test_the_cli_answers_like_az(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = cli(capsys)
     assert code == 0 and "COMMAND" in out and "cluster" in out
     for argv in (("file-server", "list", "-g", "g"), ("cluster", "node", "exec", "-n", "c"),
-                 ("cluster", "create", "-n", "c", "--afs-name", "x")):  # fmt: skip
+                 ("cluster", "create", "-n", "c", "--user-assigned-identity", "x")):  # fmt: skip
         code, _, err = cli(capsys, *argv)
         assert code == 2 and "is not supported by batchai (see docs/cli.md" in err, err
 

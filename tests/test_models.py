@@ -127,3 +127,18 @@ def test_a_job_that_stopped_reporting_reads_as_failed() -> None:
     assert never.lost and "never started" in (never.failure_reason or "")
     done = {"state": "succeeded", "heartbeat": t0.isoformat()}
     assert JobStatus.from_record(done, timeout=60, now=t0 + timedelta(days=1)).state is JobState.SUCCEEDED
+
+
+def test_setup_secrets_are_named_in_the_record_and_never_shown() -> None:
+    spec = ClusterSpec(name="c", vm_size="x", nodes=1, node_setup_secrets={"TOKEN": "s3cr3t-setup"})
+    assert spec.to_dict()["node_setup_secret_names"] == ["TOKEN"]
+    assert ClusterSpec.from_dict(spec.to_dict()).node_setup_secret_names == ("TOKEN",)
+    assert "s3cr3t-setup" not in repr(spec) + str(spec.to_dict())
+    for bad, field_name in (
+        ({"node_setup_secrets": {"TOKEN": b"s3cr3t-bytes"}}, "node_setup_secrets.TOKEN"),
+        ({"node_setup_secrets": {"1x": "v"}}, "node_setup_secrets"),
+        ({"node_setup_secret_names": "AB"}, "node_setup_secret_names"),
+    ):
+        with pytest.raises(ValidationError) as info:
+            ClusterSpec(name="c", vm_size="x", nodes=1, **bad)  # type: ignore[arg-type]
+        assert info.value.field == field_name and "s3cr3t" not in str(info.value)

@@ -203,10 +203,22 @@ class ClusterSpec:
     autoscale: AutoScaleSettings | None = None
     health_check: str = "off"  # the gate nodes pass when they join: off, basic, full (docs/health.md)
     mounts: tuple[Mount, ...] = ()  # nodeSetup.mountVolumes: under AZ_BATCHAI_MOUNT_ROOT (mounts.py)
+    # setupTask.secrets: the names are recorded; the values only reach the backend's secrets place
+    node_setup_secret_names: tuple[str, ...] = ()
+    node_setup_secrets: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         validate_name(self.name, "cluster name")
         object.__setattr__(self, "mounts", validate_mounts(self.mounts))
+        secrets = validate_secrets(self.node_setup_secrets, "node_setup_secrets")
+        if not isinstance(self.node_setup_secret_names, list | tuple):
+            raise ValidationError("node_setup_secret_names", self.node_setup_secret_names, "a list of names")
+        object.__setattr__(self, "node_setup_secrets", secrets)
+        names = tuple(sorted(set(self.node_setup_secret_names) | set(secrets)))
+        for name in names:
+            if not isinstance(name, str) or not ENV_NAME_RE.fullmatch(name):
+                raise ValidationError("node_setup_secret_names", name, "variable names")
+        object.__setattr__(self, "node_setup_secret_names", names)
         if not isinstance(self.vm_size, str) or not self.vm_size.strip():
             raise ValidationError("vm_size", self.vm_size, "a VM size such as 'Standard_NC4as_T4_v3'")
         validate_node_target(self.nodes, "nodes")
@@ -229,6 +241,7 @@ class ClusterSpec:
             "autoscale": self.autoscale.to_dict() if self.autoscale else None,
             "health_check": self.health_check,
             "mounts": [mount_to_dict(m) for m in self.mounts],
+            "node_setup_secret_names": list(self.node_setup_secret_names),  # never a value
         }
 
     @classmethod
@@ -247,7 +260,22 @@ class ClusterSpec:
             autoscale=autoscale_from_dict(data.get("autoscale")),
             health_check=data.get("health_check") or "off",
             mounts=data.get("mounts") or (),
+            node_setup_secret_names=data.get("node_setup_secret_names") or (),
         )
+
+
+def validate_secrets(value: object, field_name: str) -> dict[str, str]:
+    """Secret environment variables (name → value); an error names the variable, never shows a value."""
+    if not isinstance(value, Mapping):
+        raise ValidationError(field_name, type(value).__name__, "a mapping of variable names to values")
+    out: dict[str, str] = {}
+    for key, item in value.items():
+        if not isinstance(key, str) or not ENV_NAME_RE.fullmatch(key):
+            raise ValidationError(field_name, key, "variable names of letters, digits and '_'")
+        if not isinstance(item, str) or "\0" in item:
+            raise ValidationError(f"{field_name}.{key}", "***", "a string without NUL")
+        out[key] = item
+    return out
 
 
 HEALTH_LEVELS = ("off", "basic", "full")

@@ -333,6 +333,7 @@ class Job:
             price_per_node_hour=self._price(cluster) if self.spec.max_cost is not None else None,
             scheduling_priority=self.spec.scheduling_priority,
             secrets=secrets,
+            mounts=self.spec.mounts,
         )
         # the nodes just found are the cluster's (with autoscale they are the pool's: it finds its own)
         known = nodes if cluster.spec.autoscale is None else None

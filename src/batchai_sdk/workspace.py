@@ -330,6 +330,7 @@ class Workspace:
         idle_seconds_before_scaledown: float | Literal["default"] | None = "default",
         health_check: Literal["off", "basic", "full"] | None = None,
         mounts: Sequence[Mount] = (),
+        node_setup_secrets: Mapping[str, str] | None = None,
         **extra: Any,
     ) -> Cluster:
         """Create a cluster of ``nodes`` machines of ``vm_size`` (state ``resizing`` until they are ready).
@@ -342,7 +343,9 @@ class Workspace:
         (seconds) or ``"full"`` (about a minute); default ``"basic"`` on Azure, ``"off"`` elsewhere. A node
         that fails is ``unusable``, with its reason, and gets no job (see docs/health.md). ``mounts``:
         storage every node mounts under ``$AZ_BATCHAI_MOUNT_ROOT/<relative_mount_path>``
-        (``batchai_sdk.mounts``; docs/storage.md)."""
+        (``batchai_sdk.mounts``; docs/storage.md). ``node_setup_secrets``: environment variables of
+        ``node_setup`` whose values are kept only in the backend's secrets place (0600 files), never in a
+        record, log or command line (Batch AI's setupTask.secrets; docs/cluster-json.md)."""
         auto = None
         idle = idle_seconds_before_scaledown
         if min_nodes is not None or max_nodes is not None:
@@ -379,6 +382,7 @@ class Workspace:
             price_per_hour=price_per_hour,
             health_check=health_check or ("basic" if self.backend.kind == "azure" else "off"),
             mounts=tuple(mounts),
+            node_setup_secrets=dict(node_setup_secrets or {}),
         )
         # The preflight first: on Azure a size or quota refusal then leaves no resource group, storage
         # account or share behind (reading the cluster's record would create them).
@@ -423,7 +427,8 @@ class Workspace:
         ``az batchai cluster create -f`` did: ``overrides`` (``create_cluster``'s keywords, e.g.
         ``vm_size``, ``nodes``) win over the file, as flags did. What the file asks for that this backend
         does differently goes to ``on_note`` (default: logged as warnings; docs/cluster-json.md); errors
-        name the JSON path."""
+        name the JSON path. ``mounts`` given here are added to the file's ``mountVolumes``, as az's
+        ``--afs-name``/``--bfs-name``/``--nfs`` were."""
         from .batchai_json import parse_cluster_json
 
         parsed = parse_cluster_json(
@@ -438,7 +443,10 @@ class Workspace:
         if {"nodes", "min_nodes", "max_nodes"} & set(overrides):
             for key in ("nodes", "min_nodes", "max_nodes", "initial_nodes"):
                 args.pop(key, None)  # scale given with the call replaces the file's, whole
+        added = tuple(overrides.pop("mounts", ()))
         args.update(overrides)
+        if added:
+            args["mounts"] = (*args.get("mounts", ()), *added)
         if not {"nodes", "min_nodes"} & set(args):
             args["nodes"] = 0  # Batch AI's default targetNodeCount
         return self.create_cluster(name, **args)

@@ -178,12 +178,21 @@ def test_resize_grows_and_shrinks_to_zero(make_backend: Callable[..., AzureBacke
 
 
 def test_delete_cluster_removes_the_scale_set_only(
-    make_backend: Callable[..., AzureBackend], arm: FakeArm
+    make_backend: Callable[..., AzureBackend], arm: FakeArm, tmp_path: Path
 ) -> None:
     ws = workspace(make_backend)
-    cluster = ws.create_cluster("nc6cluster", vm_size="Standard_NC4as_T4_v3", nodes=2)
+    cluster = ws.create_cluster(
+        "nc6cluster", vm_size="Standard_NC4as_T4_v3", nodes=2, node_setup_secrets={"TOKEN": "vm-s3cr3t"}
+    )
+    # the setup task's secrets: with the SSH state that runs node setup (0600), never sent to ARM
+    kept = tmp_path / "state" / "ssh" / "clusters" / "nc6cluster" / "setup-secrets.json"
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o600 and json.loads(kept.read_text()) == {
+        "TOKEN": "vm-s3cr3t"
+    }
+    assert [b for _, _, b in arm.bodies if "vm-s3cr3t" in json.dumps(b)] == []
     arm.make_ready()
     cluster.delete()
+    assert not kept.exists()
     st = ws.backend.cluster_status(cluster.spec)
     assert {s.value for s in st.node_states.values()} <= {"leaving"}
     assert arm.count("DELETE", r"/virtualMachineScaleSets/nc6cluster$") == 1

@@ -67,6 +67,7 @@ def test_pool_add_has_the_formula_mounts_start_task_and_inter_node_ssh(env: Any)
         max_nodes=4,
         idle_seconds_before_scaledown=900,
         node_setup="echo set-up",
+        node_setup_secrets={"SETUP_TOKEN": "setup-s3cr3t-value"},
     )
     account = next(b for m, p, b in arm.bodies if m == "PUT" and "batchAccounts" in p)
     assert account["properties"]["poolAllocationMode"] == "BatchService"
@@ -99,6 +100,11 @@ def test_pool_add_has_the_formula_mounts_start_task_and_inter_node_ssh(env: Any)
     start = body["startTask"]
     assert start["waitForSuccess"] is True and "echo set-up" in start["commandLine"]
     assert start["userIdentity"] == {"autoUser": {"scope": "pool", "elevationLevel": "admin"}}
+    # setupTask.secrets: the start task's environment, never its command line or the cluster's record
+    assert start["environmentSettings"] == [{"name": "SETUP_TOKEN", "value": "setup-s3cr3t-value"}]
+    assert "setup-s3cr3t-value" not in start["commandLine"]
+    assert ws.get_cluster("nc").spec.node_setup_secret_names == ("SETUP_TOKEN",)
+    assert "setup-s3cr3t-value" not in str(ws.get_cluster("nc").to_dict())
     user = body["userAccounts"][0]
     assert user["name"] == "batchai" and user["elevationLevel"] == "admin"
     assert user["linuxUserConfiguration"]["sshPrivateKey"].startswith("-----BEGIN OPENSSH PRIVATE KEY-----")

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from batchai_sdk.backends.ssh import cluster_secrets
 from batchai_sdk.backends.ssh import keys as ssh_keys
 from batchai_sdk.backends.ssh import node_setup as setup
 
@@ -156,3 +158,20 @@ def test_setup_hash_follows_what_setup_does() -> None:
     assert h == setup.setup_hash(**base)  # type: ignore[arg-type]
     for field, value in (("public_key", "k2"), ("node_setup", "pip install x"), ("cluster_dir", "/e")):
         assert setup.setup_hash(**{**base, field: value}) != h  # type: ignore[arg-type]
+
+
+def test_the_client_s_secrets_place_is_0600_and_removed_whole(tmp_path: Path) -> None:
+    folder = tmp_path / "clusters" / "c"
+    cluster_secrets.save(folder, {"A": "it's a\nmulti-line $value"})
+    cluster_secrets.save(folder, {"bfs": "key"}, name=cluster_secrets.MOUNT_KEYS)
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in folder.iterdir())
+    assert cluster_secrets.load(folder) == {"A": "it's a\nmulti-line $value"}
+    # the nodes' file, as sh sources it and as another client reads it back
+    text = cluster_secrets.env_text({"A": "it's a\nmulti-line $value", "B": ""})
+    out = sh(f'. /dev/stdin <<\'EOF_T\'\n{text}EOF_T\nprintf "%s|%s" "$A" "$B"')
+    assert out.stdout == "it's a\nmulti-line $value|"
+    assert cluster_secrets.parse_env(text) == {"A": "it's a\nmulti-line $value", "B": ""}
+    (folder / ".setup-secrets.json.123.tmp").write_text("{}")  # a save killed midway
+    cluster_secrets.remove(folder)
+    assert list(folder.iterdir()) == []

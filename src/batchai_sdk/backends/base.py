@@ -55,6 +55,8 @@ class JobRequest:
     price_per_node_hour: float | None = None
     scheduling_priority: str = "normal"  # low, normal, high: the cluster's queue starts higher ones first
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)  # never written to the share
+    # the job's own mounts with their keys (Azure Batch mounts them with the task; others have already)
+    mounts: tuple[Mount, ...] = field(default=(), repr=False)
 
     @property
     def key(self) -> str:

@@ -11,8 +11,8 @@ the JSON path. What each field does on each backend is in docs/cluster-json.md:
   cluster spec.
 * ``nodeSetup.setupTask``: its ``commandLine`` runs under bash (Batch AI ran it in a bash subshell) with its
   ``environmentVariables`` exported; its ``stdOutErrPathPrefix`` is checked, and the setup logs stay in
-  the cluster's folder (a note says so). ``secrets`` are refused: a setup task runs again on every node that
-  joins, so the value would have to be stored with the cluster, and records here hold no secret.
+  the cluster's folder (a note says so). ``secrets`` become ``node_setup_secrets``: the backend keeps them
+  in its secrets place (0600 files) for every node that joins; a KeyVault reference is refused.
 * ``nodeSetup.mountVolumes``: the cluster's mounts (``batchai_json.mounts``, ``batchai_sdk.mounts``).
 * ``nodeSetup.performanceCountersSettings`` (Application Insights) is ignored with a warning.
 * ``userAccountSettings`` is checked; nodes are reached the way the backend reaches them (a note says how);
@@ -101,6 +101,9 @@ def parse_cluster_json(
         )
     if "nodeSetup" in props:
         args.update(_node_setup(r, props["nodeSetup"], "properties.nodeSetup", notes))
+        if "node_setup" in args and backend in _NO_SETUP:
+            kept = "; its secrets are not kept" if args.pop("node_setup_secrets", None) else ""
+            notes.append(f"setupTask: not run on the {backend} backend ({_NO_SETUP[backend]}){kept}")
     if "userAccountSettings" in props:
         _user_account(r, props["userAccountSettings"], "properties.userAccountSettings")
         notes.append(f"userAccountSettings: {_ACCESS.get(backend, _ACCESS['local'])}")
@@ -114,6 +117,10 @@ def parse_cluster_json(
     return ClusterJson(args, tuple(notes))
 
 
+_NO_SETUP = {
+    "local": "its nodes are this machine",
+    "slurm": "the partition's nodes are set up by their admins",
+}
 _ACCESS = {
     "local": "ignored on the local backend (its nodes are this machine)",
     "ssh": "ignored on the ssh backend (nodes are reached with the key file of the workspace's profile)",
@@ -202,43 +209,32 @@ def _node_setup(r: _Reader, value: Any, path: str, notes: list[str]) -> dict[str
     setup = r.obj(value, path, ("setupTask", "mountVolumes"), ignored=("performanceCountersSettings",))
     out: dict[str, Any] = {}
     if "setupTask" in setup:
-        out["node_setup"] = _setup_task(r, setup["setupTask"], f"{path}.setupTask", notes)
+        out.update(_setup_task(r, setup["setupTask"], f"{path}.setupTask", notes))
     if "mountVolumes" in setup:
         out["mounts"] = parse_mount_volumes(r, setup["mountVolumes"], f"{path}.mountVolumes")
     return out
 
 
-def _setup_task(r: _Reader, value: Any, path: str, notes: list[str]) -> str:
+def _setup_task(r: _Reader, value: Any, path: str, notes: list[str]) -> dict[str, Any]:
+    """``node_setup`` (the command under bash, its variables exported) and ``node_setup_secrets``."""
     known = ("commandLine", "environmentVariables", "secrets", "stdOutErrPathPrefix", "runElevated")
     task = r.obj(value, path, known, ignored=("stdOutErrPathSuffix",))
+    out: dict[str, Any] = {}
     if "commandLine" not in task:
         _missing(f"{path}.commandLine", "the command line run on each node when it is set up")
     command = r.string(task["commandLine"], f"{path}.commandLine")
-    if task.get("secrets"):
-        where = f"{path}.secrets"
-        raise _error(
-            where,
-            None,
-            "no secrets in a setup task",
-            f"{where} is not supported: a setup task runs again on every node that joins, so its secrets "
-            "would have to be stored with the cluster, and cluster records here hold no secret; read it on "
-            "the node from a file only it can read, or give it to the jobs as a job.json secret",
-        )
     exports: list[str] = []
+    seen: set[str] = set()
     if "environmentVariables" in task:
         epath = f"{path}.environmentVariables"
-        seen: set[str] = set()
         for i, raw in enumerate(r.array(task["environmentVariables"], epath)):
             ipath = f"{epath}[{i}]"
             item = r.obj(raw, ipath, ("name", "value"))
-            if "name" not in item:
-                _missing(f"{ipath}.name", "the variable's name")
-            name = r.string(item["name"], f"{ipath}.name")
-            if not ENV_NAME_RE.fullmatch(name) or name in seen:
-                _invalid(f"{ipath}.name", name, "a variable name (letters, digits, '_') not used before")
-            seen.add(name)
+            name = _variable_name(r, item, ipath, seen)
             text = r.string(item.get("value", ""), f"{ipath}.value", nonempty=False)
             exports.append(f"{name}={shlex.quote(text)}")
+    if "secrets" in task:
+        out["node_setup_secrets"] = _secrets(r, task["secrets"], f"{path}.secrets", seen)
     if "stdOutErrPathPrefix" in task:
         r.string(task["stdOutErrPathPrefix"], f"{path}.stdOutErrPathPrefix")
         notes.append(
@@ -248,7 +244,42 @@ def _setup_task(r: _Reader, value: Any, path: str, notes: list[str]) -> str:
     if "runElevated" in task and not isinstance(task["runElevated"], bool):
         _invalid(f"{path}.runElevated", task["runElevated"], "true or false")
     prefix = f"export {' '.join(exports)}; " if exports else ""
-    return f"{prefix}exec bash -c {shlex.quote(command)}"
+    out["node_setup"] = f"{prefix}exec bash -c {shlex.quote(command)}"
+    return out
+
+
+def _variable_name(r: _Reader, item: Mapping[str, Any], path: str, seen: set[str]) -> str:
+    if "name" not in item:
+        _missing(f"{path}.name", "the variable's name")
+    name = r.string(item["name"], f"{path}.name")
+    if not ENV_NAME_RE.fullmatch(name) or name in seen:
+        _invalid(f"{path}.name", name, "a variable name (letters, digits, '_') not used before")
+    seen.add(name)
+    return name
+
+
+def _secrets(r: _Reader, value: Any, path: str, seen: set[str]) -> dict[str, str]:
+    """``secrets[]``: name → value. A KeyVault reference (``valueSecretReference``) is refused: reading
+    it needs the vault's data plane, which this SDK does not call (docs/cluster-json.md)."""
+    out: dict[str, str] = {}
+    for i, raw in enumerate(r.array(value, path)):
+        ipath = f"{path}[{i}]"
+        item = r.obj(raw, ipath, ("name", "value", "valueSecretReference"))
+        name = _variable_name(r, item, ipath, seen)
+        if "valueSecretReference" in item:
+            where = f"{ipath}.valueSecretReference"
+            raise _error(
+                where,
+                None,
+                "a value",
+                f"{where} (a KeyVault secret) cannot be read here: batchai does not call KeyVault; give the "
+                f'secret\'s value instead ("value": read it with az keyvault secret show --id <secretUrl> '
+                "--query value) — it is kept only in the backend's secrets place, never in a record",
+            )
+        if "value" not in item:
+            _missing(f"{ipath}.value", "the secret's value")
+        out[name] = r.string(item["value"], f"{ipath}.value", nonempty=False, secret=True)
+    return out
 
 
 def _user_account(r: _Reader, value: Any, path: str) -> None:

@@ -47,7 +47,7 @@ UNSUPPORTED_WHY = {
         "unmanagedFileSystems with its mount command) — see docs/cluster-json.md, 'File servers'"
     ),
 }
-UNSUPPORTED_OPTIONS = ("--afs-name", "--afs-mount-path", "--bfs-name", "--nfs", "--user-assigned-identity")
+UNSUPPORTED_OPTIONS = ("--user-assigned-identity",)
 
 
 def unsupported_command(argv: list[str]) -> str | None:

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from ._context import Context, Handler, Result
 from ._format import cluster_list_table, cluster_table, cluster_view, health_table
+from ._mount_flags import ACCOUNT_ENV, add_mount_args, mounts_from_args, storage_key
 from ._params import Commands, non_negative, resource_group_arg, workspace_arg, yes_arg
 
 
@@ -33,10 +34,17 @@ def register(commands: Commands) -> None:
     p.add_argument(
         "--config-file", "-f", help="Batch AI 2018-05-01 cluster.json; flags given as well override it"
     )
-    p.add_argument("--storage-account-name", help="fills <AZURE_BATCHAI_STORAGE_ACCOUNT> in the file")
     p.add_argument(
-        "--storage-account-key", help="fills <AZURE_BATCHAI_STORAGE_KEY> in the file; never stored"
+        "--storage-account-name",
+        help="the account of --afs-name/--bfs-name; fills <AZURE_BATCHAI_STORAGE_ACCOUNT> in the file "
+        "(default: $AZURE_BATCHAI_STORAGE_ACCOUNT)",
     )
+    p.add_argument(
+        "--storage-account-key",
+        help="its key; fills <AZURE_BATCHAI_STORAGE_KEY> in the file; never stored "
+        "(prefer $AZURE_BATCHAI_STORAGE_KEY: a flag's value is in your shell history)",
+    )
+    add_mount_args(p, root="AZ_BATCHAI_MOUNT_ROOT")
     p.add_argument("--vm-size", "-s", help="e.g. Standard_NC4as_T4_v3 (Azure; optional on local, SSH, Slurm)")
     p.add_argument(
         "--vm-priority",
@@ -153,13 +161,18 @@ def cluster_create(ctx: Context, args: argparse.Namespace) -> Result | None:
         "health_check": args.health_check,
     }
     idle: float | Literal["default"] = "default" if args.idle_seconds is None else args.idle_seconds
+    account = args.storage_account_name or os.environ.get(ACCOUNT_ENV)
+    key = storage_key(args, ctx.note)
+    mounts = mounts_from_args(args, account=account, key=key)
     if args.config_file:
         given = {k: v for k, v in flags.items() if v is not None}
+        if mounts:
+            given["mounts"] = mounts  # added to the file's mountVolumes, as az added them
         cluster = ws.create_cluster_from_batchai_json(
             args.name,
             Path(args.config_file).expanduser(),
-            storage_account=args.storage_account_name or os.environ.get("AZURE_BATCHAI_STORAGE_ACCOUNT"),
-            storage_key=args.storage_account_key or os.environ.get("AZURE_BATCHAI_STORAGE_KEY"),
+            storage_account=account,
+            storage_key=key,
             idle_seconds_before_scaledown=idle,
             on_note=ctx.note,
             **given,
@@ -167,7 +180,7 @@ def cluster_create(ctx: Context, args: argparse.Namespace) -> Result | None:
         return Result(cluster_view(cluster, group), cluster_table)
     flags["nodes"] = args.target if args.target is not None or auto else 1
     flags["vm_priority"] = args.vm_priority or "dedicated"
-    cluster = ws.create_cluster(args.name, idle_seconds_before_scaledown=idle, **flags)
+    cluster = ws.create_cluster(args.name, idle_seconds_before_scaledown=idle, mounts=mounts, **flags)
     return Result(cluster_view(cluster, group), cluster_table)
 
 

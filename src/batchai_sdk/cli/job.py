@@ -18,6 +18,7 @@ from ..experiment import unique_job_name
 from ..share import join
 from ._context import NO_GROUP, Context, Handler, Result, UsageError
 from ._format import file_table, file_view, job_table, job_view
+from ._mount_flags import add_mount_args, mounts_from_args, storage_key
 from ._params import Commands, experiment_arg, positive, resource_group_arg, seconds, workspace_arg, yes_arg
 
 if TYPE_CHECKING:
@@ -104,13 +105,15 @@ def _register_create(j: Commands) -> None:
     p.add_argument("--nodes", type=positive, help="number of nodes; overrides nodeCount of the file")
     p.add_argument(
         "--storage-account-name",
-        help="fills <AZURE_BATCHAI_STORAGE_ACCOUNT> (default: "
+        help="the account of --afs-name/--bfs-name; fills <AZURE_BATCHAI_STORAGE_ACCOUNT> (default: "
         "$AZURE_BATCHAI_STORAGE_ACCOUNT, else the resource group's only storage account)",
     )
     p.add_argument(
         "--storage-account-key",
-        help="fills <AZURE_BATCHAI_STORAGE_KEY> (default: $AZURE_BATCHAI_STORAGE_KEY); never stored",
+        help="its key; fills <AZURE_BATCHAI_STORAGE_KEY>; never stored (prefer "
+        "$AZURE_BATCHAI_STORAGE_KEY, the default: a flag's value is in your shell history)",
     )
+    add_mount_args(p, root="AZ_BATCHAI_JOB_MOUNT_ROOT")
     p.add_argument(
         "--python-script",
         help="without --config-file: the script (a local file, a $AZ_BATCHAI_JOB_MOUNT_ROOT/... share "
@@ -197,6 +200,8 @@ def job_create(ctx: Context, args: argparse.Namespace) -> Result | None:
         "--toolkit": args.toolkit,
     }
     given = [flag for flag, value in convenience.items() if value is not None]
+    key = storage_key(args, ctx.note)
+    mounts = mounts_from_args(args, account=_storage_account_for(ctx, args, group), key=key)
     if args.config_file:
         if given:
             raise UsageError(
@@ -208,8 +213,10 @@ def job_create(ctx: Context, args: argparse.Namespace) -> Result | None:
             experiment=exp.name,
             cluster=args.cluster,
             storage_account=_storage_account_for(ctx, args, group),
-            storage_key=args.storage_account_key or os.environ.get("AZURE_BATCHAI_STORAGE_KEY"),
+            storage_key=key,
         )
+        if mounts:  # added to the file's mountVolumes, as az added them
+            spec = spec.replace(mounts=(*spec.mounts, *mounts))
         if args.nodes is not None:
             spec = spec.replace(node_count=args.nodes)
         if args.script_args:
@@ -244,6 +251,7 @@ def job_create(ctx: Context, args: argparse.Namespace) -> Result | None:
             process_count=args.process_count,
             job_preparation=args.job_preparation,
             source_dir=args.source_dir,
+            mounts=mounts,
             **_survive_options(args),
         )
     job.submit()

@@ -31,6 +31,7 @@ from ..base import Backend, ClusterStatus, LaunchTarget
 from ..local import default_root
 from ..ssh import SSHBackend
 from ..ssh import keys as ssh_keys
+from ..ssh.backend import save_cluster_secrets
 from . import _sdk
 from . import provision as prov
 from .clients import AzureClients, ClientOptions
@@ -322,6 +323,8 @@ class AzureBackend(Backend):
         if isinstance(disk, bool) or not isinstance(disk, int) or not 30 <= disk <= 4095:
             raise ValidationError("os_disk_gb", disk, "an integer from 30 to 4095")
         self._ensure_network()
+        # node_setup (and a job's mounts) run over SSH: the secrets live with the SSH state
+        save_cluster_secrets(self.state_dir / "ssh" / "clusters" / spec.name, spec)
         assert self._account_key is not None
         script = setup_script(
             account=self.names.storage_account,

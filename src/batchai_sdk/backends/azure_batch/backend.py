@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 from ... import _layout as layout
 from ..._models import ClusterSpec, Node, VmPriority
 from ...exceptions import NotFoundError, NotSupportedError, ValidationError
+from ...mounts import Mount
 from ...remote.base import Runner
 from ...share import Share
 from ..azure.backend import AzureBackend
@@ -33,6 +34,7 @@ from ..base import ClusterScheduler, ClusterStatus, LaunchTarget
 from . import account as acct
 from . import pool as pools
 from .client import BatchService
+from .job_mounts import STORAGE_ROOT, job_mounts
 from .task import TASK_ID
 from .task_files import BatchTaskFiles
 
@@ -266,6 +268,17 @@ class AzureBatchBackend(AzureBackend):
         coordination command checks each node when the job starts there."""
         return None
 
+    def workspace_keys(self) -> dict[str, str]:
+        """Storage account → key for mounts that give none: the workspace's own account."""
+        self.provision()  # learns the workspace account's key
+        key = self._account_key
+        return {self.names.storage_account: key} if key else {}
+
+    def prepare_job_mounts(self, spec: ClusterSpec, nodes: tuple[Node, ...], mounts: Sequence[Mount]) -> None:
+        """Batch has no per-job mount: the job's coordination command mounts them on each of its nodes
+        (job_mounts.py). Checked here, before anything is staged: each Azure mount has a key."""
+        job_mounts(mounts, cluster_mounts=spec.mounts, job_id="-", keys=self.workspace_keys())
+
     def share_root(self) -> str:
         return posixpath.join(self.node_mounts_dir, self.names.share)
 
@@ -283,6 +296,7 @@ class AzureBatchBackend(AzureBackend):
             mpi_args=self.node_mpi_args,
             env=dict(self.node_env_vars),
             num_gpus=self._gpus(spec),
+            storage_root=STORAGE_ROOT,  # a job's own mounts, made by its coordination command
         )
 
     def _gpus(self, spec: ClusterSpec) -> int:

@@ -234,6 +234,11 @@ def pool_body(
             "userIdentity": {"autoUser": {"scope": "pool", "elevationLevel": "admin"}},
             "maxTaskRetryCount": 1,
             "waitForSuccess": True,
+            # setupTask.secrets: in the start task's environment (Batch keeps it with the pool, readable
+            # by whoever can read the Batch account; never on the command line)
+            "environmentSettings": [
+                {"name": k, "value": v} for k, v in sorted(spec.node_setup_secrets.items())
+            ],
         },
         "metadata": [{"name": "batchai-cluster", "value": spec.name}],
     }

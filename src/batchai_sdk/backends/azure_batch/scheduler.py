@@ -23,6 +23,7 @@ from ...exceptions import AlreadyExistsError
 from ...share import join
 from ..base import Assignment, ClusterScheduler, JobRequest
 from . import task as tasks
+from .job_mounts import job_mounts
 
 if TYPE_CHECKING:
     from .backend import AzureBatchBackend
@@ -78,6 +79,11 @@ class BatchScheduler(ClusterScheduler):
             key=request.key,
             priority=tasks.batch_priority(_job_priority(spec, self.spec.extra.get("job_priority"))),
         )
+        mounts = job_mounts(
+            request.mounts, cluster_mounts=self.spec.mounts, job_id=job_id, keys=backend.workspace_keys()
+        )
+        if mounts is not None:
+            job.update(mounts.job)  # the release task that unmounts them when the job ends
         task = tasks.task_body(
             node_count=request.node_count,
             application=tasks.application_command(
@@ -85,11 +91,15 @@ class BatchScheduler(ClusterScheduler):
                 node_main=node_main,
                 config=config_on_node,
                 run_dir=str(cfg["run_dir"]),
+                unset=sorted(mounts.env) if mounts else (),
             ),
             coordination=tasks.coordination_command(
-                share_root=backend.share_root(), node_main=node_main, temp_dir=temp
+                share_root=backend.share_root(),
+                node_main=node_main,
+                temp_dir=temp,
+                mount_lines=mounts.coordination if mounts else (),
             ),
-            env=dict(request.secrets),
+            env={**(mounts.env if mounts else {}), **request.secrets},
             secret_names=sorted(request.secrets),
             max_retries=request.max_retries,
             max_wall_clock_seconds=request.max_wall_clock_seconds,

@@ -102,8 +102,11 @@ def duration(seconds: float) -> str:
     return f"PT{max(1, math.ceil(seconds))}S"
 
 
-def coordination_command(*, share_root: str, node_main: str, temp_dir: str) -> str:
-    """Every node: the share is mounted (the node code is readable there) and the job's folders exist."""
+def coordination_command(
+    *, share_root: str, node_main: str, temp_dir: str, mount_lines: Sequence[str] = ()
+) -> str:
+    """Every node: the share is mounted (the node code is readable there), the job's own mounts are
+    (``mount_lines``, job_mounts.py), and the job's folders exist."""
     q = shlex.quote
     script = "\n".join(
         [
@@ -113,6 +116,7 @@ def coordination_command(*, share_root: str, node_main: str, temp_dir: str) -> s
             '"($AZ_BATCH_NODE_ID)" >&2',
             "  exit 1",
             "fi",
+            *mount_lines,
             f"mkdir -p {q(posixpath.join(temp_dir, 'tmp'))}",
             f'echo "node $AZ_BATCH_NODE_ID ready for the job (share at {share_root})"',
         ]
@@ -120,12 +124,16 @@ def coordination_command(*, share_root: str, node_main: str, temp_dir: str) -> s
     return f"/bin/bash -c {shlex.quote(script)}"
 
 
-def application_command(*, python: str, node_main: str, config: str, run_dir: str) -> str:
-    """The primary node: the job's launcher on the nodes Batch chose, then its outcome to the share."""
+def application_command(
+    *, python: str, node_main: str, config: str, run_dir: str, unset: Sequence[str] = ()
+) -> str:
+    """The primary node: the job's launcher on the nodes Batch chose, then its outcome to the share.
+    ``unset``: variables of the task the job must not see (the mount script's keys)."""
     q = shlex.quote
     script = "\n".join(
         [
             "set -u",
+            *([f"unset {' '.join(unset)}"] if unset else []),
             'job_dir="${AZ_BATCH_TASK_WORKING_DIR:?}/batchai"',
             'mkdir -p "$job_dir"',
             f'{q(python)} -S -c {q(_PREPARE)} "$job_dir" {q(config)} {q(node_main)} {q(run_dir)} || exit 1',

@@ -10,6 +10,7 @@ host key checking, then the cluster's own ``node_setup`` command.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import logging
 import os
 import posixpath
@@ -21,14 +22,15 @@ from typing import Any, TypeVar
 
 from ... import _layout as layout
 from ..._models import ClusterSpec, Node, NodeState, utcnow
-from ...exceptions import BatchAIError, HostKeyError, NodeError, ValidationError
-from ...mounts import Mount, storage_key
+from ...exceptions import BackendError, BatchAIError, HostKeyError, NodeError, ValidationError
+from ...mounts import AzureBlobContainer, AzureFileShare, Mount, storage_key
 from ...remote.base import BorrowedRunner, CommandResult, Runner
 from ...remote.host_keys import HostKeyStore, known_hosts_name
 from ...remote.ssh import SSHRunner, probe_ssh
 from ...share import join
 from ..base import Backend, ClusterStatus, LaunchTarget
 from ..local import default_root
+from . import cluster_secrets
 from . import keys as ssh_keys
 from . import mounts as ssh_mounts
 from . import node_setup as setup
@@ -241,6 +243,7 @@ class SSHBackend(Backend):
 
     def create_cluster(self, spec: ClusterSpec, *, timeout: float | None = None) -> None:
         self._check_size(spec.nodes)
+        save_cluster_secrets(self._client_key_path(spec.name).parent, spec)
 
     def resize_cluster(self, spec: ClusterSpec, nodes: int, *, timeout: float | None = None) -> None:
         self._check_size(nodes)
@@ -324,6 +327,36 @@ class SSHBackend(Backend):
             ssh_keys.save(path, key)
             return key
 
+    def setup_secrets(self, spec: ClusterSpec) -> dict[str, str]:
+        """The values of the cluster's ``node_setup_secrets``: given with the spec, else kept on this
+        client, else read back from the head node (where an earlier setup, maybe from another client,
+        left them); BackendError naming the missing names (never a value) when none has them."""
+        names = set(spec.node_setup_secret_names)
+        if not names:
+            return {}
+        if names <= set(spec.node_setup_secrets):
+            return dict(spec.node_setup_secrets)
+        folder = self._client_key_path(spec.name).parent
+        with self._lock:
+            found = cluster_secrets.load(folder)
+            if found is None:
+                try:
+                    path = self.node_paths(spec.name).secrets
+                    with self._runner(self.hosts[0]).sftp().open(path, "r") as f:
+                        found = cluster_secrets.parse_env(f.read().decode("utf-8"))
+                except (OSError, UnicodeDecodeError, BatchAIError):
+                    found = {}
+                if names <= set(found):
+                    cluster_secrets.save(folder, found)
+        missing = sorted(names - set(found))
+        if missing:
+            raise BackendError(
+                f"the values of node_setup_secrets {', '.join(missing)} of cluster {spec.name!r} are "
+                "neither on this client nor on its head node: delete the cluster and create it again "
+                "with them"
+            )
+        return {k: found[k] for k in sorted(names)}
+
     # -- preparing nodes for a job --------------------------------------------------------------------
     def prepare(self, spec: ClusterSpec, nodes: tuple[Node, ...]) -> None:
         """Every node answers over SSH (else NodeError naming it), sees the share, and has run node
@@ -353,6 +386,7 @@ class SSHBackend(Backend):
             node_setup=spec.node_setup,
             authorized_keys=self.authorized_keys_path,
             cluster_dir=paths.cluster_dir,
+            secret_names=spec.node_setup_secret_names,
         )
         share_marker = posixpath.join(self.share_path, layout.META)
         share_checked = self.share.exists(layout.META)
@@ -383,7 +417,11 @@ class SSHBackend(Backend):
         if todo:
             self._setup(spec, todo, key, paths, want)
         root = posixpath.dirname(self.share_path)
-        points = [ssh_mounts.MountPoint(m, posixpath.join(root, m.relative_mount_path)) for m in spec.mounts]
+        keys = cluster_secrets.load(self._client_key_path(spec.name).parent, name=cluster_secrets.MOUNT_KEYS)
+        points = [
+            ssh_mounts.MountPoint(with_key(m, keys or {}), posixpath.join(root, m.relative_mount_path))
+            for m in spec.mounts
+        ]
         self._mount(by_id, points, f"the mounts of cluster {spec.name!r}")
 
     def prepare_job_mounts(self, spec: ClusterSpec, nodes: tuple[Node, ...], mounts: Sequence[Mount]) -> None:
@@ -427,6 +465,9 @@ class SSHBackend(Backend):
         paths: setup.NodePaths,
         want: str,
     ) -> None:
+        # first, so that a cluster whose secrets cannot be found leaves no setup record "running"
+        secrets = self.setup_secrets(spec)
+        stdin = key.private_openssh + cluster_secrets.env_text(secrets)  # never on a command line
         setup_dir = self.setup_dir(spec.name)
         log_dir = posixpath.join(self.share_path, setup_dir)
         self.share.mkdir(setup_dir)
@@ -448,8 +489,9 @@ class SSHBackend(Backend):
                 log_dir=log_dir,
                 setup_hash=want,
                 env=env,
+                secrets=bool(secrets),
             )
-            return self.runner(node).run(script, stdin=key.private_openssh, timeout=self.setup_timeout)
+            return self.runner(node).run(script, stdin=stdin, timeout=self.setup_timeout)
 
         results, errors = _parallel(nodes, one)
         failures = {nid: str(exc) for nid, exc in errors.items()}
@@ -543,10 +585,32 @@ class SSHBackend(Backend):
         client_dir = self._client_key_path(spec.name).parent
         for f in (client_dir / "id_ed25519", client_dir / "id_ed25519.pub"):
             f.unlink(missing_ok=True)
+        cluster_secrets.remove(client_dir)
         try:
             client_dir.rmdir()
         except OSError:
             pass
+
+
+def save_cluster_secrets(folder: Path, spec: ClusterSpec) -> None:
+    """The cluster's setup secrets and its mounts' keys, to the client's secrets place (``folder``)."""
+    if spec.node_setup_secrets:
+        cluster_secrets.save(folder, spec.node_setup_secrets)
+    keys = {
+        m.relative_mount_path: m.account_key
+        for m in spec.mounts
+        if isinstance(m, AzureFileShare | AzureBlobContainer) and m.account_key is not None
+    }
+    if keys:
+        cluster_secrets.save(folder, keys, name=cluster_secrets.MOUNT_KEYS)
+
+
+def with_key(mount: Mount, keys: Mapping[str, str]) -> Mount:
+    """``mount`` with the key kept for it on this client, where it came without one (from the record)."""
+    key = keys.get(mount.relative_mount_path)
+    if isinstance(mount, AzureFileShare | AzureBlobContainer) and mount.account_key is None and key:
+        return dataclasses.replace(mount, account_key=key)
+    return mount
 
 
 def _parallel(

@@ -11,6 +11,8 @@ root for a job's): nothing to do when something is mounted there already; else i
 * an Azure File share: ``mount -t cifs`` (SMB 3.1.1) when the node has ``mount.cifs``, the same rights and
   the mount's key is known, the key in a 0600 credentials file;
 * a blob container: ``blobfuse2`` when the node has it and the key is known, the key in a 0600 config;
+  else ``rclone mount`` (daemon, write cache in the node's secrets folder) when the node has rclone, with
+  a SAS URL of the container made on the client from the key (azure-storage-blob) in a 0600 rclone config;
 
 — and when it cannot be, the path must be there already (a folder the machine's admin provides). Keys reach
 the script on its standard input, one per line, never in its text or argv.
@@ -24,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ...mounts import AzureBlobContainer, AzureFileShare, FileServer, Mount, UnmanagedFileSystem
-from ..mount_options import blobfuse_config, cifs_options
+from ..mount_options import blob_sas_url, blobfuse_config, cifs_options
 
 MARK = "batchai-mount"
 
@@ -58,6 +60,9 @@ def mount_script(points: Sequence[MountPoint], *, secrets_dir: str) -> tuple[str
         if key is not None:  # read whether needed or not, so that the next mount reads its own line
             keys.append(key)
             lines.append(f"IFS= read -r key_{i}")
+        if isinstance(m, AzureBlobContainer) and key is not None:  # for rclone, where no blobfuse2
+            keys.append(blob_sas_url(m, key) or "")
+            lines.append(f"IFS= read -r sas_{i}")
         lines += [
             f"if mountpoint -q {p} 2>/dev/null; then echo '{MARK} {i} ok'; else",
             f"  why=''; made=no; [ -d {p} ] || made=yes",
@@ -99,7 +104,8 @@ def mount_script(points: Sequence[MountPoint], *, secrets_dir: str) -> tuple[str
                     f"printf '%s\\n' {q(after)}; }} > {q(config)}",
                     f"    out=$({' '.join(q(a) for a in argv)} 2>&1) || "
                     'why="blobfuse2 failed: $(echo "$out" | tail -n 1)"',
-                    "  else why='no blobfuse2 here'; fi",
+                    *_rclone(m, i, point.path, secrets_dir),
+                    "  else why='no blobfuse2 or rclone here'; fi",
                 ]
         # there already (a folder the admin provides), or mounted now; else missing, and a folder this
         # script made is taken away again
@@ -110,6 +116,26 @@ def mount_script(points: Sequence[MountPoint], *, secrets_dir: str) -> tuple[str
             "fi",
         ]
     return "\n".join(lines) + "\n", "".join(f"{k}\n" for k in keys)
+
+
+def _rclone(m: AzureBlobContainer, i: int, path: str, secrets_dir: str) -> list[str]:
+    """``elif`` lines: rclone mounts the container through its SAS URL (``$sas_<i>``, from stdin)."""
+    q = shlex.quote
+    config = posixpath.join(secrets_dir, f"rclone-{m.relative_mount_path}.conf")
+    cache = posixpath.join(secrets_dir, f"rclone-cache-{m.relative_mount_path}")
+    argv = ["rclone", "mount", f"blob:{m.container_name}", path, "--config", config, "--cache-dir", cache]
+    argv += ["--vfs-cache-mode", "writes", "--daemon"]
+    if m.mount_options:
+        argv += ["-o", m.mount_options]
+    return [
+        "  elif has rclone; then",
+        f'    if [ -z "$sas_{i}" ]; then why=\'rclone needs a SAS of the container, made on the client: '
+        "install azure-storage-blob there (batchai_sdk[azure])'; else",
+        f"    mkdir -p {q(cache)} {q(path)}",
+        f"    printf '[blob]\\ntype = azureblob\\nsas_url = %s\\n' \"$sas_{i}\" > {q(config)}",
+        f"    out=$({' '.join(q(a) for a in argv)} 2>&1 </dev/null) || "
+        'why="rclone mount failed: $(echo "$out" | tail -n 1)"; fi',
+    ]
 
 
 def _kernel_mount(fstype: str, source: str, path: str, options: str, *, first: str = "") -> list[str]:

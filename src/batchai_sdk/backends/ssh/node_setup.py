@@ -39,6 +39,11 @@ class NodePaths:
     def known_hosts(self) -> str:
         return posixpath.join(self.cluster_dir, "known_hosts")
 
+    @property
+    def secrets(self) -> str:
+        """The setup task's secrets (``export`` lines, 0600), sourced only by ``node_setup``'s subshell."""
+        return posixpath.join(self.cluster_dir, "setup-secrets.env")
+
     def marker(self, node: str) -> str:
         return posixpath.join(self.cluster_dir, f"setup-{node}.sha256")
 
@@ -79,18 +84,25 @@ def ssh_config_text(paths: NodePaths, *, user: str, port: int, connect_timeout: 
     )
 
 
-def setup_hash(*, public_key: str, node_setup: str | None, authorized_keys: str, cluster_dir: str) -> str:
-    """What node setup depends on: when it changes, setup runs again on every node."""
-    data = json.dumps(
-        {
-            "version": SETUP_VERSION,
-            "public_key": public_key,
-            "node_setup": node_setup,
-            "authorized_keys": authorized_keys,
-            "cluster_dir": cluster_dir,
-        },
-        sort_keys=True,
-    )
+def setup_hash(
+    *,
+    public_key: str,
+    node_setup: str | None,
+    authorized_keys: str,
+    cluster_dir: str,
+    secret_names: tuple[str, ...] = (),
+) -> str:
+    """What node setup depends on: when it changes, setup runs again on every node (secrets by name)."""
+    facts: dict[str, object] = {
+        "version": SETUP_VERSION,
+        "public_key": public_key,
+        "node_setup": node_setup,
+        "authorized_keys": authorized_keys,
+        "cluster_dir": cluster_dir,
+    }
+    if secret_names:  # only then: the hash of a cluster without secrets stays what it was
+        facts["secret_names"] = sorted(secret_names)
+    data = json.dumps(facts, sort_keys=True)
     return hashlib.sha256(data.encode("utf-8")).hexdigest()
 
 
@@ -171,8 +183,10 @@ def setup_script(
     log_dir: str,
     setup_hash: str,
     env: dict[str, str],
+    secrets: bool = False,
 ) -> str:
-    """Node setup; reads the cluster's private key on stdin (never on a command line).
+    """Node setup; reads the cluster's private key on stdin (never on a command line), followed by the
+    setup task's secrets (``cluster_secrets.env_text``) when ``secrets``: they go to ``paths.secrets``.
 
     Its output goes to ``stdout-setup-<node>.txt`` / ``stderr-setup-<node>.txt`` in ``log_dir`` (on the
     share, as the node sees it); on failure the last lines of stderr are repeated on the real stderr.
@@ -189,7 +203,8 @@ def setup_script(
         f"exec >> {q(out)} 2>> {q(err)}",
         f'echo "node setup of {node} started $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"',
         f"mkdir -p {q(paths.cluster_dir)} && chmod 700 {q(paths.cluster_dir)} || exit 1",
-        f"cat > {q(paths.key)}.$$ && chmod 600 {q(paths.key)}.$$ && mv -f {q(paths.key)}.$$ {q(paths.key)} "
+        *(_split_stdin(paths) if secrets else [f"cat > {q(paths.key)}.$$", f"rm -f {q(paths.secrets)}"]),
+        f"chmod 600 {q(paths.key)}.$$ && mv -f {q(paths.key)}.$$ {q(paths.key)} "
         f"|| {{ echo 'installing the cluster key failed' >&3; exit 1; }}",
         f"printf '%s\\n' {q(public_key)} > {q(paths.key)}.pub",
         f"ak={home_path(authorized_keys)}",
@@ -204,7 +219,9 @@ def setup_script(
         exports = " ".join(f"{k}={q(v)}" for k, v in sorted(env.items()))
         lines += [
             f"echo {q('running the cluster node_setup command')}",
-            f'cd "$HOME" && env {exports} /bin/sh -c {q(node_setup)}',
+            # the secrets are sourced by this subshell only: in node_setup's environment, in no argv
+            f'cd "$HOME" && ( {". " + q(paths.secrets) + " && " if secrets else ""}'
+            f"exec env {exports} /bin/sh -c {q(node_setup)} )",
             "rc=$?",
             'if [ "$rc" -ne 0 ]; then echo "node_setup exited with code $rc" >&3; '
             f'tail -n 3 {q(err)} >&3; exit "$rc"; fi',
@@ -214,6 +231,22 @@ def setup_script(
         'echo "node setup finished $(date -u +%Y-%m-%dT%H:%M:%SZ)"',
     ]
     return "\n".join(lines)
+
+
+_KEY_END = "-----END OPENSSH PRIVATE KEY-----"
+
+
+def _split_stdin(paths: NodePaths) -> list[str]:
+    """stdin is the private key, then the secrets' ``export`` lines: each to its 0600 file (umask 077)."""
+    q = shlex.quote
+    stdin = f"{q(paths.cluster_dir)}/.stdin.$$"
+    return [
+        f"cat > {stdin} || exit 1",
+        f"sed -n '1,/^{_KEY_END}$/p' {stdin} > {q(paths.key)}.$$",
+        f"sed '1,/^{_KEY_END}$/d' {stdin} > {q(paths.secrets)}.$$ && chmod 600 {q(paths.secrets)}.$$ "
+        f"&& mv -f {q(paths.secrets)}.$$ {q(paths.secrets)} || {{ rm -f {stdin}; exit 1; }}",
+        f"rm -f {stdin}",
+    ]
 
 
 def cleanup_script(paths: NodePaths, *, authorized_keys: str, key_comment: str) -> str:
