@@ -9,8 +9,7 @@ import sqlite3
 from typing import TYPE_CHECKING
 
 from ..common import now
-from .api import check_row
-from .store import NAME
+from .api import NAME, check_row
 
 if TYPE_CHECKING:
     from .daemon import Scheduler

@@ -16,7 +16,8 @@ from ..policy import retries
 from ..policy.queue import priority_rank
 from ..protocol import RESULT_RECORD, SharePaths, StatusDoc
 from . import attempt_end
-from .store import NAME, STARTING
+from .api import NAME
+from .store import STARTING
 
 if TYPE_CHECKING:
     from .daemon import Scheduler
