@@ -23,24 +23,25 @@ import signal
 import socket
 import sqlite3
 import subprocess
-import sys
 import time
 import traceback
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-from ..common import TAG_VAR, load_or_none, now, write_json_atomic
+from ..common import TAG_VAR, load_or_none, write_json_atomic
 from ..job import procs
 from ..policy import autoscale, retries, watchdog
 from ..policy.queue import Holding, Waiting, plan, priority_rank
 from ..protocol import OP_JOB, OP_NODES, OP_PING, OP_SUBMIT, OP_TERMINATE, RESULT_RECORD, SharePaths
 from . import api, attempt_end, health, prune, publish, quarantine, recovery, scaling
 from .api import RequestError
+from .cluster import Cluster
 from .gate import NodeGate
+from .log import log
 from .server import RequestServer
 from .spares import Spares
-from .store import ACTIVE, SCHEMA, STARTING, iso, migrate
+from .store import ACTIVE, STARTING, Store, iso
 
 __all__ = ["Holding", "RequestError", "Scheduler", "Waiting", "plan", "run"]
 
@@ -53,18 +54,8 @@ class Scheduler:
     """The queue's one authority on a head node: its state folder holds ``cluster.json`` and ``sched.db``."""
 
     def __init__(self, state_dir: str) -> None:
-        self.state_dir = state_dir
-        self.cfg: dict[str, Any] = {}
-        try:
-            self.cfg = api.check_cluster(load_or_none(os.path.join(state_dir, "cluster.json")) or {})
-        except RequestError as exc:  # written by an older ctl that did not check it: the next request's
-            self.log(f"ignoring cluster.json: {exc}")  # configuration replaces it
-        fresh = not os.path.exists(os.path.join(state_dir, "sched.db"))
-        self.db = sqlite3.connect(os.path.join(state_dir, "sched.db"), isolation_level=None)
-        self.db.row_factory = sqlite3.Row
-        self.db.executescript(SCHEMA)
-        migrate(self.db)
-        self.db.execute("CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state)")
+        self.store = Store(state_dir)
+        self.cluster = Cluster(self.store)
         # job id → its launcher, for launchers this process started. Kept referenced: a dropped Popen is
         # reaped by subprocess's own cleanup, and its exit would go unseen.
         self.children: dict[int, subprocess.Popen[bytes]] = {}
@@ -76,8 +67,7 @@ class Scheduler:
         self.published_as: tuple[object, ...] | None = None  # what publish last saw (publish.py)
         self.next_beat = 0.0
         self.stopping = False
-        # autoscale: the nodes up now (a subset of the pool), and since when each free node is idle
-        self.active: list[str] | None = None
+        # autoscale: since when each free node is idle
         self.free_since: dict[str, float] = {}
         self.trackers: dict[int, watchdog.OutputTracker] = {}
         # nodes that stopped answering during a job: out of placement until a probe reaches them again
@@ -100,69 +90,65 @@ class Scheduler:
         self.faulted = False  # a step of this pass met a disk fault
         self.pruned_at = 0.0
         quarantine.quarantine_bad_rows(self)
-        self.rebuilt = recovery.rebuild_from_share(self) if fresh else 0
+        self.rebuilt = recovery.rebuild_from_share(self) if self.store.created else 0
 
-    # -- helpers ------------------------------------------------------------------------------------
+    # -- what the parts hold, as the daemon's callers read it ---------------------------------------
+    @property
+    def cfg(self) -> dict[str, Any]:
+        """The cluster's configuration (``Store``)."""
+        return self.store.cfg
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        """The queue's database (``Store``)."""
+        return self.store.db
+
+    @property
+    def state_dir(self) -> str:
+        return self.store.state_dir
+
+    @property
+    def active(self) -> list[str] | None:
+        return self.cluster.active
+
+    @active.setter
+    def active(self, value: list[str] | None) -> None:
+        self.cluster.active = value
+
+    def job_state_dir(self, job_id: int) -> str:
+        """The job's folder on this node (``Store``)."""
+        return self.store.job_state_dir(job_id)
+
+    def rows(self, where: str, *args: Any) -> list[sqlite3.Row]:
+        """The jobs matching ``where``, oldest first (``Store``)."""
+        return self.store.rows(where, *args)
+
     def log(self, line: str) -> None:
-        """One timestamped line on stderr (the scheduler's log file); never raises."""
-        with contextlib.suppress(OSError):
-            sys.stderr.write(f"{now()} {line}\n")
-            sys.stderr.flush()
+        log(line)
 
     def settings(self) -> autoscale.AutoScaleSettings | None:
-        """The cluster's autoscale settings, or None when its size is fixed."""
-        data = self.cfg.get("autoscale")
-        return autoscale.AutoScaleSettings.from_dict(data) if data else None
+        return self.cluster.settings()
 
     def pool(self) -> list[dict[str, Any]]:
-        """Every node the cluster may have: its nodes, or with autoscale every node up to max_nodes."""
-        return list(self.cfg.get("pool") or self.cfg.get("nodes", []))
+        return self.cluster.pool()
 
     def nodes(self) -> list[dict[str, Any]]:
-        """The nodes up now."""
-        if self.settings() is None:
-            return list(self.cfg.get("nodes", []))
-        if self.active is None:
-            self.active = [n["id"] for n in self.cfg.get("nodes", [])]
-        return [n for n in self.pool() if n["id"] in self.active]
+        return self.cluster.nodes()
 
     def capacity(self) -> int:
-        """The most nodes a job may ask for: the cluster's size, or max_nodes with autoscale."""
-        settings = self.settings()
-        return settings.max_nodes if settings is not None else len(self.nodes())
+        return self.cluster.capacity()
 
     def job_share_dir(self, experiment: str, name: str) -> str:
-        """The job's folder on the share (its records, ``run/``)."""
         return self.share_paths().job_dir(experiment, name)
 
     def share_paths(self) -> SharePaths:
-        """The share's paths as this head node sees them (node/protocol.py)."""
-        return SharePaths.at_meta(self.cfg["meta_root"])
-
-    def job_state_dir(self, job_id: int) -> str:
-        """The job's folder on this node: assignment, secrets, the launcher's result and log."""
-        return os.path.join(self.state_dir, "jobs", str(job_id))
-
-    def rows(self, where: str, *args: Any) -> list[sqlite3.Row]:
-        """The jobs matching ``where`` (a literal clause; values in ``args``), oldest first."""
-        # ``where`` is always one of this module's literal clauses; values go through parameters
-        return list(self.db.execute(f"SELECT * FROM jobs WHERE {where} ORDER BY id", args))  # noqa: S608
+        return self.cluster.share_paths()
 
     def update(self, job_id: int, **fields: Any) -> None:
-        """Set a job's columns; it is published again unless ``published`` is given."""
-        fields.setdefault("published", 0)
-        names = ", ".join(f"{k} = ?" for k in fields)
-        self.db.execute(f"UPDATE jobs SET {names} WHERE id = ?", (*fields.values(), job_id))  # noqa: S608
+        self.store.update(job_id, **fields)
 
     def held(self) -> dict[str, tuple[int, str]]:
-        """node id → (job id, phase) for every node a job holds (running or being cleaned up)."""
-        out: dict[str, tuple[int, str]] = {}
-        for row in self.rows("state IN ('running', 'cleaning')"):
-            phase = "cleaning" if row["state"] == "cleaning" else (row["phase"] or "preparing")
-            phase = "preparing" if phase == STARTING else phase
-            for node in json.loads(row["nodes"]):
-                out[node] = (row["id"], phase)
-        return out
+        return self.store.held()
 
     # -- requests -------------------------------------------------------------------------------------
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -183,15 +169,8 @@ class Scheduler:
 
     def set_cluster(self, cfg: dict[str, Any]) -> None:
         """Take the cluster's configuration a request carried; fail queued jobs it no longer fits."""
-        if cfg == self.cfg:
+        if not self.cluster.configure(cfg):
             return
-        self.cfg = cfg
-        write_json_atomic(os.path.join(self.state_dir, "cluster.json"), cfg, sync=False)
-        if self.settings() is None:
-            self.active = None
-        elif self.active is not None:  # ours is the truth of which nodes are up; drop what left the pool
-            pool = {n["id"] for n in self.pool()}
-            self.active = [n for n in self.active if n in pool]
         total = self.capacity()
         for row in self.rows("state = 'queued' AND node_count > ?", total):
             self.finish(
@@ -455,11 +434,7 @@ class Scheduler:
         return bool(pid and tag and pid in procs.tagged_pids(tag))
 
     def finish(self, row: sqlite3.Row, state: str, exit_code: int | None, reason: str | None) -> None:
-        """End the job for good and drop its secrets."""
-        self.update(row["id"], state=state, exit_code=exit_code, reason=reason, end_time=now(), phase=None)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(self.job_state_dir(row["id"]), "secrets.json"))
-        self.log(f"{row['key']} {state}" + (f": {reason}" if reason else ""))
+        self.store.finish(row, state, exit_code, reason)
 
     def adopt(self) -> None:
         """After a restart on the same node: take back the launchers and cleanups it left (recovery)."""
@@ -476,11 +451,8 @@ class Scheduler:
     # -- the loop -------------------------------------------------------------------------------------
     def idle(self) -> bool:
         """Nothing queued, running, unpublished, being cleaned, scaled or waited for."""
-        busy = self.db.execute(
-            "SELECT 1 FROM jobs WHERE state IN ('queued', 'running', 'cleaning') OR published = 0 LIMIT 1"
-        )
         return (
-            busy.fetchone() is None
+            not self.store.busy()
             and not self.cleaning
             and self.next_review is None
             and self.scaling is None
@@ -503,7 +475,7 @@ class Scheduler:
         while not self.stopping:
             if time.monotonic() - checked > 1.0:
                 checked = time.monotonic()
-                if not os.path.exists(os.path.join(self.state_dir, "sched.db")):
+                if self.store.removed():
                     self.log("this scheduler's folder was removed: exiting")
                     break
             self.faulted = False
