@@ -81,7 +81,7 @@ class Scheduler:
         self.noticed: dict[int, float] = {}  # job id → when its "possibly hung" notice was published
         self.next_review: float | None = None
         self.scaling: concurrent.futures.Future[None] | None = None
-        self.gate = NodeGate(self)
+        self.gate = NodeGate(self.cluster, self.pool_exec)
         self.fault_message: str | None = None  # the head node's disk refusing writes, while it lasts
         self.server: RequestServer | None = None
         self.spares = Spares()

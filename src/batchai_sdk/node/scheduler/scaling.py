@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..common import now, write_json_atomic
 from ..policy.autoscale import NodeView, decide
-from ..protocol import EVENTS_RECORD, SIZE_RECORD
+from ..protocol import SIZE_RECORD
 
 if TYPE_CHECKING:
     from .daemon import Scheduler
@@ -57,7 +56,7 @@ def autoscale(sched: Scheduler) -> None:
     sched.active = [n["id"] for n in sched.pool() if n["id"] in kept or n["id"] in grown]
     for node_id in decision.remove:
         sched.free_since.pop(node_id, None)
-    event(sched, decision.to_dict())
+    sched.cluster.event(decision.to_dict())
     azure = sched.cfg.get("azure")
     if azure and decision.remove:
         sched.scaling = sched.pool_exec.submit(release_azure_nodes, sched, azure, list(decision.remove))
@@ -73,17 +72,6 @@ def release_azure_nodes(sched: Scheduler, azure: dict[str, str], remove: list[st
         AzureCapacity(ref).delete_instances([r.rsplit("_", 1)[-1] for r in remove])
     except Exception as exc:  # the nodes are out of the queue's reach either way; say why they stay
         sched.log(f"could not release {', '.join(remove)} through the scale set's identity: {exc}")
-
-
-def event(sched: Scheduler, fields: dict[str, Any], label: str = "autoscale") -> None:
-    """One decision (autoscale's, the health gate's) in the log and in the cluster's ``events.jsonl``."""
-    line = json.dumps({"time": now(), **fields}, sort_keys=True)
-    sched.log(f"{label}: {line}")
-    try:
-        with open(os.path.join(sched.cfg["cluster_dir"], EVENTS_RECORD), "a", encoding="utf-8") as f:
-            f.write(line + "\n")
-    except OSError as exc:
-        sched.log(f"cannot write the event log yet: {exc}")
 
 
 def publish_size(sched: Scheduler) -> None:
