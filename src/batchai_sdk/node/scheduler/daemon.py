@@ -89,7 +89,7 @@ class Scheduler:
         self.step_errors: dict[str, str] = {}
         self.faulted = False  # a step of this pass met a disk fault
         self.pruned_at = 0.0
-        quarantine.quarantine_bad_rows(self)
+        quarantine.quarantine_bad_rows(self.store.db)
         self.rebuilt = recovery.rebuild_from_share(self) if self.store.created else 0
 
     # -- what the parts hold, as the daemon's callers read it ---------------------------------------
@@ -489,7 +489,7 @@ class Scheduler:
             self.step("publish", self.publish)
             if time.monotonic() - self.pruned_at > prune.EVERY_S:
                 self.pruned_at = time.monotonic()
-                self.step("prune", lambda: prune.prune(self))
+                self.step("prune", lambda: prune.prune(self.store))
             if self.faulted:
                 continue  # outcomes wait in memory; never exit idle while the disk refuses them
             self.cleared()
@@ -523,7 +523,7 @@ class Scheduler:
                 self.step_errors[name] = repr(exc)
                 self.log(f"{name} failed: {exc!r}\n{traceback.format_exc()}")
             with contextlib.suppress(Exception):
-                quarantine.quarantine_bad_rows(self)
+                quarantine.quarantine_bad_rows(self.store.db)
 
     def fault(self, exc: BaseException) -> None:
         """The head node's disk or database refused a write: stay up, say so once (in the log and in
