@@ -6,9 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shlex
 import sqlite3
-import subprocess
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -17,6 +15,7 @@ from ..common import load_or_none, now
 from ..job import procs
 from ..policy import retries
 from ..protocol import RESULT_RECORD, is_eviction_file
+from . import health
 
 if TYPE_CHECKING:
     from .daemon import Scheduler
@@ -125,7 +124,7 @@ def clean_nodes(sched: Scheduler, tag: str, node_ids: list[str], silent: list[st
     left = 0
     skipped = {by_id[n]["address"] for n in silent or () if n in by_id}
     for address in {by_id[n]["address"] for n in node_ids if n in by_id}:
-        reaped = None if address in skipped else reap_on(sched, address, tag)
+        reaped = None if address in skipped else health.reap_on(sched, address, tag)
         if reaped is None:
             # an unreachable node may still run the job (a partition ends no process): it is not free
             # until it answers and is emptied (health.probe_down_nodes)
@@ -135,21 +134,6 @@ def clean_nodes(sched: Scheduler, tag: str, node_ids: list[str], silent: list[st
         else:
             left += reaped
     return left
-
-
-def reap_on(sched: Scheduler, address: str, tag: str) -> int | None:
-    """End the job tagged ``tag`` on the node at ``address``: how many processes survived, or None when
-    the node did not answer."""
-    argv = [
-        *sched.cfg["ssh_command"],
-        address,
-        shlex.join([sched.cfg["python"], "-S", sched.cfg["node_main"], "reap", tag]),
-    ]
-    try:
-        res = subprocess.run(argv, capture_output=True, timeout=60, check=False)
-        return int(res.stdout.decode().strip() or "0") if res.returncode == 0 else None
-    except (OSError, subprocess.TimeoutExpired, ValueError):
-        return None
 
 
 def reap_cleaned(sched: Scheduler) -> None:

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 from ..job import stacks
 from ..policy import retries, watchdog
-from . import attempt_end
 from .store import ACTIVE
 
 if TYPE_CHECKING:
@@ -80,9 +79,24 @@ def answers(sched: Scheduler, address: str, tags: frozenset[str] = frozenset()) 
     except (OSError, subprocess.TimeoutExpired):
         return None
     for tag in tags:
-        if attempt_end.reap_on(sched, address, tag) != 0:
+        if reap_on(sched, address, tag) != 0:
             return None
     return tags
+
+
+def reap_on(sched: Scheduler, address: str, tag: str) -> int | None:
+    """End the job tagged ``tag`` on the node at ``address``: how many processes survived, or None when
+    the node did not answer."""
+    argv = [
+        *sched.cfg["ssh_command"],
+        address,
+        shlex.join([sched.cfg["python"], "-S", sched.cfg["node_main"], "reap", tag]),
+    ]
+    try:
+        res = subprocess.run(argv, capture_output=True, timeout=60, check=False)
+        return int(res.stdout.decode().strip() or "0") if res.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None
 
 
 def warm_connection(sched: Scheduler, address: str) -> None:
