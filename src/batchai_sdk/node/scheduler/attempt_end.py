@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import sqlite3
-import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -124,13 +123,13 @@ def clean_nodes(sched: Scheduler, tag: str, node_ids: list[str], silent: list[st
     left = 0
     skipped = {by_id[n]["address"] for n in silent or () if n in by_id}
     for address in {by_id[n]["address"] for n in node_ids if n in by_id}:
-        reaped = None if address in skipped else health.reap_on(sched, address, tag)
+        reaped = None if address in skipped else health.reap_on(sched.cluster, address, tag)
         if reaped is None:
             # an unreachable node may still run the job (a partition ends no process): it is not free
             # until it answers and is emptied (health.probe_down_nodes)
             for node_id in node_ids:
                 if by_id.get(node_id, {}).get("address") == address:
-                    sched.unreaped.setdefault(node_id, set()).add(tag)
+                    sched.down.unreached(node_id, tag)
         else:
             left += reaped
     return left
@@ -163,10 +162,10 @@ def conclude(sched: Scheduler, row: sqlite3.Row) -> None:
     cause = retries.EndCause(cause_name)
     for node in json.loads(row["nodes"]):
         if cause is retries.EndCause.NODE_LOST and f"node {node} stopped answering" in str(detail):
-            sched.down[node] = time.time()
+            sched.down.mark(node)
             sched.log(f"node {node} stopped answering: no job goes there until it answers again")
-        elif row["tag"] in sched.unreaped.get(node, ()):
-            sched.down[node] = time.time()
+        elif sched.down.owes(node, row["tag"]):
+            sched.down.mark(node)
             sched.log(
                 f"node {node} did not answer the cleanup of {row['key']}: no job goes there until it does"
             )
@@ -198,8 +197,7 @@ def conclude(sched: Scheduler, row: sqlite3.Row) -> None:
             attempt = replace(attempt, log_dir=f"attempt-{row['attempt'] + 1}")
         except OSError as exc:
             sched.log(f"could not keep the logs of {row['key']} attempt {row['attempt']}: {exc}")
-    sched.trackers.pop(row["id"], None)
-    sched.noticed.pop(row["id"], None)
+    sched.hangs.forget(row["id"])
     clear_evictions(sched, row)
     sched.update(
         row["id"],

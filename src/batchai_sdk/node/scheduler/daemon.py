@@ -31,7 +31,7 @@ from typing import Any
 
 from ..common import TAG_VAR, load_or_none, write_json_atomic
 from ..job import procs
-from ..policy import autoscale, retries, watchdog
+from ..policy import autoscale, retries
 from ..policy.queue import Holding, Waiting, plan, priority_rank
 from ..protocol import OP_JOB, OP_NODES, OP_PING, OP_SUBMIT, OP_TERMINATE, RESULT_RECORD, SharePaths
 from . import api, attempt_end, health, prune, publish, quarantine, recovery, scaling
@@ -69,19 +69,11 @@ class Scheduler:
         self.stopping = False
         # autoscale: since when each free node is idle
         self.free_since: dict[str, float] = {}
-        self.trackers: dict[int, watchdog.OutputTracker] = {}
-        # nodes that stopped answering during a job: out of placement until a probe reaches them again
-        self.down: dict[str, float] = {}
-        self.probes: dict[str, concurrent.futures.Future[frozenset[str] | None]] = {}
-        # node id → tags of jobs that ended while it did not answer: reaped there before it is free
-        self.unreaped: dict[str, set[str]] = {}
-        self.down_idle_since: float | None = None
-        self.hangs: dict[int, concurrent.futures.Future[tuple[list[str], list[str]]]] = {}
-        self.hang_checked: dict[int, float] = {}
-        self.noticed: dict[int, float] = {}  # job id → when its "possibly hung" notice was published
         self.next_review: float | None = None
         self.scaling: concurrent.futures.Future[None] | None = None
         self.gate = NodeGate(self.cluster, self.pool_exec)
+        self.down = health.DownNodes(self.cluster, self.store, self.pool_exec)
+        self.hangs = health.HangWatch(self.cluster, self.store, self.pool_exec, self.stop)
         self.fault_message: str | None = None  # the head node's disk refusing writes, while it lasts
         self.server: RequestServer | None = None
         self.spares = Spares()
@@ -355,7 +347,7 @@ class Scheduler:
         self.children[job_id] = proc
         self.watch_exit(job_id, proc.pid)
         self.update(job_id, launcher_pid=proc.pid, phase="preparing")
-        self.trackers[job_id] = watchdog.OutputTracker()
+        self.hangs.started(job_id)
         self.log(f"started {row['key']} on {', '.join(n['id'] for n in nodes)} (launcher pid {proc.pid})")
         if self.server is not None:  # the next job's launcher, started after this one's hand-off
             self.spares.refill(argv, {k: v for k, v in env.items() if k != TAG_VAR})
@@ -395,11 +387,11 @@ class Scheduler:
                     retries.EndCause.WALL_CLOCK.value,
                 )
             elif row["stop_state"] is None and row["max_cost"] and row["price"] is not None:
-                health.check_cost(self, row, t)
+                health.check_cost(row, t, self.stop)
                 if (row["hang"] or row["hang_notice"]) and row["stdouterr"]:
-                    health.check_hang(self, row, t)
+                    self.hangs.check(row, t)
             elif row["stop_state"] is None and (row["hang"] or row["hang_notice"]) and row["stdouterr"]:
-                health.check_hang(self, row, t)
+                self.hangs.check(row, t)
             elif row["stop_sent"] and t - row["stop_sent"] > TERM_GRACE + 5:
                 victim = self.launcher_pid(row)
                 if victim:
@@ -456,7 +448,7 @@ class Scheduler:
             and not self.cleaning
             and self.next_review is None
             and self.scaling is None
-            and not self.down
+            and not self.down.busy()
             and not self.gate.busy()
         )
 
@@ -470,7 +462,7 @@ class Scheduler:
             self.spares.refill([self.cfg["python"], "-S", self.cfg["node_main"], "launch"], env)
         if self.cfg.get("ssh_command"):
             for node in self.nodes():
-                self.pool_exec.submit(health.warm_connection, self, node["address"])
+                self.pool_exec.submit(health.warm_connection, self.cluster, node["address"])
         checked = time.monotonic()
         while not self.stopping:
             if time.monotonic() - checked > 1.0:
@@ -482,7 +474,7 @@ class Scheduler:
             self.step("requests", lambda: self.server.poll(LOOP) if self.server else None)
             self.step("watch", self.watch)
             self.step("cleanup", self.reap_cleaned)
-            self.step("probes", lambda: health.probe_down_nodes(self))
+            self.step("probes", self.down.probe)
             self.step("health gate", self.gate.tick)
             self.step("autoscale", lambda: scaling.autoscale(self))
             self.step("placement", self.schedule)

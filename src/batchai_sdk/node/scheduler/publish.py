@@ -87,7 +87,7 @@ def observed(sched: Scheduler) -> tuple[object, ...]:
     gate = sched.gate
     return (
         sched.db.total_changes,
-        tuple(sorted(sched.down)),
+        tuple(sched.down.ids()),
         tuple(sorted(gate.unusable.items())),
         tuple(sorted(gate.checking)),
         gate.applied,
@@ -113,7 +113,7 @@ def publish(sched: Scheduler) -> None:
     doc = NodesDoc(
         nodes={node: NodeHold(keys.get(jid, ""), phase) for node, (jid, phase) in held.items()},
         queued=queued,
-        down=sorted(sched.down),
+        down=sched.down.ids(),
         unusable=dict(sorted(sched.gate.unusable.items())),
         checking=sorted(sched.gate.checking),
         health_reports=sched.gate.applied,
