@@ -30,7 +30,6 @@ from collections.abc import Callable
 from typing import Any
 
 from ..common import TAG_VAR, load_or_none, write_json_atomic
-from ..job import procs
 from ..policy import autoscale, retries
 from ..policy.queue import Holding, Waiting, plan, priority_rank
 from ..protocol import OP_JOB, OP_NODES, OP_PING, OP_SUBMIT, OP_TERMINATE, RESULT_RECORD, SharePaths
@@ -59,7 +58,6 @@ class Scheduler:
         # job id → its launcher, for launchers this process started. Kept referenced: a dropped Popen is
         # reaped by subprocess's own cleanup, and its exit would go unseen.
         self.children: dict[int, subprocess.Popen[bytes]] = {}
-        self.cleaning: dict[int, concurrent.futures.Future[int]] = {}
         self.pool_exec = concurrent.futures.ThreadPoolExecutor(max_workers=4)
         self.idle_since: float | None = None
         self.publish_errors: dict[str, str] = {}
@@ -74,6 +72,7 @@ class Scheduler:
         self.gate = NodeGate(self.cluster, self.pool_exec)
         self.down = health.DownNodes(self.cluster, self.store, self.pool_exec)
         self.hangs = health.HangWatch(self.cluster, self.store, self.pool_exec, self.stop)
+        self.ends = attempt_end.AttemptEnds(self.store, self.cluster, self.pool_exec, self.down, self.hangs)
         self.fault_message: str | None = None  # the head node's disk refusing writes, while it lasts
         self.server: RequestServer | None = None
         self.spares = Spares()
@@ -370,14 +369,14 @@ class Scheduler:
         for job_id, proc in list(self.children.items()):
             code = proc.poll()
             if code is not None:
-                attempt_end.launcher_ended(self, job_id, code)
+                self.ends.launcher_ended(job_id, code)
                 del self.children[job_id]  # only once recorded: a write that failed is tried again
                 self.unwatch_exit(job_id)
         t = time.time()
         for row in self.rows("state = 'running'"):
             pid = row["launcher_pid"]
-            if row["id"] not in self.children and not self.alive(pid, row["tag"]):
-                attempt_end.launcher_ended(self, row["id"], None)
+            if row["id"] not in self.children and not attempt_end.launcher_alive(pid, row["tag"]):
+                self.ends.launcher_ended(row["id"], None)
                 continue
             if row["stop_state"] is None and row["wall"] and t - row["started"] > row["wall"]:
                 self.stop(
@@ -420,11 +419,6 @@ class Scheduler:
                 self.server.unregister(fd)
             os.close(fd)
 
-    @staticmethod
-    def alive(pid: int | None, tag: str | None) -> bool:
-        """Whether the launcher ``pid`` still runs with the job's tag (not a reused pid)."""
-        return bool(pid and tag and pid in procs.tagged_pids(tag))
-
     def finish(self, row: sqlite3.Row, state: str, exit_code: int | None, reason: str | None) -> None:
         self.store.finish(row, state, exit_code, reason)
 
@@ -434,7 +428,7 @@ class Scheduler:
 
     def reap_cleaned(self) -> None:
         """Conclude the jobs whose nodes are now clean; clean again where processes survived."""
-        attempt_end.reap_cleaned(self)
+        self.ends.reap_cleaned()
 
     def publish(self) -> None:
         """Write changed job records and node assignments to the share; a failed write is retried later."""
@@ -445,7 +439,7 @@ class Scheduler:
         """Nothing queued, running, unpublished, being cleaned, scaled or waited for."""
         return (
             not self.store.busy()
-            and not self.cleaning
+            and not self.ends.busy()
             and self.next_review is None
             and self.scaling is None
             and not self.down.busy()

@@ -140,14 +140,12 @@ def adopt(sched: Scheduler) -> None:
     again; a launch it recorded as starting is adopted when its tag runs, else ended from what its
     launcher left, or requeued when it never ran; a job whose launcher is gone is cleaned up."""
     for row in sched.rows("state = 'cleaning'"):
-        sched.cleaning[row["id"]] = sched.pool_exec.submit(
-            attempt_end.clean_nodes, sched, row["tag"], json.loads(row["nodes"])
-        )
+        sched.ends.resume(row)
     for row in sched.rows("state = 'running'"):
         if row["phase"] == STARTING and not row["launcher_pid"]:
             adopt_starting(sched, row)
-        elif not sched.alive(row["launcher_pid"], row["tag"]):
-            attempt_end.launcher_ended(sched, row["id"], None)
+        elif not attempt_end.launcher_alive(row["launcher_pid"], row["tag"]):
+            sched.ends.launcher_ended(row["id"], None)
 
 
 def adopt_starting(sched: Scheduler, row: sqlite3.Row) -> None:
@@ -159,7 +157,7 @@ def adopt_starting(sched: Scheduler, row: sqlite3.Row) -> None:
         return
     job_dir = sched.job_state_dir(row["id"])
     if any(os.path.exists(os.path.join(job_dir, f)) for f in ("phase.json", RESULT_RECORD)):
-        attempt_end.launcher_ended(sched, row["id"], None)  # it ran, and ended or died
+        sched.ends.launcher_ended(row["id"], None)  # it ran, and ended or died
         return
     sched.update(row["id"], **dict.fromkeys(attempt_end.ATTEMPT_COLUMNS), state="queued", nodes="[]")
     sched.log(
