@@ -60,10 +60,6 @@ class Scheduler:
         self.children: dict[int, subprocess.Popen[bytes]] = {}
         self.pool_exec = concurrent.futures.ThreadPoolExecutor(max_workers=4)
         self.idle_since: float | None = None
-        self.publish_errors: dict[str, str] = {}
-        self.last_nodes_doc: Any = None
-        self.published_as: tuple[object, ...] | None = None  # what publish last saw (publish.py)
-        self.next_beat = 0.0
         self.stopping = False
         # autoscale: since when each free node is idle
         self.free_since: dict[str, float] = {}
@@ -73,7 +69,7 @@ class Scheduler:
         self.down = health.DownNodes(self.cluster, self.store, self.pool_exec)
         self.hangs = health.HangWatch(self.cluster, self.store, self.pool_exec, self.stop)
         self.ends = attempt_end.AttemptEnds(self.store, self.cluster, self.pool_exec, self.down, self.hangs)
-        self.fault_message: str | None = None  # the head node's disk refusing writes, while it lasts
+        self.publisher = publish.Publisher(self.store, self.cluster, self.down, self.gate)
         self.server: RequestServer | None = None
         self.spares = Spares()
         self.pidfds: dict[int, int] = {}  # job id → a descriptor readable once its launcher exits
@@ -238,7 +234,7 @@ class Scheduler:
         rows = self.rows("key = ?", f"{request.get('experiment')}/{request.get('name')}")
         if not rows:
             return {"ok": True, "found": False}
-        doc = publish.status_doc(self, rows[-1])
+        doc = publish.status_doc(rows[-1])
         keys = ("state", "exit_code", "failure_reason", "end_time")
         return {"ok": True, "found": True, **{k: doc[k] for k in keys if k in doc}}
 
@@ -432,7 +428,7 @@ class Scheduler:
 
     def publish(self) -> None:
         """Write changed job records and node assignments to the share; a failed write is retried later."""
-        publish.publish(self)
+        self.publisher.publish()
 
     # -- the loop -------------------------------------------------------------------------------------
     def idle(self) -> bool:
@@ -515,17 +511,15 @@ class Scheduler:
         """The head node's disk or database refused a write: stay up, say so once (in the log and in
         ``nodes.json`` on the share), keep what is in memory, and try the same step again next pass."""
         message = f"the scheduler's disk refused a write ({exc}); outcomes are kept in memory and retried"
-        if message != self.fault_message:
+        if message != self.publisher.fault_message:
             self.log(message)
-            self.fault_message = message
-            publish.report_fault(self, message)
+            self.publisher.report_fault(message)
 
     def cleared(self) -> None:
         """A pass went through: a fault reported before is over."""
-        if self.fault_message is not None:
+        if self.publisher.fault_message is not None:
             self.log("the scheduler's disk takes writes again")
-            self.fault_message = None
-            publish.report_fault(self, None)
+            self.publisher.report_fault(None)
 
     def answer(self, line: bytes) -> dict[str, Any]:
         """The reply to one request line from the socket; never raises."""
@@ -538,7 +532,7 @@ class Scheduler:
                 with contextlib.suppress(sqlite3.Error):
                     self.db.execute("ROLLBACK")
             self.fault(exc)
-            return {"ok": False, "error": "unavailable", "message": self.fault_message or str(exc)}
+            return {"ok": False, "error": "unavailable", "message": self.publisher.fault_message or str(exc)}
         except Exception as exc:
             if self.db.in_transaction:
                 self.db.execute("ROLLBACK")
