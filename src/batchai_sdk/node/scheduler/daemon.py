@@ -77,7 +77,7 @@ class Scheduler:
         self.faulted = False  # a step of this pass met a disk fault
         self.pruned_at = 0.0
         quarantine.quarantine_bad_rows(self.store.db)
-        self.rebuilt = recovery.rebuild_from_share(self) if self.store.created else 0
+        self.rebuilt = recovery.rebuild_from_share(self.store) if self.store.created else 0
 
     # -- what the parts hold, as the daemon's callers read it ---------------------------------------
     @property
@@ -420,7 +420,7 @@ class Scheduler:
 
     def adopt(self) -> None:
         """After a restart on the same node: take back the launchers and cleanups it left (recovery)."""
-        recovery.adopt(self)
+        recovery.adopt(self.store, self.ends)
 
     def reap_cleaned(self) -> None:
         """Conclude the jobs whose nodes are now clean; clean again where processes survived."""
