@@ -56,6 +56,10 @@ class Cluster:
             self.active = [n["id"] for n in self.cfg.get("nodes", [])]
         return [n for n in self.pool() if n["id"] in self.active]
 
+    def scale_to(self, node_ids: list[str]) -> None:
+        """Autoscale's decision: these nodes (of the pool) are up now."""
+        self.active = node_ids
+
     def capacity(self) -> int:
         """The most nodes a job may ask for: the cluster's size, or max_nodes with autoscale."""
         settings = self.settings()

@@ -61,15 +61,12 @@ class Scheduler:
         self.pool_exec = concurrent.futures.ThreadPoolExecutor(max_workers=4)
         self.idle_since: float | None = None
         self.stopping = False
-        # autoscale: since when each free node is idle
-        self.free_since: dict[str, float] = {}
-        self.next_review: float | None = None
-        self.scaling: concurrent.futures.Future[None] | None = None
         self.gate = NodeGate(self.cluster, self.pool_exec)
         self.down = health.DownNodes(self.cluster, self.store, self.pool_exec)
         self.hangs = health.HangWatch(self.cluster, self.store, self.pool_exec, self.stop)
         self.ends = attempt_end.AttemptEnds(self.store, self.cluster, self.pool_exec, self.down, self.hangs)
         self.publisher = publish.Publisher(self.store, self.cluster, self.down, self.gate)
+        self.autoscaler = scaling.AutoScaler(self.cluster, self.store, self.gate, self.pool_exec)
         self.server: RequestServer | None = None
         self.spares = Spares()
         self.pidfds: dict[int, int] = {}  # job id → a descriptor readable once its launcher exits
@@ -436,8 +433,7 @@ class Scheduler:
         return (
             not self.store.busy()
             and not self.ends.busy()
-            and self.next_review is None
-            and self.scaling is None
+            and not self.autoscaler.busy()
             and not self.down.busy()
             and not self.gate.busy()
         )
@@ -466,7 +462,7 @@ class Scheduler:
             self.step("cleanup", self.reap_cleaned)
             self.step("probes", self.down.probe)
             self.step("health gate", self.gate.tick)
-            self.step("autoscale", lambda: scaling.autoscale(self))
+            self.step("autoscale", self.autoscaler.tick)
             self.step("placement", self.schedule)
             self.step("publish", self.publish)
             if time.monotonic() - self.pruned_at > prune.EVERY_S:
