@@ -6,10 +6,14 @@ on the share: SQLite's locking is unreliable on SMB/NFS), takes requests on a Un
 (by the job's tag, procs.py) before its nodes count as free, and publishes each job's status and the
 nodes' assignments to the share for readers. It exits once nothing is queued, running or unpublished.
 
-Its parts: the queue's order (``policy/queue.py``), its SQLite table (``store.py``), how an
-attempt ends (``attempt_end.py``), the watch over jobs and nodes (``health.py``), what it
-publishes (``publish.py``), recovery after a restart (``recovery.py``) and autoscale
-(``scaling.py``); this module takes requests, starts and watches launchers and runs the loop.
+``Scheduler`` composes its parts, each owning its own state and given only the collaborators it needs:
+the head node's state folder (``store.Store``: cluster.json, sched.db, job folders), the cluster's nodes
+(``cluster.Cluster``), how an attempt ends (``attempt_end.AttemptEnds``), the watches over jobs and nodes
+(``health.HangWatch``, ``health.DownNodes``), the health gate (``gate.NodeGate``), what it publishes
+(``publish.Publisher``), autoscale (``scaling.AutoScaler``), the spare launcher (``spares.Spares``) and
+the socket (``server.RequestServer``); recovery after a restart (``recovery.py``), the queue's order
+(``policy/queue.py``), quarantine and pruning are functions over the store. No part imports this module.
+This module takes requests, starts, watches and stops launchers, and runs the loop.
 """
 
 from __future__ import annotations
@@ -30,9 +34,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ..common import TAG_VAR, load_or_none, write_json_atomic
-from ..policy import autoscale, retries
+from ..policy import retries
 from ..policy.queue import Holding, Waiting, plan, priority_rank
-from ..protocol import OP_JOB, OP_NODES, OP_PING, OP_SUBMIT, OP_TERMINATE, RESULT_RECORD, SharePaths
+from ..protocol import OP_JOB, OP_NODES, OP_PING, OP_SUBMIT, OP_TERMINATE, RESULT_RECORD
 from . import api, attempt_end, health, prune, publish, quarantine, recovery, scaling
 from .api import RequestError
 from .cluster import Cluster
@@ -76,63 +80,24 @@ class Scheduler:
         quarantine.quarantine_bad_rows(self.store.db)
         self.rebuilt = recovery.rebuild_from_share(self.store) if self.store.created else 0
 
-    # -- what the parts hold, as the daemon's callers read it ---------------------------------------
+    # -- what its callers read (tests, tools): the Store's ------------------------------------------
     @property
     def cfg(self) -> dict[str, Any]:
-        """The cluster's configuration (``Store``)."""
+        """The cluster's configuration."""
         return self.store.cfg
 
     @property
     def db(self) -> sqlite3.Connection:
-        """The queue's database (``Store``)."""
+        """The queue's database."""
         return self.store.db
 
-    @property
-    def state_dir(self) -> str:
-        return self.store.state_dir
-
-    @property
-    def active(self) -> list[str] | None:
-        return self.cluster.active
-
-    @active.setter
-    def active(self, value: list[str] | None) -> None:
-        self.cluster.active = value
-
-    def job_state_dir(self, job_id: int) -> str:
-        """The job's folder on this node (``Store``)."""
-        return self.store.job_state_dir(job_id)
-
     def rows(self, where: str, *args: Any) -> list[sqlite3.Row]:
-        """The jobs matching ``where``, oldest first (``Store``)."""
+        """The jobs matching ``where`` (a literal clause; values in ``args``), oldest first."""
         return self.store.rows(where, *args)
 
-    def log(self, line: str) -> None:
-        log(line)
-
-    def settings(self) -> autoscale.AutoScaleSettings | None:
-        return self.cluster.settings()
-
-    def pool(self) -> list[dict[str, Any]]:
-        return self.cluster.pool()
-
-    def nodes(self) -> list[dict[str, Any]]:
-        return self.cluster.nodes()
-
-    def capacity(self) -> int:
-        return self.cluster.capacity()
-
-    def job_share_dir(self, experiment: str, name: str) -> str:
-        return self.share_paths().job_dir(experiment, name)
-
-    def share_paths(self) -> SharePaths:
-        return self.cluster.share_paths()
-
-    def update(self, job_id: int, **fields: Any) -> None:
-        self.store.update(job_id, **fields)
-
-    def held(self) -> dict[str, tuple[int, str]]:
-        return self.store.held()
+    def job_state_dir(self, job_id: int) -> str:
+        """The job's folder on this node: assignment, secrets, the launcher's result and log."""
+        return self.store.job_state_dir(job_id)
 
     # -- requests -------------------------------------------------------------------------------------
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -155,9 +120,9 @@ class Scheduler:
         """Take the cluster's configuration a request carried; fail queued jobs it no longer fits."""
         if not self.cluster.configure(cfg):
             return
-        total = self.capacity()
+        total = self.cluster.capacity()
         for row in self.rows("state = 'queued' AND node_count > ?", total):
-            self.finish(
+            self.store.finish(
                 row,
                 "failed",
                 None,
@@ -168,9 +133,9 @@ class Scheduler:
     def submit(self, request: dict[str, Any]) -> dict[str, Any]:
         """Queue a job (once per ``request_id``), keep its secrets here only, and start what can start."""
         experiment, name, node_count = request["experiment"], request["name"], request["node_count"]
-        if node_count > self.capacity():
+        if node_count > self.cluster.capacity():
             raise RequestError(
-                "capacity", f"the job needs {node_count} node(s); the cluster has {self.capacity()}"
+                "capacity", f"the job needs {node_count} node(s); the cluster has {self.cluster.capacity()}"
             )
         request_id = str(request.get("request_id") or uuid.uuid4().hex)
         again = self.rows("request_id = ?", request_id)
@@ -217,7 +182,7 @@ class Scheduler:
                 raise RequestError("exists", f"job {experiment}/{name} is already queued or running") from exc
             raise
         self.db.execute("RELEASE submit")
-        self.log(f"queued {experiment}/{name} (id {job_id}, {node_count} node(s))")
+        log(f"queued {experiment}/{name} (id {job_id}, {node_count} node(s))")
         try:  # the job is accepted now: a disk fault from here on is the loop's to retry, not a refusal
             self.schedule()
             self.publish()
@@ -243,7 +208,7 @@ class Scheduler:
             return {"ok": True, "found": False}
         row = rows[0]
         if row["state"] == "queued":
-            self.finish(row, "terminated", None, "terminated by the user while queued")
+            self.store.finish(row, "terminated", None, "terminated by the user while queued")
         elif row["state"] == "running" and row["stop_state"] is None:
             self.stop(row, "terminated", "terminated by the user")
         self.publish()
@@ -252,11 +217,11 @@ class Scheduler:
     # -- job lifecycle --------------------------------------------------------------------------------
     def schedule(self) -> None:
         """Start what can start now (see ``plan``)."""
-        held = self.held()
+        held = self.store.held()
         blocked = self.gate.blocked()
         free = [
             n
-            for n in self.nodes()
+            for n in self.cluster.nodes()
             if n["id"] not in held and n["id"] not in self.down and n["id"] not in blocked
         ]
         if not free:  # nothing can start: the queue, however long, need not be read
@@ -279,7 +244,7 @@ class Scheduler:
     def job_health_level(self, row: sqlite3.Row) -> tuple[str, str | None]:
         """The job's own ``health_check`` (launch.json), or "off" (the cluster's gate already ran), and
         the job's log folder, where the report of its check goes too."""
-        launch = load_or_none(self.share_paths().launch_config(row["experiment"], row["name"])) or {}
+        launch = load_or_none(self.cluster.share_paths().launch_config(row["experiment"], row["name"])) or {}
         return str(launch.get("health_check") or "off"), launch.get("stdouterr_dir")
 
     def start(self, row: sqlite3.Row, nodes: list[dict[str, Any]]) -> None:
@@ -296,7 +261,7 @@ class Scheduler:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(job_dir, stale))
         assignment = {
-            "launch": self.share_paths().launch_config(row["experiment"], row["name"]),
+            "launch": self.cluster.share_paths().launch_config(row["experiment"], row["name"]),
             "nodes": nodes,
             "tag": tag,
             "attempt": row["attempt"],
@@ -308,7 +273,7 @@ class Scheduler:
         t = time.time()
         # Intent before action: the row says which tag this launch uses before the launcher exists, so a
         # scheduler killed in between finds it by that tag (recovery) instead of starting it again.
-        self.update(
+        self.store.update(
             job_id,
             state="running",
             started=t,
@@ -334,19 +299,21 @@ class Scheduler:
                         start_new_session=True,
                     )
         except OSError as exc:
-            self.finish(row, "failed", None, f"could not start the job's launcher: {exc}")
+            self.store.finish(row, "failed", None, f"could not start the job's launcher: {exc}")
             return
         self.children[job_id] = proc
         self.watch_exit(job_id, proc.pid)
-        self.update(job_id, launcher_pid=proc.pid, phase="preparing")
+        self.store.update(job_id, launcher_pid=proc.pid, phase="preparing")
         self.hangs.started(job_id)
-        self.log(f"started {row['key']} on {', '.join(n['id'] for n in nodes)} (launcher pid {proc.pid})")
+        log(f"started {row['key']} on {', '.join(n['id'] for n in nodes)} (launcher pid {proc.pid})")
         if self.server is not None:  # the next job's launcher, started after this one's hand-off
             self.spares.refill(argv, {k: v for k, v in env.items() if k != TAG_VAR})
 
     def stop(self, row: sqlite3.Row, state: str, reason: str, cause: str | None = None) -> None:
         """Ask the job's launcher to stop; the job ends in ``state`` once its nodes are clean."""
-        self.update(row["id"], stop_state=state, stop_reason=reason, stop_sent=time.time(), stop_cause=cause)
+        self.store.update(
+            row["id"], stop_state=state, stop_reason=reason, stop_sent=time.time(), stop_cause=cause
+        )
         pid = self.launcher_pid(row)
         if pid:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -392,7 +359,7 @@ class Scheduler:
             if row["phase"] != "running":
                 phase = load_or_none(os.path.join(self.job_state_dir(row["id"]), "phase.json")) or {}
                 if phase.get("phase") and phase["phase"] != row["phase"]:
-                    self.update(row["id"], phase=phase["phase"])
+                    self.store.update(row["id"], phase=phase["phase"])
 
     def watch_exit(self, job_id: int, pid: int) -> None:
         """Wake the loop the moment the launcher exits (a pidfd in its selector), not a tick later."""
@@ -411,9 +378,6 @@ class Scheduler:
             if self.server is not None:
                 self.server.unregister(fd)
             os.close(fd)
-
-    def finish(self, row: sqlite3.Row, state: str, exit_code: int | None, reason: str | None) -> None:
-        self.store.finish(row, state, exit_code, reason)
 
     def adopt(self) -> None:
         """After a restart on the same node: take back the launchers and cleanups it left (recovery)."""
@@ -447,14 +411,14 @@ class Scheduler:
             env = {**os.environ, **self.cfg.get("env", {})}
             self.spares.refill([self.cfg["python"], "-S", self.cfg["node_main"], "launch"], env)
         if self.cfg.get("ssh_command"):
-            for node in self.nodes():
+            for node in self.cluster.nodes():
                 self.pool_exec.submit(health.warm_connection, self.cluster, node["address"])
         checked = time.monotonic()
         while not self.stopping:
             if time.monotonic() - checked > 1.0:
                 checked = time.monotonic()
                 if self.store.removed():
-                    self.log("this scheduler's folder was removed: exiting")
+                    log("this scheduler's folder was removed: exiting")
                     break
             self.faulted = False
             self.step("requests", lambda: self.server.poll(LOOP) if self.server else None)
@@ -499,7 +463,7 @@ class Scheduler:
                 self.db.execute("ROLLBACK")
             if self.step_errors.get(name) != repr(exc):
                 self.step_errors[name] = repr(exc)
-                self.log(f"{name} failed: {exc!r}\n{traceback.format_exc()}")
+                log(f"{name} failed: {exc!r}\n{traceback.format_exc()}")
             with contextlib.suppress(Exception):
                 quarantine.quarantine_bad_rows(self.store.db)
 
@@ -508,13 +472,13 @@ class Scheduler:
         ``nodes.json`` on the share), keep what is in memory, and try the same step again next pass."""
         message = f"the scheduler's disk refused a write ({exc}); outcomes are kept in memory and retried"
         if message != self.publisher.fault_message:
-            self.log(message)
+            log(message)
             self.publisher.report_fault(message)
 
     def cleared(self) -> None:
         """A pass went through: a fault reported before is over."""
         if self.publisher.fault_message is not None:
-            self.log("the scheduler's disk takes writes again")
+            log("the scheduler's disk takes writes again")
             self.publisher.report_fault(None)
 
     def answer(self, line: bytes) -> dict[str, Any]:
@@ -532,7 +496,7 @@ class Scheduler:
         except Exception as exc:
             if self.db.in_transaction:
                 self.db.execute("ROLLBACK")
-            self.log(f"request failed: {exc!r}\n{traceback.format_exc()}")
+            log(f"request failed: {exc!r}\n{traceback.format_exc()}")
             return {"ok": False, "error": "internal", "message": f"the scheduler could not answer: {exc!r}"}
 
 
@@ -558,7 +522,7 @@ def run(state_dir: str) -> int:
     listener.listen(64)
     listener.setblocking(False)
     sched = Scheduler(state_dir)
-    sched.log(f"scheduler started (pid {os.getpid()}); rebuilt {sched.rebuilt} job(s) from the share")
+    log(f"scheduler started (pid {os.getpid()}); rebuilt {sched.rebuilt} job(s) from the share")
     try:
         return sched.serve(listener)
     finally:
@@ -566,4 +530,4 @@ def run(state_dir: str) -> int:
         listener.close()
         sched.down.clear()  # what this process learned of lost nodes goes with it
         sched.publish()
-        sched.log("scheduler exiting: nothing queued or running")
+        log("scheduler exiting: nothing queued or running")
