@@ -19,11 +19,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..gate.checks import LEVELS
-from ..policy.autoscale import AutoScaleSettings
-from ..policy.queue import PRIORITIES
-from ..protocol import OPS
-from .store import NAME
+from ..names import LEVELS, NAME, OPS, PRIORITIES  # not their users' modules: ctl imports this one
 
 MAX_REQUEST = 1 << 20  # bytes of one request line: secrets and a cluster of thousands of nodes fit
 MAX_DEPTH = 8
@@ -230,6 +226,8 @@ def check_cluster(cfg: Any) -> dict[str, Any]:
     if cfg.get("autoscale") is not None:
         if not isinstance(cfg["autoscale"], dict):
             raise invalid("cluster.autoscale", cfg["autoscale"], "the autoscale settings or null")
+        from ..policy.autoscale import AutoScaleSettings  # only where a cluster scales: it loads dataclasses
+
         try:
             AutoScaleSettings.from_dict(cfg["autoscale"])
         except (ValueError, TypeError) as exc:

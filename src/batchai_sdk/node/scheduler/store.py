@@ -3,11 +3,11 @@ the names and states its queries share. The database lives on the head node's ow
 
 from __future__ import annotations
 
-import re
 import sqlite3
 from datetime import datetime, timezone
 
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+from ..names import NAME as NAME  # job and experiment names (names.py spells them once)
+
 ACTIVE = ("queued", "running", "cleaning")
 # the phase of a running job whose launcher is being started: its tag is recorded, its pid not yet
 STARTING = "starting"
