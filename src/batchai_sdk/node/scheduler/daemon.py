@@ -40,7 +40,7 @@ from .api import RequestError
 from .gate import NodeGate
 from .server import RequestServer
 from .spares import Spares
-from .store import ACTIVE, SCHEMA, STARTING, iso, migrate
+from .store import ACTIVE, SCHEMA, STARTING, connect, iso, migrate
 
 __all__ = ["Holding", "RequestError", "Scheduler", "Waiting", "plan", "run"]
 
@@ -60,8 +60,7 @@ class Scheduler:
         except RequestError as exc:  # written by an older ctl that did not check it: the next request's
             self.log(f"ignoring cluster.json: {exc}")  # configuration replaces it
         fresh = not os.path.exists(os.path.join(state_dir, "sched.db"))
-        self.db = sqlite3.connect(os.path.join(state_dir, "sched.db"), isolation_level=None)
-        self.db.row_factory = sqlite3.Row
+        self.db = connect(os.path.join(state_dir, "sched.db"), fresh=fresh)
         self.db.executescript(SCHEMA)
         migrate(self.db)
         self.db.execute("CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state)")
