@@ -104,7 +104,9 @@ def test_queued_mpi_jobs_run_once_each_in_the_world_started_for_them(ws: Workspa
     wait_for(lambda: not processes_with(bytes(tmp_path), b"batchai_node"), 60, "nothing left once idle")
 
 
-def test_a_terminated_queue_head_ends_its_world_and_never_runs(ws: Workspace, tmp_path: Path) -> None:
+def test_a_terminated_queue_head_ends_its_world_and_a_job_in_a_world_is_terminated_whole(
+    ws: Workspace, tmp_path: Path
+) -> None:
     out, gate = tmp_path / "out", tmp_path / "gate"
     out.mkdir()
     exp = ws.create_experiment("e")
@@ -116,9 +118,18 @@ def test_a_terminated_queue_head_ends_its_world_and_never_runs(ws: Workspace, tm
     assert head.terminate(timeout=60) is JobState.TERMINATED
     wait_for(lambda: not world_shims(ws), 30, "the terminated head's world to end")
     assert not any(Path(f"/proc/{pid}").exists() for pid in shims)
+    pidfile = tmp_path / "pid"
+    long = exp.create_job("long", cluster=cluster, command_line=f"echo $$ > {pidfile}; exec sleep 300")
+    long.submit()
+    wait_for(lambda: len(world_shims(ws)) == 1, 60, "the next head's world")
     gate.touch()
     assert holder.wait(timeout=60) is JobState.SUCCEEDED
-    assert list(out.iterdir()) == []  # the terminated job never ran
+    wait_for(lambda: pidfile.exists() and pidfile.read_text().strip() != "", 60, "the job in the world")
+    pid = int(pidfile.read_text())
+    assert "the job runs in the MPI world started ahead" in node_logs(ws, "long")
+    assert long.terminate(timeout=60) is JobState.TERMINATED
+    assert not Path(f"/proc/{pid}").exists()
+    assert list(out.iterdir()) == []  # the terminated head never ran
     wait_for(lambda: not processes_with(bytes(tmp_path), b"batchai_node"), 60, "nothing left once idle")
     assert not processes_with(b"mpirun", bytes(state_dir(ws)))
 

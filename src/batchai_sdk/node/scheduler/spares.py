@@ -75,6 +75,7 @@ class Spares:
 
     def __init__(self) -> None:
         self.spare: Spare | None = None
+        self.predicted: tuple[int, int] | None = None  # (spare pid, database changes) predict last read
 
     def take(self, argv: list[str], env: dict[str, str]) -> Spare | None:
         """The spare for a launcher of ``argv`` (without its job folder) and ``env`` (without a tag), or
@@ -104,6 +105,10 @@ class Spares:
         spare = self.spare
         if spare is None or sched.cfg.get("ssh_command") is not None or not sched.cfg.get("nodes"):
             return
+        seen = (spare.proc.pid, sched.db.total_changes)
+        if seen == self.predicted:  # no row changed since: the head is the same (a long queue is not
+            return  # sorted again on every pass)
+        self.predicted = seen
         head = sched.db.execute(
             "SELECT experiment, name FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id LIMIT 1"
         ).fetchone()
