@@ -152,13 +152,20 @@ class World:
         except OSError:
             return b""
 
-    def end(self) -> None:
+    def end(self, *, wait: bool = True) -> None:
         """Stop the world unused: the shims' connections close (they exit, mpirun with them); whatever
-        is left after a grace is killed; its folder goes."""
+        is left after a grace is killed; its folder goes. ``wait=False`` (a spare let go, its scheduler
+        perhaps killed): mpirun's group gets SIGTERM at once and the spare exits without waiting, so that
+        a scheduler restarting now never finds it and takes it for a launcher."""
         for conn in self.conns:
             conn.close()
         self.conns = []
         self.listener.close()
+        if not wait:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            self.remove()
+            return
         try:
             self.proc.wait(timeout=END_GRACE)
         except subprocess.TimeoutExpired:

@@ -172,7 +172,7 @@ def wait_for_job() -> tuple[str | None, World | None]:
         line = ""
     if not line:
         if held is not None:
-            held.end()
+            held.end(wait=False)
         return None, None
     fd = os.open(os.path.join(line, "launcher.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     os.dup2(fd, 1)
