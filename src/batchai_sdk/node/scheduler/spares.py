@@ -112,12 +112,13 @@ class Spares:
         head = sched.db.execute(
             "SELECT experiment, name FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id LIMIT 1"
         ).fetchone()
-        launch = sched.share_paths().launch_config(head["experiment"], head["name"]) if head else None
+        paths = sched.cluster.share_paths()
+        launch = paths.launch_config(head["experiment"], head["name"]) if head else None
         if launch == spare.world_for:
             return
         spare.world_for = launch
-        folder = os.path.join(sched.state_dir, WORLDS, spare.tag)
-        request = {"launch": launch, "nodes": sched.nodes(), "folder": folder} if launch else None
+        folder = os.path.join(sched.store.state_dir, WORLDS, spare.tag)
+        request = {"launch": launch, "nodes": sched.cluster.nodes(), "folder": folder} if launch else None
         spare.tell(b"world " + json.dumps(request).encode() + b"\n")
 
 
