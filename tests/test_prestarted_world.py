@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -104,9 +105,9 @@ def test_queued_mpi_jobs_run_once_each_in_the_world_started_for_them(ws: Workspa
     wait_for(lambda: not processes_with(bytes(tmp_path), b"batchai_node"), 60, "nothing left once idle")
 
 
-def test_a_terminated_queue_head_ends_its_world_and_a_job_in_a_world_is_terminated_whole(
-    ws: Workspace, tmp_path: Path
-) -> None:
+def held_with_a_queue_head(ws: Workspace, tmp_path: Path) -> tuple[Path, Path, Any, Any, Any, Any]:
+    """A one-node cluster held by a job until ``gate`` exists, and a queued job ("head", writing its
+    rank's record to ``out``) whose world is up: (out, gate, experiment, cluster, holder, head)."""
     out, gate = tmp_path / "out", tmp_path / "gate"
     out.mkdir()
     exp = ws.create_experiment("e")
@@ -114,6 +115,13 @@ def test_a_terminated_queue_head_ends_its_world_and_a_job_in_a_world_is_terminat
     holder = exp.create_job("holder", cluster=cluster, command_line=WAIT.format(gate=gate)).submit()
     head = exp.create_job("head", cluster=cluster, command_line=RECORD.format(out=out, name="head")).submit()
     wait_for(lambda: len(world_shims(ws)) == 1, 60, "the queue head's world")
+    return out, gate, exp, cluster, holder, head
+
+
+def test_a_terminated_queue_head_ends_its_world_and_a_job_in_a_world_is_terminated_whole(
+    ws: Workspace, tmp_path: Path
+) -> None:
+    out, gate, exp, cluster, holder, head = held_with_a_queue_head(ws, tmp_path)
     shims = world_shims(ws)
     assert head.terminate(timeout=60) is JobState.TERMINATED
     wait_for(lambda: not world_shims(ws), 30, "the terminated head's world to end")
@@ -137,13 +145,7 @@ def test_a_terminated_queue_head_ends_its_world_and_a_job_in_a_world_is_terminat
 def test_kill_9_of_the_scheduler_ends_the_world_and_the_job_runs_once_later(
     ws: Workspace, tmp_path: Path
 ) -> None:
-    out, gate = tmp_path / "out", tmp_path / "gate"
-    out.mkdir()
-    exp = ws.create_experiment("e")
-    cluster = ws.create_cluster("c", nodes=1)
-    holder = exp.create_job("holder", cluster=cluster, command_line=WAIT.format(gate=gate)).submit()
-    head = exp.create_job("head", cluster=cluster, command_line=RECORD.format(out=out, name="head")).submit()
-    wait_for(lambda: len(world_shims(ws)) == 1, 60, "the queue head's world")
+    out, gate, exp, cluster, holder, head = held_with_a_queue_head(ws, tmp_path)
     (sched,) = processes_with(b"scheduler\0" + bytes(state_dir(ws)))
     os.kill(sched, signal.SIGKILL)
     wait_for(lambda: not world_shims(ws), 30, "the world of a killed scheduler's spare to end")
