@@ -276,9 +276,9 @@ class Launcher:
         if world is None:
             return None
         if world.fits(self.cfg, self.nodes) and world.ready(stop=lambda: self.stopping is not None):
+            self.log(f"the job runs in the MPI world started ahead (mpirun pid {world.proc.pid})")
             job = {"config": self.config_path, "env": env, "wd": self.cfg["wd"]}
             world.go({**job, "stdout": stdout, "stderr": stderr})
-            self.log(f"the job runs in the MPI world started ahead (mpirun pid {world.proc.pid})")
             return world
         world.end()
         return None
