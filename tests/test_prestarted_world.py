@@ -155,3 +155,32 @@ def test_kill_9_of_the_scheduler_ends_the_world_and_the_job_runs_once_later(
     assert head.wait(timeout=60) is JobState.SUCCEEDED
     assert [p.name for p in out.iterdir()] == ["head-0"]  # once (a second run could not create it)
     wait_for(lambda: not processes_with(bytes(tmp_path), b"batchai_node"), 60, "nothing left once idle")
+
+
+def test_a_job_given_a_world_of_another_shape_ends_it_and_starts_its_own_mpirun(
+    ws: Workspace, tmp_path: Path
+) -> None:
+    out, gate = tmp_path / "out", tmp_path / "gate"
+    out.mkdir()
+    exp = ws.create_experiment("e")
+    cluster = ws.create_cluster("c", nodes=2)
+    holder = exp.create_job("holder", cluster=cluster, command_line=WAIT.format(gate=gate)).submit()
+    wide = exp.create_job(
+        "wide", cluster=cluster, node_count=2, command_line=RECORD.format(out=out, name="wide")
+    )
+    wide.submit()
+    wait_for(lambda: len(world_shims(ws)) == 2, 60, "the two-rank world of the queue head")
+    first = set(world_shims(ws))
+    # a short job fits on the free node without delaying the head (backfill): it takes the spare,
+    # whose world has two ranks where it needs one
+    small = exp.create_job(
+        "small", cluster=cluster, command_line=RECORD.format(out=out, name="small"), max_wall_clock_time=120
+    ).submit()
+    assert small.wait(timeout=60) is JobState.SUCCEEDED
+    assert "the job runs in the MPI world started ahead" not in node_logs(ws, "small")
+    assert not first & set(world_shims(ws))  # that world ended; the head's next one is a new one
+    gate.touch()
+    assert holder.wait(timeout=60) is JobState.SUCCEEDED
+    assert wide.wait(timeout=60) is JobState.SUCCEEDED
+    assert sorted(p.name for p in out.iterdir()) == ["small-0", "wide-0", "wide-1"]  # each rank once
+    wait_for(lambda: not processes_with(bytes(tmp_path), b"batchai_node"), 60, "nothing left once idle")
