@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import random
+import select
 import shlex
 import signal
 import socket
@@ -253,16 +254,18 @@ class Launcher:
                 with contextlib.suppress(OSError):
                     self.proc.stdin.write(feed)
                     self.proc.stdin.close()
+            exited = ExitWatch(self.proc.pid)
             while True:
-                try:
-                    code = self.proc.wait(timeout=0.02)
+                exited.wait(0.02)
+                polled = self.proc.poll()
+                if polled is not None:
+                    code = polled
                     break
-                except subprocess.TimeoutExpired:
-                    pass
                 if self.stopping is not None:
                     self.stop_ranks()
                     code = self.proc.wait()
                     break
+            exited.close()
             if world is not None:  # mpirun's own words, where explain() and the user read them
                 err.write(world.mpirun_output())
                 err.flush()
@@ -377,6 +380,28 @@ class Launcher:
                     self.log(f"could not write the job's result to {folder}: {exc}")
         if not kept:
             raise SystemExit(f"the job's result could not be written anywhere: {result}")
+
+
+class ExitWatch:
+    """Wakes the moment a child exits (a pidfd), not at the next tick of a polling loop; without
+    pidfds (older kernels) it sleeps the tick out."""
+
+    def __init__(self, pid: int) -> None:
+        try:
+            self.fd: int | None = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            self.fd = None
+
+    def wait(self, timeout: float) -> None:
+        if self.fd is None:
+            time.sleep(timeout)
+        else:
+            select.select([self.fd], [], [], timeout)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 def pull_failures(failed: list[tuple[str, int, str]]) -> str | None:
