@@ -254,7 +254,8 @@ class Launcher:
                 with contextlib.suppress(OSError):
                     self.proc.stdin.write(feed)
                     self.proc.stdin.close()
-            exited = ExitWatch(self.proc.pid)
+            local = isinstance(self.proc, (subprocess.Popen, ForkedRank))  # a child of this process
+            exited = ExitWatch(self.proc.pid if local else None)
             while True:
                 exited.wait(0.02)
                 polled = self.proc.poll()
@@ -383,14 +384,15 @@ class Launcher:
 
 
 class ExitWatch:
-    """Wakes the moment a child exits (a pidfd), not at the next tick of a polling loop; without
-    pidfds (older kernels) it sleeps the tick out."""
+    """Wakes the moment a child of this process exits (a pidfd), not at the next tick of a polling
+    loop; without pidfds (older kernels), or for a process that is not our child (None), it sleeps the
+    tick out."""
 
-    def __init__(self, pid: int) -> None:
-        try:
-            self.fd: int | None = os.pidfd_open(pid)
-        except (AttributeError, OSError):
-            self.fd = None
+    def __init__(self, pid: int | None) -> None:
+        self.fd: int | None = None
+        if pid is not None:
+            with contextlib.suppress(AttributeError, OSError):
+                self.fd = os.pidfd_open(pid)
 
     def wait(self, timeout: float) -> None:
         if self.fd is None:
