@@ -5,7 +5,8 @@
   scheduler's and launcher's own hand-off): wall time from the first
   submit to the last end against the ideal, the jobs' own node-seconds / nodes (goal <= 1.05x), both
   measured inside the jobs; and the hand-off, a node freed (a job's last instruction there) to the next
-  job's first one on it (goal < 0.05 s median);
+  job's first one on it (goal < 0.05 s median); with how many of the jobs ran in an MPI world their
+  spare launcher started ahead (node/job/world.py: no mpirun start-up in the hand-off);
 - submit -> running on an idle cluster (goal < 1 s, median);
 - submit time against queue length: ``submit()`` of N jobs behind one that holds the only node, the first
   50 against the last 50 (goal: flat, ratio <= 1.2); then the scheduler's CPU over 20 s with the N queued
@@ -36,9 +37,12 @@ COMMAND = 's=$(date +%s.%N); sleep {secs}; e=$(date +%s.%N); echo "$s $e $BATCHA
 GOAL_RATIO, GOAL_GAP_S, GOAL_SUBMIT_RUN_S, GOAL_FLAT, GOAL_IMPORT_MS = 1.05, 0.05, 1.0, 1.2, 60.0
 
 
+WORLD_NOTE = b"the job runs in the MPI world started ahead"
+
+
 def run_queue(
     jobs: int, secs: float, mixed: bool, toolkit: str | None = None
-) -> tuple[float, float, list[float]]:
+) -> tuple[float, float, list[float], int]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out"
         out.mkdir()
@@ -71,8 +75,10 @@ def run_queue(
         for runs in spans.values():
             runs.sort()
             gaps += [b[0] - a[1] for a, b in itertools.pairwise(runs)]
+        logs = (Path(tmp) / "ws").glob("mounts/share/.batchai/experiments/bench/jobs/*/stdouterr")
+        in_world = sum(any(WORLD_NOTE in p.read_bytes() for p in d.glob("execution-*.log")) for d in logs)
         ws.close()
-        return last_end - t0, node_seconds / 2, gaps
+        return last_end - t0, node_seconds / 2, gaps, in_world
 
 
 def submit_to_running(runs: int) -> list[float]:
@@ -161,19 +167,19 @@ def main() -> None:
     args = parser.parse_args()
     print(f"{args.jobs} jobs of {args.seconds:g} s on 2 local nodes (load average {os.getloadavg()[0]:.1f})")
     print(f"{'jobs':<22}{'wall s':>9}{'ideal s':>9}{'ratio':>8}{'goal':>7}{'gap median s':>14}{'goal':>7}"
-          f"{'gap p95 s':>11}")  # fmt: skip
+          f"{'gap p95 s':>11}{'in world':>10}")  # fmt: skip
     rows = (
         ("1 node each", False, None),
         ("mixed (1/5 on 2)", True, None),
         ("1 node, custom", False, "custom"),
     )
     for label, mixed, toolkit in rows if args.jobs else ():
-        wall, ideal, gaps = run_queue(args.jobs, args.seconds, mixed, toolkit)
+        wall, ideal, gaps, in_world = run_queue(args.jobs, args.seconds, mixed, toolkit)
         p95 = sorted(gaps)[int(0.95 * (len(gaps) - 1))] if gaps else float("nan")
         med = statistics.median(gaps) if gaps else float("nan")
         print(
             f"{label:<22}{wall:>9.2f}{ideal:>9.2f}{wall / ideal:>7.3f}x{GOAL_RATIO:>6.2f}x"
-            f"{med:>14.3f}{GOAL_GAP_S:>7.2f}{p95:>11.3f}"
+            f"{med:>14.3f}{GOAL_GAP_S:>7.2f}{p95:>11.3f}{in_world:>7}/{args.jobs}"
         )
     times = submit_to_running(5) if args.jobs else [float("nan")]
     print(

@@ -205,12 +205,16 @@ def test_a_killed_scheduler_is_restarted_and_picks_its_running_job_up_again(
 ) -> None:
     job, pid, _ = _start_sleeper(ws, script, tmp_path, "adopted")
     state = ws.backend.root / "tmp" / "scheduler" / "c"  # type: ignore[attr-defined]
-    sched = [
-        p
-        for p in os.listdir("/proc")
-        if p.isdigit()
-        and Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[3:5] == [b"scheduler", bytes(state)]
-    ]
+    sched = []
+    for p in os.listdir("/proc"):
+        try:  # a process that ended since the listing is not the scheduler
+            if p.isdigit() and Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[3:5] == [
+                b"scheduler",
+                bytes(state),
+            ]:
+                sched.append(p)
+        except OSError:
+            continue
     assert len(sched) == 1
     os.kill(int(sched[0]), signal.SIGKILL)
     queued = ws.get_experiment("e").create_job("after", cluster="c", command_line="echo after").submit()

@@ -3,9 +3,11 @@
 ``scheduler STATE_DIR``   the cluster's scheduler daemon (started by ``ctl``)
 ``ctl STATE_DIR``         one request to the scheduler (JSON on stdin), reply on stdout
 ``launch JOB_DIR``        one job attempt (started by the scheduler)
-``launch -``              the same, started ahead: the job folder comes on stdin (scheduler/spares.py)
+``launch -``              the same, started ahead: the job folder comes on stdin (scheduler/spares.py),
+                          after the queue head's MPI world to pre-start, if any (job/world.py)
 ``prep CONFIG NODE``      job preparation on a node (secrets as JSON on stdin)
 ``rank CONFIG``           one rank (started by mpirun or the launcher)
+``rank --world SOCKET``   a rank shim of an MPI world started ahead; its job comes on SOCKET (job/world.py)
 ``reap TAG``              end every process of a job on this node; prints how many survived
 ``slurm-job batch CONFIG``  inside a Slurm allocation: the job's launcher there (see slurm/step.py)
 ``stacks --tag T --out D --node N``  write the Python stacks of a job's processes here (hang watchdog)
@@ -41,8 +43,8 @@ def main(argv: list[str]) -> int:
         launcher = _mod("job.launcher")
         import concurrent.futures  # noqa: F401 - loaded now, not in the hand-off
 
-        job_dir = _mod("scheduler.spares").wait_for_job()
-        return int(launcher.Launcher(job_dir).main()) if job_dir else 0
+        job_dir, world = _mod("scheduler.spares").wait_for_job()
+        return int(launcher.Launcher(job_dir, world).main()) if job_dir else 0
     if mode == "launch" and len(args) == 1:
         return int(_mod("job.launcher").Launcher(args[0]).main())
     if mode == "prep" and len(args) == 2:
@@ -54,6 +56,8 @@ def main(argv: list[str]) -> int:
         except containers.PullError as exc:  # the launcher reads the reason from stderr
             sys.stderr.write(f"{exc}\n")
             return int(containers.PULL_FAILED)
+    if mode == "rank" and len(args) == 2 and args[0] == "--world":  # a shim of a pre-started world
+        return int(_mod("job.world").serve_rank(args[1]))
     if mode == "rank" and len(args) in (1, 2):
         secrets = None
         if args[1:] == ["--secrets-on-stdin"]:  # a custom command started over ssh: secrets never in argv
@@ -77,5 +81,19 @@ def main(argv: list[str]) -> int:
     return 2
 
 
+def leave(code: int, mode: str) -> None:
+    """Exit with ``code``. A launcher or rank shim skips the interpreter's own teardown (about 8 ms):
+    a node's hand-off waits on these exits, and they leave nothing to tear down (every file they wrote
+    is closed, every thread is done or a daemon)."""
+    if mode not in ("launch", "rank"):
+        sys.exit(code)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code & 0xFF)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    leave(main(sys.argv[1:]), sys.argv[1] if len(sys.argv) > 1 else "")

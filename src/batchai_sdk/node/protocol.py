@@ -20,6 +20,14 @@ import posixpath
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+# ctl: the request's operations (spelled in names.py, which ctl loads without this module's dataclasses)
+from .names import OP_JOB as OP_JOB
+from .names import OP_NODES as OP_NODES
+from .names import OP_PING as OP_PING
+from .names import OP_SUBMIT as OP_SUBMIT
+from .names import OP_TERMINATE as OP_TERMINATE
+from .names import OPS as OPS
+
 META = ".batchai"
 WORKSPACE_RECORD = "workspace.json"
 CLUSTER_RECORD = "cluster.json"
@@ -39,9 +47,7 @@ EVICTED_PREFIX = "evicted-"
 SIMULATED_EVICTION_PREFIX = "simulate-eviction-"
 HEAD_DISK_ERROR = "head_disk_error"  # in nodes.json while the scheduler's own disk refuses writes
 
-# ctl: the request's operations and the error codes of a refused one
-OP_SUBMIT, OP_TERMINATE, OP_PING, OP_NODES, OP_JOB = "submit", "terminate", "ping", "nodes", "job"
-OPS = (OP_SUBMIT, OP_TERMINATE, OP_PING, OP_NODES, OP_JOB)
+# ctl: the error codes of a refused request
 E_EXISTS, E_CAPACITY, E_INVALID, E_UNAVAILABLE = "exists", "capacity", "invalid", "unavailable"
 
 

@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import random
+import select
 import shlex
 import signal
 import socket
@@ -37,6 +38,7 @@ from ..protocol import RESULT_RECORD
 from .containers import PULL_FAILED, PULL_FAILED_PREFIX, PullError
 from .forked import ForkedRank, fork_rank
 from .rank import run_prep
+from .world import World
 
 POLL = 0.2
 # what a custom command on another node must get from the launcher (the rest comes from launch.json)
@@ -97,8 +99,9 @@ def free_port(count: int = 1) -> int:
 
 
 class Launcher:
-    def __init__(self, job_dir: str) -> None:
+    def __init__(self, job_dir: str, world: World | None = None) -> None:
         self.job_dir = job_dir
+        self.world = world  # mpirun and shims its spare started ahead (world.py), used if the job fits
         self.assignment: dict[str, Any] = load(os.path.join(job_dir, "assignment.json"))
         self.config_path: str = self.assignment["launch"]
         self.cfg: dict[str, Any] = load(self.config_path)
@@ -232,7 +235,10 @@ class Launcher:
             open(os.path.join(out_dir, "stderr.txt"), "ab") as err,
         ):
             argv, feed = self.launch_argv(env)
-            if self.cfg["toolkit"] == "custom" and self.cfg.get("ssh_command") is None:
+            world = self.take_world(env, out.name, err.name)
+            if world is not None:
+                self.proc = world.proc  # no mpirun or Python start-up in the hand-off
+            elif self.cfg["toolkit"] == "custom" and self.cfg.get("ssh_command") is None:
                 self.proc = fork_rank(self.config_path, env, self.cfg["wd"], out, err)  # no new Python
             else:
                 self.proc = subprocess.Popen(
@@ -248,17 +254,38 @@ class Launcher:
                 with contextlib.suppress(OSError):
                     self.proc.stdin.write(feed)
                     self.proc.stdin.close()
+            local = isinstance(self.proc, (subprocess.Popen, ForkedRank))  # a child of this process
+            exited = ExitWatch(self.proc.pid if local else None)
             while True:
-                try:
-                    code = self.proc.wait(timeout=0.02)
+                exited.wait(0.02)
+                polled = self.proc.poll()
+                if polled is not None:
+                    code = polled
                     break
-                except subprocess.TimeoutExpired:
-                    pass
                 if self.stopping is not None:
                     self.stop_ranks()
                     code = self.proc.wait()
                     break
+            exited.close()
+            if world is not None:  # mpirun's own words, where explain() and the user read them
+                err.write(world.mpirun_output())
+                err.flush()
+                world.remove()
         return code, self.explain(code)
+
+    def take_world(self, env: dict[str, str], stdout: str, stderr: str) -> World | None:
+        """The pre-started world, handed this job, when the job fits it and every shim waits; otherwise
+        it is ended before any shim got the job, and the job's own mpirun starts as usual."""
+        world, self.world = self.world, None
+        if world is None:
+            return None
+        if world.fits(self.cfg, self.nodes) and world.ready(stop=lambda: self.stopping is not None):
+            self.log(f"the job runs in the MPI world started ahead (mpirun pid {world.proc.pid})")
+            job = {"config": self.config_path, "env": env, "wd": self.cfg["wd"]}
+            world.go({**job, "stdout": stdout, "stderr": stderr})
+            return world
+        world.end()
+        return None
 
     def stop_ranks(self) -> None:
         assert self.proc is not None
@@ -334,6 +361,8 @@ class Launcher:
                 result.update(exit_code=code, reason=reason)
         except Exception as exc:  # the result must say why, whatever broke
             result["reason"] = f"job launcher error: {exc!r}"
+        if self.world is not None:  # the job never reached its ranks: its pre-started world is not used
+            self.world.end()
         result["stopped_by_signal"] = self.stopping
         result["tag"] = os.environ.get(TAG_VAR)
         self.leave(result)
@@ -352,6 +381,29 @@ class Launcher:
                     self.log(f"could not write the job's result to {folder}: {exc}")
         if not kept:
             raise SystemExit(f"the job's result could not be written anywhere: {result}")
+
+
+class ExitWatch:
+    """Wakes the moment a child of this process exits (a pidfd), not at the next tick of a polling
+    loop; without pidfds (older kernels), or for a process that is not our child (None), it sleeps the
+    tick out."""
+
+    def __init__(self, pid: int | None) -> None:
+        self.fd: int | None = None
+        if pid is not None:
+            with contextlib.suppress(AttributeError, OSError):
+                self.fd = os.pidfd_open(pid)
+
+    def wait(self, timeout: float) -> None:
+        if self.fd is None:
+            time.sleep(timeout)
+        else:
+            select.select([self.fd], [], [], timeout)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 def pull_failures(failed: list[tuple[str, int, str]]) -> str | None:

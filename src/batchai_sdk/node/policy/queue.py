@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Batch AI's schedulingPriority as the queue orders it
-PRIORITIES = {"low": -1, "normal": 0, "high": 1}
+from ..names import PRIORITIES as PRIORITIES  # names.py spells them once
 
 
 def priority_rank(name: object) -> int:

@@ -19,12 +19,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..gate.checks import LEVELS
-from ..policy.autoscale import AutoScaleSettings
-from ..policy.queue import PRIORITIES
-from ..protocol import OPS
+from ..names import LEVELS, OPS, PRIORITIES
+from ..names import NAME as NAME  # not their users' modules: ctl imports this one
 
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # an experiment, job or cluster name
 MAX_REQUEST = 1 << 20  # bytes of one request line: secrets and a cluster of thousands of nodes fit
 MAX_DEPTH = 8
 MAX_ITEMS = 10_000  # entries of one list or object
@@ -230,6 +227,8 @@ def check_cluster(cfg: Any) -> dict[str, Any]:
     if cfg.get("autoscale") is not None:
         if not isinstance(cfg["autoscale"], dict):
             raise invalid("cluster.autoscale", cfg["autoscale"], "the autoscale settings or null")
+        from ..policy.autoscale import AutoScaleSettings  # only where a cluster scales: it loads dataclasses
+
         try:
             AutoScaleSettings.from_dict(cfg["autoscale"])
         except (ValueError, TypeError) as exc:

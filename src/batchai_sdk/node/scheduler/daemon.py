@@ -37,7 +37,7 @@ from ..common import TAG_VAR, load_or_none, write_json_atomic
 from ..policy import retries
 from ..policy.queue import Holding, Waiting, plan, priority_rank
 from ..protocol import OP_JOB, OP_NODES, OP_PING, OP_SUBMIT, OP_TERMINATE, RESULT_RECORD
-from . import api, attempt_end, health, prune, publish, quarantine, recovery, scaling
+from . import api, attempt_end, health, prune, publish, quarantine, recovery, scaling, spares
 from .api import RequestError
 from .cluster import Cluster
 from .gate import NodeGate
@@ -407,6 +407,7 @@ class Scheduler:
         self.server = RequestServer(listener, self.answer)
         signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
         self.adopt()
+        spares.sweep(self.store.state_dir)
         if self.cfg.get("python") and self.cfg.get("node_main"):  # the first job's launcher, started now
             env = {**os.environ, **self.cfg.get("env", {})}
             self.spares.refill([self.cfg["python"], "-S", self.cfg["node_main"], "launch"], env)
@@ -428,6 +429,7 @@ class Scheduler:
             self.step("health gate", self.gate.tick)
             self.step("autoscale", self.autoscaler.tick)
             self.step("placement", self.schedule)
+            self.step("spare", lambda: self.spares.predict(self))  # the queue head's MPI world, started ahead
             self.step("publish", self.publish)
             if time.monotonic() - self.pruned_at > prune.EVERY_S:
                 self.pruned_at = time.monotonic()

@@ -1,0 +1,23 @@
+"""The request vocabulary: the names and values a scheduler request may carry, spelled once.
+
+Job, experiment and cluster names, the socket's operations, Batch AI's scheduling priorities and the
+health gate's levels. ``ctl`` starts for every request and checks it before it writes anything; it imports
+this module (``re`` only) instead of the modules these values are used in, which load ``dataclasses``
+and ``sqlite3`` (about 16 ms of a submit's start-up). Those modules re-export what they use from here.
+"""
+
+from __future__ import annotations
+
+import re
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+# ctl: the request's operations
+OP_SUBMIT, OP_TERMINATE, OP_PING, OP_NODES, OP_JOB = "submit", "terminate", "ping", "nodes", "job"
+OPS = (OP_SUBMIT, OP_TERMINATE, OP_PING, OP_NODES, OP_JOB)
+
+# Batch AI's schedulingPriority as the queue orders it
+PRIORITIES = {"low": -1, "normal": 0, "high": 1}
+
+# the health gate's levels, least to most thorough
+LEVELS = ("off", "basic", "full")
