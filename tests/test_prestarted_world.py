@@ -5,14 +5,16 @@ then runs once, later, in an mpirun of its own."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from _helpers import wait_for
+from _helpers import pid_alive, ppid, wait_for
 from batchai_sdk import JobState, Workspace
 
 pytestmark = pytest.mark.mpi
@@ -183,4 +185,48 @@ def test_a_job_given_a_world_of_another_shape_ends_it_and_starts_its_own_mpirun(
     assert holder.wait(timeout=60) is JobState.SUCCEEDED
     assert wide.wait(timeout=60) is JobState.SUCCEEDED
     assert sorted(p.name for p in out.iterdir()) == ["small-0", "wide-0", "wide-1"]  # each rank once
+    wait_for(lambda: not processes_with(bytes(tmp_path), b"batchai_node"), 60, "nothing left once idle")
+
+
+def job_row(ws: Workspace, name: str) -> dict[str, Any]:
+    """The scheduler's own row of the job (read-only: sched.db is in WAL mode, readers never block it)."""
+    db = sqlite3.connect(f"file:{state_dir(ws) / 'sched.db'}?mode=ro", uri=True)
+    try:
+        db.row_factory = sqlite3.Row
+        row = db.execute("SELECT * FROM jobs WHERE key = ?", (f"e/{name}",)).fetchone()
+        return dict(row) if row else {}
+    finally:
+        db.close()
+
+
+def test_a_scheduler_killed_before_its_spare_got_the_job_leaves_it_queued_not_failed(
+    ws: Workspace, tmp_path: Path
+) -> None:
+    out, gate, _exp, cluster, holder, head = held_with_a_queue_head(ws, tmp_path)
+    (sched,) = processes_with(b"scheduler\0" + bytes(state_dir(ws)))
+    running = job_row(ws, "holder")["launcher_pid"]  # a launcher that was a spare too
+    (spare,) = [p for p in processes_with(b"launch\0-\0") if ppid(p) == sched and p != running]
+    # the spare (it carries the head's tag) is frozen with its stdin full: the scheduler that hands it the
+    # head records the launch as starting, then blocks writing the job's folder, which never gets there
+    os.kill(spare, signal.SIGSTOP)
+    stdin = os.open(f"/proc/{spare}/fd/0", os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                os.write(stdin, b"world null\n")
+        gate.touch()
+        wait_for(lambda: job_row(ws, "head").get("phase") == "starting", 60, "the head's launch recorded")
+        assert job_row(ws, "head")["tag"].encode() in Path(f"/proc/{spare}/environ").read_bytes()
+        os.kill(sched, signal.SIGKILL)
+        wait_for(lambda: not pid_alive(sched), 30, "the scheduler to die")
+        ws.backend.scheduler(cluster.spec).ensure_running()  # type: ignore[attr-defined]
+        assert job_row(ws, "head")["launcher_pid"] == spare  # the new one took the spare for its launcher
+    finally:
+        os.close(stdin)
+        os.kill(spare, signal.SIGCONT)  # it reads to the end of its stdin, without a job, and exits
+    assert holder.wait(timeout=60) is JobState.SUCCEEDED
+    assert head.wait(timeout=60) is JobState.SUCCEEDED, head.status.failure_reason
+    assert [p.name for p in out.iterdir()] == ["head-0"]  # once (a second run could not create it)
+    # the launch that never began is no attempt: the one run is the job's first
+    assert [(a["index"], a["exit_code"]) for a in head.attempts] == [(0, 0)]
     wait_for(lambda: not processes_with(bytes(tmp_path), b"batchai_node"), 60, "nothing left once idle")

@@ -101,6 +101,9 @@ def free_port(count: int = 1) -> int:
 class Launcher:
     def __init__(self, job_dir: str, world: World | None = None) -> None:
         self.job_dir = job_dir
+        # the mark that this attempt's launcher began (its tag in phase.json), before it reads anything: a
+        # launcher adopted by a restarted scheduler that exits without it never ran the job (recovery.py)
+        self.phase("preparing")
         self.world = world  # mpirun and shims its spare started ahead (world.py), used if the job fits
         self.assignment: dict[str, Any] = load(os.path.join(job_dir, "assignment.json"))
         self.config_path: str = self.assignment["launch"]
@@ -117,7 +120,9 @@ class Launcher:
 
     def phase(self, name: str) -> None:
         write_json_atomic(
-            os.path.join(self.job_dir, "phase.json"), {"phase": name, "pid": os.getpid()}, sync=False
+            os.path.join(self.job_dir, "phase.json"),
+            {"phase": name, "pid": os.getpid(), "tag": os.environ.get(TAG_VAR)},
+            sync=False,
         )
 
     def on_signal(self, signum: int, _frame: Any) -> None:
@@ -342,7 +347,6 @@ class Launcher:
     def main(self) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, self.on_signal)
-        self.phase("preparing")
         for note in self.cfg.get("notes") or []:  # what the backend left out, said where the user looks
             with (
                 contextlib.suppress(OSError),

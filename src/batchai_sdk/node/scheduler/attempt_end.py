@@ -23,7 +23,7 @@ from ..protocol import RESULT_RECORD, SharePaths, is_eviction_file
 from . import health
 from .cluster import Cluster
 from .log import log
-from .store import Store
+from .store import STARTING, Store
 
 # what one attempt sets on its job's row; a requeued job starts the next attempt with them empty
 ATTEMPT_COLUMNS = (
@@ -38,6 +38,9 @@ ATTEMPT_COLUMNS = (
     "stop_sent",
     "stop_cause",
 )
+# the cause of an "attempt" whose launcher never began the job (its scheduler died in the hand-off): it is
+# queued again once its nodes are clean, neither an attempt nor a failure
+NOT_STARTED = "not_started"
 
 
 class AttemptEnds:
@@ -64,6 +67,11 @@ class AttemptEnds:
         """Record what the launcher left, then clean every node of the job before freeing it.
         ``code`` is its exit status as subprocess gives it (negative: a signal; None: not our child)."""
         row = self.store.rows("id = ?", job_id)[0]
+        if code is None and row["phase"] == STARTING and not self.began(row):
+            # adopted from a launch a killed scheduler recorded: a spare that never got its job folder
+            detail = "its scheduler stopped before the job's launcher began; queued again"
+            self.clean(row, json.dumps([NOT_STARTED, detail]), None)
+            return
         result = self.launcher_result(row)
         if result is None:
             how = f"was killed by signal {-code}" if code is not None and code < 0 else "died"
@@ -91,20 +99,27 @@ class AttemptEnds:
             lost = "stopped answering" in str(result.get("reason"))
             cause = retries.EndCause.NODE_LOST.value if lost else retries.EndCause.EXIT.value
             reason = result.get("reason")
-        self.store.update(
-            job_id,
-            state="cleaning",
-            exit_code=result.get("exit_code"),
-            reason=json.dumps([cause, reason]),
-        )
+        self.clean(row, json.dumps([cause, reason]), result.get("exit_code"))
+
+    def clean(self, row: sqlite3.Row, reason: str, exit_code: int | None) -> None:
+        """The attempt ended with ``reason`` (``[cause, detail]``): clean its nodes, then conclude it."""
+        job_id = row["id"]
+        self.store.update(job_id, state="cleaning", exit_code=exit_code, reason=reason)
         if self.cluster.cfg.get("ssh_command") is None and row["tag"] and not procs.tagged_pids(row["tag"]):
             self.conclude(self.store.rows("id = ?", job_id)[0])
             return  # nothing of it is left on this machine: its nodes are free at once
         nodes = json.loads(row["nodes"])
         # a node the launcher just found silent is not tried again (an SSH connect timeout): it is emptied
         # when it answers (health.probe_down_nodes)
-        silent = [n for n in nodes if f"node {n} stopped answering" in str(reason)]
+        silent = [n for n in nodes if f"node {n} stopped answering" in reason]
         self.cleaning[job_id] = self.pool_exec.submit(self.clean_nodes, row["tag"], nodes, silent)
+
+    def began(self, row: sqlite3.Row) -> bool:
+        """Whether this attempt's launcher began the job: it marks that first (phase.json with its tag)."""
+        mark = load_or_none(os.path.join(self.store.job_state_dir(row["id"]), "phase.json"))
+        if isinstance(mark, dict) and mark.get("tag") in (row["tag"], None):
+            return True
+        return self.launcher_result(row) is not None
 
     def launcher_result(self, row: sqlite3.Row) -> dict[str, Any] | None:
         """The outcome this attempt's launcher left: in its node-local folder, else (that disk full) its copy
@@ -168,6 +183,12 @@ class AttemptEnds:
     def conclude(self, row: sqlite3.Row) -> None:
         """An attempt ended and its nodes are empty: requeue it (the retry policy) or end the job."""
         cause_name, detail = json.loads(row["reason"])
+        if cause_name == NOT_STARTED:
+            self.hangs.forget(row["id"])
+            columns = dict.fromkeys(ATTEMPT_COLUMNS)
+            self.store.update(row["id"], **columns, state="queued", nodes="[]", reason=detail)
+            log(f"{row['key']}: {detail}")
+            return
         cause = retries.EndCause(cause_name)
         paths = self.cluster.share_paths()
         for node in json.loads(row["nodes"]):

@@ -16,7 +16,7 @@ from ..common import load_or_none, now
 from ..job import procs
 from ..policy import retries
 from ..policy.queue import priority_rank
-from ..protocol import RESULT_RECORD, SharePaths, StatusDoc
+from ..protocol import SharePaths, StatusDoc
 from . import attempt_end
 from .api import NAME
 from .log import log
@@ -149,15 +149,15 @@ def adopt(store: Store, ends: attempt_end.AttemptEnds) -> None:
 
 
 def adopt_starting(store: Store, ends: attempt_end.AttemptEnds, row: sqlite3.Row) -> None:
-    """The old scheduler recorded this launch and may have died before or after starting it."""
+    """The old scheduler recorded this launch and may have died before or after starting it, or (a spare
+    with the launch's tag) before handing it the job's folder."""
     pid = procs.launcher_pid(row["tag"])
     if pid is not None:  # it started: this one watches it; it is never started twice
-        store.update(row["id"], launcher_pid=pid, phase="preparing")
+        # the phase stays ``starting`` until the launcher marks that it began: one that exits without that
+        # mark never got the job, and the job is queued again (attempt_end.NOT_STARTED), not failed
+        store.update(row["id"], launcher_pid=pid)
         log(f"adopted the launcher of {row['key']} (pid {pid}) started before a restart")
         return
-    job_dir = store.job_state_dir(row["id"])
-    if any(os.path.exists(os.path.join(job_dir, f)) for f in ("phase.json", RESULT_RECORD)):
-        ends.launcher_ended(row["id"], None)  # it ran, and ended or died
-        return
-    store.update(row["id"], **dict.fromkeys(attempt_end.ATTEMPT_COLUMNS), state="queued", nodes="[]")
-    log(f"{row['key']} was about to start when the scheduler stopped; its launcher never ran: queued again")
+    # it ran and ended or died (its result, or what is left of it, is read), or it never began: queued
+    # again once whatever has its tag (a spare's pre-started world) is ended (attempt_end.NOT_STARTED)
+    ends.launcher_ended(row["id"], None)
