@@ -156,7 +156,8 @@ class World:
         """Stop the world unused: the shims' connections close (they exit, mpirun with them); whatever
         is left after a grace is killed; its folder goes. ``wait=False`` (a spare let go, its scheduler
         perhaps killed): mpirun's group gets SIGTERM at once and the spare exits without waiting, so that
-        a scheduler restarting now never finds it and takes it for a launcher."""
+        a scheduler restarting now seldom finds it (one that does takes it for the job's launcher, and
+        queues the job again once it exits without having begun it: attempt_end.NOT_STARTED)."""
         for conn in self.conns:
             conn.close()
         self.conns = []
