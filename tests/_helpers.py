@@ -104,11 +104,10 @@ def kill_scheduler_at_launch(state: Path, timeout: float = 60) -> bool:
                 continue
         for entry in os.listdir("/proc"):
             pid = int(entry) if entry.isdigit() else 0
-            if pid <= sched or pid in seen:
+            # no "pid > sched" shortcut: pids wrap (pid_max is often 32768), a child may have a lower one
+            if not pid or pid in seen or ppid(pid) != sched:
                 continue
             seen.add(pid)
-            if ppid(pid) != sched:
-                continue
             os.kill(sched, signal.SIGSTOP)
             if b"launch" not in execed(pid).split(b"\0")[3:4]:  # ssh to a node, not a launcher
                 os.kill(sched, signal.SIGCONT)

@@ -84,12 +84,16 @@ def test_kill_9_of_the_scheduler_in_its_launch_window_never_starts_a_job_twice(
     jobs = []
     killed = 0
     for i in range(20):
-        cmd = f"echo ran-$$ >> {runs}/k{i}; echo out-k{i}; exit 5"
+        # the job holds its node until the kill: a scheduler with nothing to do exits after IDLE_EXIT (2 s),
+        # and a killer thread starved that long under load would find none to kill
+        gate = runs / f"go-k{i}"
+        cmd = f"echo ran-$$ >> {runs}/k{i}; while [ ! -e {gate} ]; do sleep 0.05; done; echo out-k{i}; exit 5"
         hits: list[bool] = []
         killer = threading.Thread(target=lambda h=hits: h.append(kill_scheduler_at_launch(state)))
         killer.start()  # the launch may happen inside the submit's own request
         jobs.append(exp.create_job(f"k{i}", cluster=cluster, command_line=cmd).submit())
         killer.join()
+        gate.touch()
         killed += sum(hits)
     ws.backend.scheduler(cluster.spec).ensure_running()  # a new scheduler must reconcile the last launch
     for i, job in enumerate(jobs):
