@@ -208,7 +208,8 @@ def test_a_scheduler_killed_before_its_spare_got_the_job_leaves_it_queued_not_fa
     (spare,) = [p for p in processes_with(b"launch\0-\0") if ppid(p) == sched and p != running]
     # the spare (it carries the head's tag) is frozen with its stdin full: the scheduler that hands it the
     # head records the launch as starting, then blocks writing the job's folder, which never gets there
-    os.kill(spare, signal.SIGSTOP)
+    os.kill(spare, signal.SIGSTOP)  # stopped once /proc says so: until then it may still read its stdin
+    wait_for(lambda: Path(f"/proc/{spare}/stat").read_text().rsplit(") ", 1)[1][0] == "T", 30, "a stop")
     stdin = os.open(f"/proc/{spare}/fd/0", os.O_WRONLY | os.O_NONBLOCK)
     try:
         with contextlib.suppress(BlockingIOError):
