@@ -13,6 +13,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from ..agent import client as agent
 from ..common import load_or_none, now
 from ..job import procs
 from ..policy import retries
@@ -140,6 +141,8 @@ def clean_nodes(sched: Scheduler, tag: str, node_ids: list[str], silent: list[st
 def reap_on(sched: Scheduler, address: str, tag: str) -> int | None:
     """End the job tagged ``tag`` on the node at ``address``: how many processes survived, or None when
     the node did not answer."""
+    with contextlib.suppress(agent.Unavailable):
+        return agent.reap(sched.cfg, address, tag)  # its warm agent; else over SSH
     argv = [
         *sched.cfg["ssh_command"],
         address,

@@ -30,6 +30,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from ..agent.keeper import Agents
 from ..common import TAG_VAR, load_or_none, now, write_json_atomic
 from ..job import procs
 from ..policy import autoscale, retries, watchdog
@@ -95,6 +96,7 @@ class Scheduler:
         self.fault_message: str | None = None  # the head node's disk refusing writes, while it lasts
         self.server: RequestServer | None = None
         self.spares = Spares()
+        self.agents = Agents(self.log)  # the SSH nodes' warm agents (agent/keeper.py)
         self.pidfds: dict[int, int] = {}  # job id → a descriptor readable once its launcher exits
         self.step_errors: dict[str, str] = {}
         self.faulted = False  # a step of this pass met a disk fault
@@ -508,6 +510,7 @@ class Scheduler:
                     break
             self.faulted = False
             self.step("requests", lambda: self.server.poll(LOOP) if self.server else None)
+            self.step("agents", lambda: self.agents.tick(self.cfg, [n["address"] for n in self.nodes()]))
             self.step("watch", self.watch)
             self.step("cleanup", self.reap_cleaned)
             self.step("probes", lambda: health.probe_down_nodes(self))
@@ -529,6 +532,7 @@ class Scheduler:
                 self.idle_since = None
         self.server.shutdown()
         self.spares.close()
+        self.agents.close()
         return 0
 
     def step(self, name: str, fn: Callable[[], object]) -> None:
