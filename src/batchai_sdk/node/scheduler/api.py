@@ -23,8 +23,8 @@ from ..gate.checks import LEVELS
 from ..policy.autoscale import AutoScaleSettings
 from ..policy.queue import PRIORITIES
 from ..protocol import OPS
-from .store import NAME
 
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # an experiment, job or cluster name
 MAX_REQUEST = 1 << 20  # bytes of one request line: secrets and a cluster of thousands of nodes fit
 MAX_DEPTH = 8
 MAX_ITEMS = 10_000  # entries of one list or object

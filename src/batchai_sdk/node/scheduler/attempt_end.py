@@ -1,26 +1,29 @@
 """How the scheduler ends a job's attempt: what its launcher left, the eviction notices its nodes marked,
-the cleanup of every node (by the job's tag) before they count as free, then a retry or the job's end."""
+the cleanup of every node (by the job's tag) before they count as free, then a retry or the job's end.
+
+``AttemptEnds`` owns the cleanups in flight (job id → how many of its processes survived). It is given
+the store, the cluster, the worker threads, the nodes that stopped answering (a node a cleanup could not
+reach is down until it is emptied) and the hang watch (a requeued job is watched afresh).
+"""
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
 import os
-import shlex
 import sqlite3
-import subprocess
-import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..agent import client as agent
 from ..common import load_or_none, now
 from ..job import procs
 from ..policy import retries
-from ..protocol import RESULT_RECORD, is_eviction_file
-
-if TYPE_CHECKING:
-    from .daemon import Scheduler
+from ..protocol import RESULT_RECORD, SharePaths, is_eviction_file
+from . import health
+from .cluster import Cluster
+from .log import log
+from .store import Store
 
 # what one attempt sets on its job's row; a requeued job starts the next attempt with them empty
 ATTEMPT_COLUMNS = (
@@ -37,68 +40,200 @@ ATTEMPT_COLUMNS = (
 )
 
 
-def launcher_ended(sched: Scheduler, job_id: int, code: int | None) -> None:
-    """Record what the launcher left, then clean every node of the job before freeing it.
-    ``code`` is its exit status as subprocess gives it (negative: a signal; None: not our child)."""
-    row = sched.rows("id = ?", job_id)[0]
-    result = launcher_result(sched, row)
-    if result is None:
-        how = f"was killed by signal {-code}" if code is not None and code < 0 else "died"
-        if code is not None and code > 0:
-            how = f"exited with code {code} without a result"
-        result = {
-            "exit_code": None,
-            "reason": f"the job's launcher {how}; every process of the job was stopped",
-        }
-    evicted = evictions(sched, row)
-    if row["stop_state"]:
-        cause = row["stop_cause"] or retries.EndCause.USER_TERMINATE.value
-        reason = row["stop_reason"]
-    elif evicted:
-        cause = retries.EndCause.EVICTED.value
-        reason = "evicted: " + ", ".join(
-            f"{e.get('node')} ({e.get('event_type', 'Preempt')})" for e in evicted
+class AttemptEnds:
+    def __init__(
+        self,
+        store: Store,
+        cluster: Cluster,
+        pool_exec: concurrent.futures.Executor,
+        down: health.DownNodes,
+        hangs: health.HangWatch,
+    ) -> None:
+        self.store = store
+        self.cluster = cluster
+        self.pool_exec = pool_exec
+        self.down = down
+        self.hangs = hangs
+        self.cleaning: dict[int, concurrent.futures.Future[int]] = {}
+
+    def busy(self) -> bool:
+        """Whether a job's nodes are being cleaned."""
+        return bool(self.cleaning)
+
+    def launcher_ended(self, job_id: int, code: int | None) -> None:
+        """Record what the launcher left, then clean every node of the job before freeing it.
+        ``code`` is its exit status as subprocess gives it (negative: a signal; None: not our child)."""
+        row = self.store.rows("id = ?", job_id)[0]
+        result = self.launcher_result(row)
+        if result is None:
+            how = f"was killed by signal {-code}" if code is not None and code < 0 else "died"
+            if code is not None and code > 0:
+                how = f"exited with code {code} without a result"
+            result = {
+                "exit_code": None,
+                "reason": f"the job's launcher {how}; every process of the job was stopped",
+            }
+        evicted = evictions(self.cluster.share_paths(), row)
+        if row["stop_state"]:
+            cause = row["stop_cause"] or retries.EndCause.USER_TERMINATE.value
+            reason = row["stop_reason"]
+        elif evicted:
+            cause = retries.EndCause.EVICTED.value
+            reason = "evicted: " + ", ".join(
+                f"{e.get('node')} ({e.get('event_type', 'Preempt')})" for e in evicted
+            )
+        elif result.get("exit_code") is None:
+            # a launcher that died is a failed attempt, not a lost node: it runs beside this scheduler
+            lost = "stopped answering" in str(result.get("reason"))
+            cause = retries.EndCause.NODE_LOST.value if lost else retries.EndCause.EXIT.value
+            reason = result.get("reason") or "the job ended before its ranks ran"
+        else:
+            lost = "stopped answering" in str(result.get("reason"))
+            cause = retries.EndCause.NODE_LOST.value if lost else retries.EndCause.EXIT.value
+            reason = result.get("reason")
+        self.store.update(
+            job_id,
+            state="cleaning",
+            exit_code=result.get("exit_code"),
+            reason=json.dumps([cause, reason]),
         )
-    elif result.get("exit_code") is None:
-        # a launcher that died is a failed attempt, not a lost node: it runs beside this scheduler
-        lost = "stopped answering" in str(result.get("reason"))
-        cause = retries.EndCause.NODE_LOST.value if lost else retries.EndCause.EXIT.value
-        reason = result.get("reason") or "the job ended before its ranks ran"
-    else:
-        lost = "stopped answering" in str(result.get("reason"))
-        cause = retries.EndCause.NODE_LOST.value if lost else retries.EndCause.EXIT.value
-        reason = result.get("reason")
-    sched.update(
-        job_id,
-        state="cleaning",
-        exit_code=result.get("exit_code"),
-        reason=json.dumps([cause, reason]),
-    )
-    if sched.cfg.get("ssh_command") is None and row["tag"] and not procs.tagged_pids(row["tag"]):
-        conclude(sched, sched.rows("id = ?", job_id)[0])
-        return  # nothing of it is left on this machine: its nodes are free at once
-    nodes = json.loads(row["nodes"])
-    # a node the launcher just found silent is not tried again (an SSH connect timeout): it is emptied
-    # when it answers (health.probe_down_nodes)
-    silent = [n for n in nodes if f"node {n} stopped answering" in str(reason)]
-    sched.cleaning[job_id] = sched.pool_exec.submit(clean_nodes, sched, row["tag"], nodes, silent)
+        if self.cluster.cfg.get("ssh_command") is None and row["tag"] and not procs.tagged_pids(row["tag"]):
+            self.conclude(self.store.rows("id = ?", job_id)[0])
+            return  # nothing of it is left on this machine: its nodes are free at once
+        nodes = json.loads(row["nodes"])
+        # a node the launcher just found silent is not tried again (an SSH connect timeout): it is emptied
+        # when it answers (health.probe_down_nodes)
+        silent = [n for n in nodes if f"node {n} stopped answering" in str(reason)]
+        self.cleaning[job_id] = self.pool_exec.submit(self.clean_nodes, row["tag"], nodes, silent)
+
+    def launcher_result(self, row: sqlite3.Row) -> dict[str, Any] | None:
+        """The outcome this attempt's launcher left: in its node-local folder, else (that disk full) its copy
+        in the run folder on the share, which counts only when it carries this attempt's tag."""
+        local = load_or_none(os.path.join(self.store.job_state_dir(row["id"]), RESULT_RECORD))
+        if isinstance(local, dict):
+            return local
+        shared = load_or_none(self.cluster.share_paths().result_record(row["experiment"], row["name"]))
+        if isinstance(shared, dict) and row["tag"] and shared.get("tag") == row["tag"]:
+            return shared
+        return None
+
+    def clean_nodes(self, tag: str, node_ids: list[str], silent: list[str] | None = None) -> int:
+        """End what is left of the job on each of its nodes but the ``silent`` ones (left for when they
+        answer); returns how many processes survived."""
+        if not tag:
+            return 0
+        if self.cluster.cfg.get("ssh_command") is None:
+            return procs.reap(tag)
+        by_id = {n["id"]: n for n in self.cluster.nodes()}
+        left = 0
+        skipped = {by_id[n]["address"] for n in silent or () if n in by_id}
+        for address in {by_id[n]["address"] for n in node_ids if n in by_id}:
+            reaped = None if address in skipped else health.reap_on(self.cluster, address, tag)
+            if reaped is None:
+                # an unreachable node may still run the job (a partition ends no process): it is not free
+                # until it answers and is emptied (health.probe_down_nodes)
+                for node_id in node_ids:
+                    if by_id.get(node_id, {}).get("address") == address:
+                        self.down.unreached(node_id, tag)
+            else:
+                left += reaped
+        return left
+
+    def resume(self, row: sqlite3.Row) -> None:
+        """Clean the nodes of a job a previous scheduler was cleaning (recovery)."""
+        self.cleaning[row["id"]] = self.pool_exec.submit(
+            self.clean_nodes, row["tag"], json.loads(row["nodes"])
+        )
+
+    def reap_cleaned(self) -> None:
+        """Conclude the jobs whose nodes are now clean; clean again where processes survived."""
+        for job_id, fut in list(self.cleaning.items()):
+            if not fut.done():
+                continue
+            del self.cleaning[job_id]
+            row = self.store.rows("id = ?", job_id)[0]
+            try:
+                left = fut.result()
+            except Exception as exc:  # pragma: no cover - a bug in cleaning must not stop the scheduler
+                log(f"cleaning {row['key']} failed: {exc!r}")
+                left = 0
+            if left:
+                log(f"{left} process(es) of {row['key']} survived SIGKILL; trying again")
+                self.cleaning[job_id] = self.pool_exec.submit(
+                    self.clean_nodes, row["tag"], json.loads(row["nodes"])
+                )
+                continue
+            self.conclude(row)
+
+    def conclude(self, row: sqlite3.Row) -> None:
+        """An attempt ended and its nodes are empty: requeue it (the retry policy) or end the job."""
+        cause_name, detail = json.loads(row["reason"])
+        cause = retries.EndCause(cause_name)
+        paths = self.cluster.share_paths()
+        for node in json.loads(row["nodes"]):
+            if cause is retries.EndCause.NODE_LOST and f"node {node} stopped answering" in str(detail):
+                self.down.mark(node)
+                log(f"node {node} stopped answering: no job goes there until it answers again")
+            elif self.down.owes(node, row["tag"]):
+                self.down.mark(node)
+                log(
+                    f"node {node} did not answer the cleanup of {row['key']}: no job goes there until it does"
+                )
+        history = [retries.Attempt.from_dict(a) for a in json.loads(row["attempts"])]
+        policy = retries.RetryPolicy(row["max_retries"], tuple(json.loads(row["retry_codes"])))
+        exit_code = row["exit_code"]
+        if cause is retries.EndCause.EXIT and exit_code is None:
+            exit_code = 1  # job preparation failed, or the launcher could not start the ranks
+        decision = retries.decide(policy, cause, exit_code=exit_code, detail=detail, history=history)
+        attempt = retries.Attempt(
+            index=row["attempt"],
+            start=row["start_time"] or now(),
+            nodes=tuple(json.loads(row["nodes"])),
+            end=now(),
+            cause=cause,
+            exit_code=row["exit_code"],
+            reason=decision.reason,
+            extra={"evictions": evictions(paths, row)} if cause is retries.EndCause.EVICTED else {},
+        )
+        if not decision.requeue:
+            self.store.update(
+                row["id"], attempts=json.dumps([*[a.to_dict() for a in history], attempt.to_dict()])
+            )
+            self.store.finish(
+                self.store.rows("id = ?", row["id"])[0],
+                decision.outcome.value,
+                row["exit_code"],
+                decision.reason,
+            )
+            return
+        if row["stdouterr"]:  # the next attempt writes fresh logs; this one's are kept beside them
+            try:
+                retries.archive_attempt_logs(row["stdouterr"], row["attempt"])
+                attempt = replace(attempt, log_dir=f"attempt-{row['attempt'] + 1}")
+            except OSError as exc:
+                log(f"could not keep the logs of {row['key']} attempt {row['attempt']}: {exc}")
+        self.hangs.forget(row["id"])
+        clear_evictions(paths, row)
+        self.store.update(
+            row["id"],
+            **dict.fromkeys(ATTEMPT_COLUMNS),
+            state="queued",
+            attempt=row["attempt"] + 1,
+            attempts=json.dumps([*[a.to_dict() for a in history], attempt.to_dict()]),
+            nodes="[]",
+            reason=decision.reason,
+        )
+        log(f"{row['key']} requeued: {decision.reason}")
 
 
-def launcher_result(sched: Scheduler, row: sqlite3.Row) -> dict[str, Any] | None:
-    """The outcome this attempt's launcher left: in its node-local folder, else (that disk full) its copy
-    in the run folder on the share, which counts only when it carries this attempt's tag."""
-    local = load_or_none(os.path.join(sched.job_state_dir(row["id"]), RESULT_RECORD))
-    if isinstance(local, dict):
-        return local
-    shared = load_or_none(sched.share_paths().result_record(row["experiment"], row["name"]))
-    if isinstance(shared, dict) and row["tag"] and shared.get("tag") == row["tag"]:
-        return shared
-    return None
+def launcher_alive(pid: int | None, tag: str | None) -> bool:
+    """Whether the launcher ``pid`` still runs with the job's tag (not a reused pid)."""
+    return bool(pid and tag and pid in procs.tagged_pids(tag))
 
 
-def evictions(sched: Scheduler, row: sqlite3.Row) -> list[dict[str, Any]]:
+def evictions(paths: SharePaths, row: sqlite3.Row) -> list[dict[str, Any]]:
     """The eviction notices the job's nodes marked in its run folder during this attempt."""
-    run_dir = sched.share_paths().run_dir(row["experiment"], row["name"])
+    run_dir = paths.run_dir(row["experiment"], row["name"])
     try:
         names = sorted(n for n in os.listdir(run_dir) if is_eviction_file(n))
     except OSError:
@@ -106,127 +241,10 @@ def evictions(sched: Scheduler, row: sqlite3.Row) -> list[dict[str, Any]]:
     return [load_or_none(os.path.join(run_dir, n)) or {} for n in names]
 
 
-def clear_evictions(sched: Scheduler, row: sqlite3.Row) -> None:
+def clear_evictions(paths: SharePaths, row: sqlite3.Row) -> None:
     """Remove the attempt's eviction notices (and simulated ones) before the job runs again."""
-    run_dir = sched.share_paths().run_dir(row["experiment"], row["name"])
+    run_dir = paths.run_dir(row["experiment"], row["name"])
     with contextlib.suppress(OSError):
         for name in os.listdir(run_dir):
             if is_eviction_file(name, simulated=True):
                 os.unlink(os.path.join(run_dir, name))
-
-
-def clean_nodes(sched: Scheduler, tag: str, node_ids: list[str], silent: list[str] | None = None) -> int:
-    """End what is left of the job on each of its nodes but the ``silent`` ones (left for when they
-    answer); returns how many processes survived."""
-    if not tag:
-        return 0
-    if sched.cfg.get("ssh_command") is None:
-        return procs.reap(tag)
-    by_id = {n["id"]: n for n in sched.nodes()}
-    left = 0
-    skipped = {by_id[n]["address"] for n in silent or () if n in by_id}
-    for address in {by_id[n]["address"] for n in node_ids if n in by_id}:
-        reaped = None if address in skipped else reap_on(sched, address, tag)
-        if reaped is None:
-            # an unreachable node may still run the job (a partition ends no process): it is not free
-            # until it answers and is emptied (health.probe_down_nodes)
-            for node_id in node_ids:
-                if by_id.get(node_id, {}).get("address") == address:
-                    sched.unreaped.setdefault(node_id, set()).add(tag)
-        else:
-            left += reaped
-    return left
-
-
-def reap_on(sched: Scheduler, address: str, tag: str) -> int | None:
-    """End the job tagged ``tag`` on the node at ``address``: how many processes survived, or None when
-    the node did not answer."""
-    with contextlib.suppress(agent.Unavailable):
-        return agent.reap(sched.cfg, address, tag)  # its warm agent; else over SSH
-    argv = [
-        *sched.cfg["ssh_command"],
-        address,
-        shlex.join([sched.cfg["python"], "-S", sched.cfg["node_main"], "reap", tag]),
-    ]
-    try:
-        res = subprocess.run(argv, capture_output=True, timeout=60, check=False)
-        return int(res.stdout.decode().strip() or "0") if res.returncode == 0 else None
-    except (OSError, subprocess.TimeoutExpired, ValueError):
-        return None
-
-
-def reap_cleaned(sched: Scheduler) -> None:
-    """Conclude the jobs whose nodes are now clean; clean again where processes survived."""
-    for job_id, fut in list(sched.cleaning.items()):
-        if not fut.done():
-            continue
-        del sched.cleaning[job_id]
-        row = sched.rows("id = ?", job_id)[0]
-        try:
-            left = fut.result()
-        except Exception as exc:  # pragma: no cover - a bug in cleaning must not stop the scheduler
-            sched.log(f"cleaning {row['key']} failed: {exc!r}")
-            left = 0
-        if left:
-            sched.log(f"{left} process(es) of {row['key']} survived SIGKILL; trying again")
-            sched.cleaning[job_id] = sched.pool_exec.submit(
-                clean_nodes, sched, row["tag"], json.loads(row["nodes"])
-            )
-            continue
-        conclude(sched, row)
-
-
-def conclude(sched: Scheduler, row: sqlite3.Row) -> None:
-    """An attempt ended and its nodes are empty: requeue it (the retry policy) or end the job."""
-    cause_name, detail = json.loads(row["reason"])
-    cause = retries.EndCause(cause_name)
-    for node in json.loads(row["nodes"]):
-        if cause is retries.EndCause.NODE_LOST and f"node {node} stopped answering" in str(detail):
-            sched.down[node] = time.time()
-            sched.log(f"node {node} stopped answering: no job goes there until it answers again")
-        elif row["tag"] in sched.unreaped.get(node, ()):
-            sched.down[node] = time.time()
-            sched.log(
-                f"node {node} did not answer the cleanup of {row['key']}: no job goes there until it does"
-            )
-    history = [retries.Attempt.from_dict(a) for a in json.loads(row["attempts"])]
-    policy = retries.RetryPolicy(row["max_retries"], tuple(json.loads(row["retry_codes"])))
-    exit_code = row["exit_code"]
-    if cause is retries.EndCause.EXIT and exit_code is None:
-        exit_code = 1  # job preparation failed, or the launcher could not start the ranks
-    decision = retries.decide(policy, cause, exit_code=exit_code, detail=detail, history=history)
-    attempt = retries.Attempt(
-        index=row["attempt"],
-        start=row["start_time"] or now(),
-        nodes=tuple(json.loads(row["nodes"])),
-        end=now(),
-        cause=cause,
-        exit_code=row["exit_code"],
-        reason=decision.reason,
-        extra={"evictions": evictions(sched, row)} if cause is retries.EndCause.EVICTED else {},
-    )
-    if not decision.requeue:
-        sched.update(row["id"], attempts=json.dumps([*[a.to_dict() for a in history], attempt.to_dict()]))
-        sched.finish(
-            sched.rows("id = ?", row["id"])[0], decision.outcome.value, row["exit_code"], decision.reason
-        )
-        return
-    if row["stdouterr"]:  # the next attempt writes fresh logs; this one's are kept beside them
-        try:
-            retries.archive_attempt_logs(row["stdouterr"], row["attempt"])
-            attempt = replace(attempt, log_dir=f"attempt-{row['attempt'] + 1}")
-        except OSError as exc:
-            sched.log(f"could not keep the logs of {row['key']} attempt {row['attempt']}: {exc}")
-    sched.trackers.pop(row["id"], None)
-    sched.noticed.pop(row["id"], None)
-    clear_evictions(sched, row)
-    sched.update(
-        row["id"],
-        **dict.fromkeys(ATTEMPT_COLUMNS),
-        state="queued",
-        attempt=row["attempt"] + 1,
-        attempts=json.dumps([*[a.to_dict() for a in history], attempt.to_dict()]),
-        nodes="[]",
-        reason=decision.reason,
-    )
-    sched.log(f"{row['key']} requeued: {decision.reason}")

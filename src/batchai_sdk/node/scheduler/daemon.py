@@ -6,10 +6,14 @@ on the share: SQLite's locking is unreliable on SMB/NFS), takes requests on a Un
 (by the job's tag, procs.py) before its nodes count as free, and publishes each job's status and the
 nodes' assignments to the share for readers. It exits once nothing is queued, running or unpublished.
 
-Its parts: the queue's order (``policy/queue.py``), its SQLite table (``store.py``), how an
-attempt ends (``attempt_end.py``), the watch over jobs and nodes (``health.py``), what it
-publishes (``publish.py``), recovery after a restart (``recovery.py``) and autoscale
-(``scaling.py``); this module takes requests, starts and watches launchers and runs the loop.
+``Scheduler`` composes its parts, each owning its own state and given only the collaborators it needs:
+the head node's state folder (``store.Store``: cluster.json, sched.db, job folders), the cluster's nodes
+(``cluster.Cluster``), how an attempt ends (``attempt_end.AttemptEnds``), the watches over jobs and nodes
+(``health.HangWatch``, ``health.DownNodes``), the health gate (``gate.NodeGate``), what it publishes
+(``publish.Publisher``), autoscale (``scaling.AutoScaler``), the spare launcher (``spares.Spares``) and
+the socket (``server.RequestServer``); recovery after a restart (``recovery.py``), the queue's order
+(``policy/queue.py``), quarantine and pruning are functions over the store. No part imports this module.
+This module takes requests, starts, watches and stops launchers, and runs the loop.
 """
 
 from __future__ import annotations
@@ -23,7 +27,6 @@ import signal
 import socket
 import sqlite3
 import subprocess
-import sys
 import time
 import traceback
 import uuid
@@ -31,17 +34,18 @@ from collections.abc import Callable
 from typing import Any
 
 from ..agent.keeper import Agents
-from ..common import TAG_VAR, load_or_none, now, write_json_atomic
-from ..job import procs
-from ..policy import autoscale, retries, watchdog
+from ..common import TAG_VAR, load_or_none, write_json_atomic
+from ..policy import retries
 from ..policy.queue import Holding, Waiting, plan, priority_rank
-from ..protocol import OP_JOB, OP_NODES, OP_PING, OP_SUBMIT, OP_TERMINATE, RESULT_RECORD, SharePaths
+from ..protocol import OP_JOB, OP_NODES, OP_PING, OP_SUBMIT, OP_TERMINATE, RESULT_RECORD
 from . import api, attempt_end, health, prune, publish, quarantine, recovery, scaling
 from .api import RequestError
+from .cluster import Cluster
 from .gate import NodeGate
+from .log import log
 from .server import RequestServer
 from .spares import Spares
-from .store import ACTIVE, SCHEMA, STARTING, iso, migrate
+from .store import ACTIVE, STARTING, Store, iso
 
 __all__ = ["Holding", "RequestError", "Scheduler", "Waiting", "plan", "run"]
 
@@ -54,117 +58,48 @@ class Scheduler:
     """The queue's one authority on a head node: its state folder holds ``cluster.json`` and ``sched.db``."""
 
     def __init__(self, state_dir: str) -> None:
-        self.state_dir = state_dir
-        self.cfg: dict[str, Any] = {}
-        try:
-            self.cfg = api.check_cluster(load_or_none(os.path.join(state_dir, "cluster.json")) or {})
-        except RequestError as exc:  # written by an older ctl that did not check it: the next request's
-            self.log(f"ignoring cluster.json: {exc}")  # configuration replaces it
-        fresh = not os.path.exists(os.path.join(state_dir, "sched.db"))
-        self.db = sqlite3.connect(os.path.join(state_dir, "sched.db"), isolation_level=None)
-        self.db.row_factory = sqlite3.Row
-        self.db.executescript(SCHEMA)
-        migrate(self.db)
-        self.db.execute("CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state)")
+        self.store = Store(state_dir)
+        self.cluster = Cluster(self.store)
         # job id → its launcher, for launchers this process started. Kept referenced: a dropped Popen is
         # reaped by subprocess's own cleanup, and its exit would go unseen.
         self.children: dict[int, subprocess.Popen[bytes]] = {}
-        self.cleaning: dict[int, concurrent.futures.Future[int]] = {}
         self.pool_exec = concurrent.futures.ThreadPoolExecutor(max_workers=4)
         self.idle_since: float | None = None
-        self.publish_errors: dict[str, str] = {}
-        self.last_nodes_doc: Any = None
-        self.published_as: tuple[object, ...] | None = None  # what publish last saw (publish.py)
-        self.next_beat = 0.0
         self.stopping = False
-        # autoscale: the nodes up now (a subset of the pool), and since when each free node is idle
-        self.active: list[str] | None = None
-        self.free_since: dict[str, float] = {}
-        self.trackers: dict[int, watchdog.OutputTracker] = {}
-        # nodes that stopped answering during a job: out of placement until a probe reaches them again
-        self.down: dict[str, float] = {}
-        self.probes: dict[str, concurrent.futures.Future[frozenset[str] | None]] = {}
-        # node id → tags of jobs that ended while it did not answer: reaped there before it is free
-        self.unreaped: dict[str, set[str]] = {}
-        self.down_idle_since: float | None = None
-        self.hangs: dict[int, concurrent.futures.Future[tuple[list[str], list[str]]]] = {}
-        self.hang_checked: dict[int, float] = {}
-        self.noticed: dict[int, float] = {}  # job id → when its "possibly hung" notice was published
-        self.next_review: float | None = None
-        self.scaling: concurrent.futures.Future[None] | None = None
-        self.gate = NodeGate(self)
-        self.fault_message: str | None = None  # the head node's disk refusing writes, while it lasts
+        self.gate = NodeGate(self.cluster, self.pool_exec)
+        self.down = health.DownNodes(self.cluster, self.store, self.pool_exec)
+        self.hangs = health.HangWatch(self.cluster, self.store, self.pool_exec, self.stop)
+        self.ends = attempt_end.AttemptEnds(self.store, self.cluster, self.pool_exec, self.down, self.hangs)
+        self.publisher = publish.Publisher(self.store, self.cluster, self.down, self.gate)
+        self.autoscaler = scaling.AutoScaler(self.cluster, self.store, self.gate, self.pool_exec)
         self.server: RequestServer | None = None
         self.spares = Spares()
-        self.agents = Agents(self.log)  # the SSH nodes' warm agents (agent/keeper.py)
+        self.agents = Agents(log)  # the SSH nodes' warm agents (agent/keeper.py)
         self.pidfds: dict[int, int] = {}  # job id → a descriptor readable once its launcher exits
         self.step_errors: dict[str, str] = {}
         self.faulted = False  # a step of this pass met a disk fault
         self.pruned_at = 0.0
-        quarantine.quarantine_bad_rows(self)
-        self.rebuilt = recovery.rebuild_from_share(self) if fresh else 0
+        quarantine.quarantine_bad_rows(self.store.db)
+        self.rebuilt = recovery.rebuild_from_share(self.store) if self.store.created else 0
 
-    # -- helpers ------------------------------------------------------------------------------------
-    def log(self, line: str) -> None:
-        """One timestamped line on stderr (the scheduler's log file); never raises."""
-        with contextlib.suppress(OSError):
-            sys.stderr.write(f"{now()} {line}\n")
-            sys.stderr.flush()
+    # -- what its callers read (tests, tools): the Store's ------------------------------------------
+    @property
+    def cfg(self) -> dict[str, Any]:
+        """The cluster's configuration."""
+        return self.store.cfg
 
-    def settings(self) -> autoscale.AutoScaleSettings | None:
-        """The cluster's autoscale settings, or None when its size is fixed."""
-        data = self.cfg.get("autoscale")
-        return autoscale.AutoScaleSettings.from_dict(data) if data else None
-
-    def pool(self) -> list[dict[str, Any]]:
-        """Every node the cluster may have: its nodes, or with autoscale every node up to max_nodes."""
-        return list(self.cfg.get("pool") or self.cfg.get("nodes", []))
-
-    def nodes(self) -> list[dict[str, Any]]:
-        """The nodes up now."""
-        if self.settings() is None:
-            return list(self.cfg.get("nodes", []))
-        if self.active is None:
-            self.active = [n["id"] for n in self.cfg.get("nodes", [])]
-        return [n for n in self.pool() if n["id"] in self.active]
-
-    def capacity(self) -> int:
-        """The most nodes a job may ask for: the cluster's size, or max_nodes with autoscale."""
-        settings = self.settings()
-        return settings.max_nodes if settings is not None else len(self.nodes())
-
-    def job_share_dir(self, experiment: str, name: str) -> str:
-        """The job's folder on the share (its records, ``run/``)."""
-        return self.share_paths().job_dir(experiment, name)
-
-    def share_paths(self) -> SharePaths:
-        """The share's paths as this head node sees them (node/protocol.py)."""
-        return SharePaths.at_meta(self.cfg["meta_root"])
-
-    def job_state_dir(self, job_id: int) -> str:
-        """The job's folder on this node: assignment, secrets, the launcher's result and log."""
-        return os.path.join(self.state_dir, "jobs", str(job_id))
+    @property
+    def db(self) -> sqlite3.Connection:
+        """The queue's database."""
+        return self.store.db
 
     def rows(self, where: str, *args: Any) -> list[sqlite3.Row]:
         """The jobs matching ``where`` (a literal clause; values in ``args``), oldest first."""
-        # ``where`` is always one of this module's literal clauses; values go through parameters
-        return list(self.db.execute(f"SELECT * FROM jobs WHERE {where} ORDER BY id", args))  # noqa: S608
+        return self.store.rows(where, *args)
 
-    def update(self, job_id: int, **fields: Any) -> None:
-        """Set a job's columns; it is published again unless ``published`` is given."""
-        fields.setdefault("published", 0)
-        names = ", ".join(f"{k} = ?" for k in fields)
-        self.db.execute(f"UPDATE jobs SET {names} WHERE id = ?", (*fields.values(), job_id))  # noqa: S608
-
-    def held(self) -> dict[str, tuple[int, str]]:
-        """node id → (job id, phase) for every node a job holds (running or being cleaned up)."""
-        out: dict[str, tuple[int, str]] = {}
-        for row in self.rows("state IN ('running', 'cleaning')"):
-            phase = "cleaning" if row["state"] == "cleaning" else (row["phase"] or "preparing")
-            phase = "preparing" if phase == STARTING else phase
-            for node in json.loads(row["nodes"]):
-                out[node] = (row["id"], phase)
-        return out
+    def job_state_dir(self, job_id: int) -> str:
+        """The job's folder on this node: assignment, secrets, the launcher's result and log."""
+        return self.store.job_state_dir(job_id)
 
     # -- requests -------------------------------------------------------------------------------------
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -185,18 +120,11 @@ class Scheduler:
 
     def set_cluster(self, cfg: dict[str, Any]) -> None:
         """Take the cluster's configuration a request carried; fail queued jobs it no longer fits."""
-        if cfg == self.cfg:
+        if not self.cluster.configure(cfg):
             return
-        self.cfg = cfg
-        write_json_atomic(os.path.join(self.state_dir, "cluster.json"), cfg, sync=False)
-        if self.settings() is None:
-            self.active = None
-        elif self.active is not None:  # ours is the truth of which nodes are up; drop what left the pool
-            pool = {n["id"] for n in self.pool()}
-            self.active = [n for n in self.active if n in pool]
-        total = self.capacity()
+        total = self.cluster.capacity()
         for row in self.rows("state = 'queued' AND node_count > ?", total):
-            self.finish(
+            self.store.finish(
                 row,
                 "failed",
                 None,
@@ -207,9 +135,9 @@ class Scheduler:
     def submit(self, request: dict[str, Any]) -> dict[str, Any]:
         """Queue a job (once per ``request_id``), keep its secrets here only, and start what can start."""
         experiment, name, node_count = request["experiment"], request["name"], request["node_count"]
-        if node_count > self.capacity():
+        if node_count > self.cluster.capacity():
             raise RequestError(
-                "capacity", f"the job needs {node_count} node(s); the cluster has {self.capacity()}"
+                "capacity", f"the job needs {node_count} node(s); the cluster has {self.cluster.capacity()}"
             )
         request_id = str(request.get("request_id") or uuid.uuid4().hex)
         again = self.rows("request_id = ?", request_id)
@@ -256,7 +184,7 @@ class Scheduler:
                 raise RequestError("exists", f"job {experiment}/{name} is already queued or running") from exc
             raise
         self.db.execute("RELEASE submit")
-        self.log(f"queued {experiment}/{name} (id {job_id}, {node_count} node(s))")
+        log(f"queued {experiment}/{name} (id {job_id}, {node_count} node(s))")
         try:  # the job is accepted now: a disk fault from here on is the loop's to retry, not a refusal
             self.schedule()
             self.publish()
@@ -270,7 +198,7 @@ class Scheduler:
         rows = self.rows("key = ?", f"{request.get('experiment')}/{request.get('name')}")
         if not rows:
             return {"ok": True, "found": False}
-        doc = publish.status_doc(self, rows[-1])
+        doc = publish.status_doc(rows[-1])
         keys = ("state", "exit_code", "failure_reason", "end_time")
         return {"ok": True, "found": True, **{k: doc[k] for k in keys if k in doc}}
 
@@ -282,7 +210,7 @@ class Scheduler:
             return {"ok": True, "found": False}
         row = rows[0]
         if row["state"] == "queued":
-            self.finish(row, "terminated", None, "terminated by the user while queued")
+            self.store.finish(row, "terminated", None, "terminated by the user while queued")
         elif row["state"] == "running" and row["stop_state"] is None:
             self.stop(row, "terminated", "terminated by the user")
         self.publish()
@@ -291,11 +219,11 @@ class Scheduler:
     # -- job lifecycle --------------------------------------------------------------------------------
     def schedule(self) -> None:
         """Start what can start now (see ``plan``)."""
-        held = self.held()
+        held = self.store.held()
         blocked = self.gate.blocked()
         free = [
             n
-            for n in self.nodes()
+            for n in self.cluster.nodes()
             if n["id"] not in held and n["id"] not in self.down and n["id"] not in blocked
         ]
         if not free:  # nothing can start: the queue, however long, need not be read
@@ -318,7 +246,7 @@ class Scheduler:
     def job_health_level(self, row: sqlite3.Row) -> tuple[str, str | None]:
         """The job's own ``health_check`` (launch.json), or "off" (the cluster's gate already ran), and
         the job's log folder, where the report of its check goes too."""
-        launch = load_or_none(self.share_paths().launch_config(row["experiment"], row["name"])) or {}
+        launch = load_or_none(self.cluster.share_paths().launch_config(row["experiment"], row["name"])) or {}
         return str(launch.get("health_check") or "off"), launch.get("stdouterr_dir")
 
     def start(self, row: sqlite3.Row, nodes: list[dict[str, Any]]) -> None:
@@ -335,7 +263,7 @@ class Scheduler:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(job_dir, stale))
         assignment = {
-            "launch": self.share_paths().launch_config(row["experiment"], row["name"]),
+            "launch": self.cluster.share_paths().launch_config(row["experiment"], row["name"]),
             "nodes": nodes,
             "tag": tag,
             "attempt": row["attempt"],
@@ -347,7 +275,7 @@ class Scheduler:
         t = time.time()
         # Intent before action: the row says which tag this launch uses before the launcher exists, so a
         # scheduler killed in between finds it by that tag (recovery) instead of starting it again.
-        self.update(
+        self.store.update(
             job_id,
             state="running",
             started=t,
@@ -373,19 +301,21 @@ class Scheduler:
                         start_new_session=True,
                     )
         except OSError as exc:
-            self.finish(row, "failed", None, f"could not start the job's launcher: {exc}")
+            self.store.finish(row, "failed", None, f"could not start the job's launcher: {exc}")
             return
         self.children[job_id] = proc
         self.watch_exit(job_id, proc.pid)
-        self.update(job_id, launcher_pid=proc.pid, phase="preparing")
-        self.trackers[job_id] = watchdog.OutputTracker()
-        self.log(f"started {row['key']} on {', '.join(n['id'] for n in nodes)} (launcher pid {proc.pid})")
+        self.store.update(job_id, launcher_pid=proc.pid, phase="preparing")
+        self.hangs.started(job_id)
+        log(f"started {row['key']} on {', '.join(n['id'] for n in nodes)} (launcher pid {proc.pid})")
         if self.server is not None:  # the next job's launcher, started after this one's hand-off
             self.spares.refill(argv, {k: v for k, v in env.items() if k != TAG_VAR})
 
     def stop(self, row: sqlite3.Row, state: str, reason: str, cause: str | None = None) -> None:
         """Ask the job's launcher to stop; the job ends in ``state`` once its nodes are clean."""
-        self.update(row["id"], stop_state=state, stop_reason=reason, stop_sent=time.time(), stop_cause=cause)
+        self.store.update(
+            row["id"], stop_state=state, stop_reason=reason, stop_sent=time.time(), stop_cause=cause
+        )
         pid = self.launcher_pid(row)
         if pid:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -401,14 +331,14 @@ class Scheduler:
         for job_id, proc in list(self.children.items()):
             code = proc.poll()
             if code is not None:
-                attempt_end.launcher_ended(self, job_id, code)
+                self.ends.launcher_ended(job_id, code)
                 del self.children[job_id]  # only once recorded: a write that failed is tried again
                 self.unwatch_exit(job_id)
         t = time.time()
         for row in self.rows("state = 'running'"):
             pid = row["launcher_pid"]
-            if row["id"] not in self.children and not self.alive(pid, row["tag"]):
-                attempt_end.launcher_ended(self, row["id"], None)
+            if row["id"] not in self.children and not attempt_end.launcher_alive(pid, row["tag"]):
+                self.ends.launcher_ended(row["id"], None)
                 continue
             if row["stop_state"] is None and row["wall"] and t - row["started"] > row["wall"]:
                 self.stop(
@@ -418,11 +348,11 @@ class Scheduler:
                     retries.EndCause.WALL_CLOCK.value,
                 )
             elif row["stop_state"] is None and row["max_cost"] and row["price"] is not None:
-                health.check_cost(self, row, t)
+                health.check_cost(row, t, self.stop)
                 if (row["hang"] or row["hang_notice"]) and row["stdouterr"]:
-                    health.check_hang(self, row, t)
+                    self.hangs.check(row, t)
             elif row["stop_state"] is None and (row["hang"] or row["hang_notice"]) and row["stdouterr"]:
-                health.check_hang(self, row, t)
+                self.hangs.check(row, t)
             elif row["stop_sent"] and t - row["stop_sent"] > TERM_GRACE + 5:
                 victim = self.launcher_pid(row)
                 if victim:
@@ -431,7 +361,7 @@ class Scheduler:
             if row["phase"] != "running":
                 phase = load_or_none(os.path.join(self.job_state_dir(row["id"]), "phase.json")) or {}
                 if phase.get("phase") and phase["phase"] != row["phase"]:
-                    self.update(row["id"], phase=phase["phase"])
+                    self.store.update(row["id"], phase=phase["phase"])
 
     def watch_exit(self, job_id: int, pid: int) -> None:
         """Wake the loop the moment the launcher exits (a pidfd in its selector), not a tick later."""
@@ -451,42 +381,26 @@ class Scheduler:
                 self.server.unregister(fd)
             os.close(fd)
 
-    @staticmethod
-    def alive(pid: int | None, tag: str | None) -> bool:
-        """Whether the launcher ``pid`` still runs with the job's tag (not a reused pid)."""
-        return bool(pid and tag and pid in procs.tagged_pids(tag))
-
-    def finish(self, row: sqlite3.Row, state: str, exit_code: int | None, reason: str | None) -> None:
-        """End the job for good and drop its secrets."""
-        self.update(row["id"], state=state, exit_code=exit_code, reason=reason, end_time=now(), phase=None)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(self.job_state_dir(row["id"]), "secrets.json"))
-        self.log(f"{row['key']} {state}" + (f": {reason}" if reason else ""))
-
     def adopt(self) -> None:
         """After a restart on the same node: take back the launchers and cleanups it left (recovery)."""
-        recovery.adopt(self)
+        recovery.adopt(self.store, self.ends)
 
     def reap_cleaned(self) -> None:
         """Conclude the jobs whose nodes are now clean; clean again where processes survived."""
-        attempt_end.reap_cleaned(self)
+        self.ends.reap_cleaned()
 
     def publish(self) -> None:
         """Write changed job records and node assignments to the share; a failed write is retried later."""
-        publish.publish(self)
+        self.publisher.publish()
 
     # -- the loop -------------------------------------------------------------------------------------
     def idle(self) -> bool:
         """Nothing queued, running, unpublished, being cleaned, scaled or waited for."""
-        busy = self.db.execute(
-            "SELECT 1 FROM jobs WHERE state IN ('queued', 'running', 'cleaning') OR published = 0 LIMIT 1"
-        )
         return (
-            busy.fetchone() is None
-            and not self.cleaning
-            and self.next_review is None
-            and self.scaling is None
-            and not self.down
+            not self.store.busy()
+            and not self.ends.busy()
+            and not self.autoscaler.busy()
+            and not self.down.busy()
             and not self.gate.busy()
         )
 
@@ -499,28 +413,30 @@ class Scheduler:
             env = {**os.environ, **self.cfg.get("env", {})}
             self.spares.refill([self.cfg["python"], "-S", self.cfg["node_main"], "launch"], env)
         if self.cfg.get("ssh_command"):
-            for node in self.nodes():
-                self.pool_exec.submit(health.warm_connection, self, node["address"])
+            for node in self.cluster.nodes():
+                self.pool_exec.submit(health.warm_connection, self.cluster, node["address"])
         checked = time.monotonic()
         while not self.stopping:
             if time.monotonic() - checked > 1.0:
                 checked = time.monotonic()
-                if not os.path.exists(os.path.join(self.state_dir, "sched.db")):
-                    self.log("this scheduler's folder was removed: exiting")
+                if self.store.removed():
+                    log("this scheduler's folder was removed: exiting")
                     break
             self.faulted = False
             self.step("requests", lambda: self.server.poll(LOOP) if self.server else None)
-            self.step("agents", lambda: self.agents.tick(self.cfg, [n["address"] for n in self.nodes()]))
+            self.step(
+                "agents", lambda: self.agents.tick(self.cfg, [n["address"] for n in self.cluster.nodes()])
+            )
             self.step("watch", self.watch)
             self.step("cleanup", self.reap_cleaned)
-            self.step("probes", lambda: health.probe_down_nodes(self))
+            self.step("probes", self.down.probe)
             self.step("health gate", self.gate.tick)
-            self.step("autoscale", lambda: scaling.autoscale(self))
+            self.step("autoscale", self.autoscaler.tick)
             self.step("placement", self.schedule)
             self.step("publish", self.publish)
             if time.monotonic() - self.pruned_at > prune.EVERY_S:
                 self.pruned_at = time.monotonic()
-                self.step("prune", lambda: prune.prune(self))
+                self.step("prune", lambda: prune.prune(self.store))
             if self.faulted:
                 continue  # outcomes wait in memory; never exit idle while the disk refuses them
             self.cleared()
@@ -534,6 +450,10 @@ class Scheduler:
         self.spares.close()
         self.agents.close()
         return 0
+
+    def keep_agents(self) -> None:
+        """The SSH nodes' agents: started where missing or dead, let go where no longer wanted."""
+        self.agents.tick(self.cfg, [n["address"] for n in self.cluster.nodes()])
 
     def step(self, name: str, fn: Callable[[], object]) -> None:
         """One step of the loop; a failure is logged (once per distinct error), bad rows are quarantined,
@@ -553,25 +473,23 @@ class Scheduler:
                 self.db.execute("ROLLBACK")
             if self.step_errors.get(name) != repr(exc):
                 self.step_errors[name] = repr(exc)
-                self.log(f"{name} failed: {exc!r}\n{traceback.format_exc()}")
+                log(f"{name} failed: {exc!r}\n{traceback.format_exc()}")
             with contextlib.suppress(Exception):
-                quarantine.quarantine_bad_rows(self)
+                quarantine.quarantine_bad_rows(self.store.db)
 
     def fault(self, exc: BaseException) -> None:
         """The head node's disk or database refused a write: stay up, say so once (in the log and in
         ``nodes.json`` on the share), keep what is in memory, and try the same step again next pass."""
         message = f"the scheduler's disk refused a write ({exc}); outcomes are kept in memory and retried"
-        if message != self.fault_message:
-            self.log(message)
-            self.fault_message = message
-            publish.report_fault(self, message)
+        if message != self.publisher.fault_message:
+            log(message)
+            self.publisher.report_fault(message)
 
     def cleared(self) -> None:
         """A pass went through: a fault reported before is over."""
-        if self.fault_message is not None:
-            self.log("the scheduler's disk takes writes again")
-            self.fault_message = None
-            publish.report_fault(self, None)
+        if self.publisher.fault_message is not None:
+            log("the scheduler's disk takes writes again")
+            self.publisher.report_fault(None)
 
     def answer(self, line: bytes) -> dict[str, Any]:
         """The reply to one request line from the socket; never raises."""
@@ -584,11 +502,11 @@ class Scheduler:
                 with contextlib.suppress(sqlite3.Error):
                     self.db.execute("ROLLBACK")
             self.fault(exc)
-            return {"ok": False, "error": "unavailable", "message": self.fault_message or str(exc)}
+            return {"ok": False, "error": "unavailable", "message": self.publisher.fault_message or str(exc)}
         except Exception as exc:
             if self.db.in_transaction:
                 self.db.execute("ROLLBACK")
-            self.log(f"request failed: {exc!r}\n{traceback.format_exc()}")
+            log(f"request failed: {exc!r}\n{traceback.format_exc()}")
             return {"ok": False, "error": "internal", "message": f"the scheduler could not answer: {exc!r}"}
 
 
@@ -614,7 +532,7 @@ def run(state_dir: str) -> int:
     listener.listen(64)
     listener.setblocking(False)
     sched = Scheduler(state_dir)
-    sched.log(f"scheduler started (pid {os.getpid()}); rebuilt {sched.rebuilt} job(s) from the share")
+    log(f"scheduler started (pid {os.getpid()}); rebuilt {sched.rebuilt} job(s) from the share")
     try:
         return sched.serve(listener)
     finally:
@@ -622,4 +540,4 @@ def run(state_dir: str) -> int:
         listener.close()
         sched.down.clear()  # what this process learned of lost nodes goes with it
         sched.publish()
-        sched.log("scheduler exiting: nothing queued or running")
+        log("scheduler exiting: nothing queued or running")

@@ -3,8 +3,9 @@ level) and before a job that asks for a level starts on them; a node that fails 
 with its reason until a later check passes it.
 
 This part owns its state (which nodes passed at which level, which are unusable and why, the check in
-flight); the daemon asks it only which nodes are blocked, whether a job's nodes are ready, and whether a
-check is still running. Every report, this scheduler's or one a client wrote with ``check_nodes``, is a
+flight); it is given the cluster (its configuration and nodes) and the scheduler's worker threads, and
+the daemon asks it only which nodes are blocked, whether a job's nodes are ready, and whether a check is
+still running. Every report, this scheduler's or one a client wrote with ``check_nodes``, is a
 file under the cluster's ``health/`` folder on the share, and every report found there is applied.
 """
 
@@ -16,23 +17,22 @@ import json
 import os
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..common import write_json_atomic
 from ..gate.checks import LEVELS
 from ..gate.run import run_gate
 from ..protocol import HEALTH_DIR, HEALTH_REPORT
-from . import scaling
-
-if TYPE_CHECKING:
-    from .daemon import Scheduler
+from .cluster import Cluster
+from .log import log
 
 RANK = {level: i for i, level in enumerate(LEVELS)}
 
 
 class NodeGate:
-    def __init__(self, sched: Scheduler) -> None:
-        self.sched = sched
+    def __init__(self, cluster: Cluster, pool_exec: concurrent.futures.Executor) -> None:
+        self.cluster = cluster
+        self.pool_exec = pool_exec
         self.passed: dict[str, int] = {}  # node -> the highest level it passed (RANK)
         self.unusable: dict[str, str] = {}  # node -> why
         self.checking: set[str] = set()
@@ -43,17 +43,17 @@ class NodeGate:
 
     @property
     def folder(self) -> str:
-        return os.path.join(self.sched.cfg["cluster_dir"], HEALTH_DIR)
+        return os.path.join(self.cluster.cfg["cluster_dir"], HEALTH_DIR)
 
     def level(self) -> str:
-        level = str((self.sched.cfg.get("health") or {}).get("level") or "off")
+        level = str((self.cluster.cfg.get("health") or {}).get("level") or "off")
         return level if level in RANK else "off"
 
     def blocked(self) -> set[str]:
         """Nodes no job may take: unusable, being checked, or (with a gate on the cluster) not yet checked."""
         out = set(self.unusable) | self.checking
         if self.level() != "off":
-            out |= {n["id"] for n in self.sched.nodes() if n["id"] not in self.passed}
+            out |= {n["id"] for n in self.cluster.nodes() if n["id"] not in self.passed}
         return out
 
     def busy(self) -> bool:
@@ -74,9 +74,9 @@ class NodeGate:
             return
         self.copy_to = copy_to
         self.checking = {n["id"] for n in nodes}
-        self.sched.log(f"health check ({level}) of {', '.join(sorted(self.checking))}")
+        log(f"health check ({level}) of {', '.join(sorted(self.checking))}")
         chosen = [dict(n) for n in nodes]
-        self.running = self.sched.pool_exec.submit(run_gate, dict(self.sched.cfg), chosen, level)
+        self.running = self.pool_exec.submit(run_gate, dict(self.cluster.cfg), chosen, level)
 
     def tick(self) -> None:
         """Collect a finished check, read reports clients wrote, and check nodes that joined."""
@@ -97,7 +97,7 @@ class NodeGate:
         level = self.level()
         if level != "off" and self.running is None:
             joined = [
-                n for n in self.sched.nodes() if n["id"] not in self.passed and n["id"] not in self.unusable
+                n for n in self.cluster.nodes() if n["id"] not in self.passed and n["id"] not in self.unusable
             ]
             self.start(joined, level)
 
@@ -107,7 +107,7 @@ class NodeGate:
             os.makedirs(self.folder, exist_ok=True)
             write_json_atomic(os.path.join(self.folder, name), report)
         except OSError as exc:
-            self.sched.log(f"cannot write the health report yet: {exc}; applied in memory")
+            log(f"cannot write the health report yet: {exc}; applied in memory")
         self.seen.add(name)
         self.apply(report)
         self.prune()
@@ -136,7 +136,7 @@ class NodeGate:
                     report = json.load(f)
                 self.apply(report)
             except (OSError, ValueError, TypeError, AttributeError) as exc:
-                self.sched.log(f"health report {name} unreadable: {exc}")
+                log(f"health report {name} unreadable: {exc}")
 
     def apply(self, report: Mapping[str, Any]) -> None:
         bad = {str(k): str(v) for k, v in dict(report.get("unusable") or {}).items()}
@@ -146,10 +146,8 @@ class NodeGate:
                 self.passed.pop(node, None)
                 if self.unusable.get(node) != bad[node]:
                     self.unusable[node] = bad[node]
-                    scaling.event(
-                        self.sched, {"kind": "unusable", "node": node, "reason": bad[node]}, "health"
-                    )
+                    self.cluster.event({"kind": "unusable", "node": node, "reason": bad[node]}, "health")
             else:
                 self.passed[node] = max(self.passed.get(node, 0), rank)
                 if self.unusable.pop(node, None) is not None:
-                    scaling.event(self.sched, {"kind": "healthy", "node": node}, "health")
+                    self.cluster.event({"kind": "healthy", "node": node}, "health")

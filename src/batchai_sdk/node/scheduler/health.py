@@ -1,28 +1,39 @@
 """The scheduler's watch over running jobs and nodes: the cost limit, the hang watchdog (no output for
 ``hang_notice`` seconds: every node's stacks and a "possibly hung" notice in the status, the job going on;
-for ``hang`` seconds: the stacks, then the end), and probes of nodes that stopped answering."""
+for ``hang`` seconds: the stacks, then the end), and the nodes that stopped answering, probed until they
+answer again; with what the scheduler runs on a node over SSH for them (a probe, a reap, stacks).
+
+Each watch owns its state: ``HangWatch`` the jobs' output trackers, the stacks being collected and the
+notices published; ``DownNodes`` which nodes are down, the jobs still to be ended there, and the probes in
+flight. They are given the cluster, the store, the scheduler's worker threads and (the hang watch) the
+daemon's ``stop``; the daemon asks ``DownNodes`` which nodes placement must skip.
+"""
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import json
 import os
 import shlex
 import sqlite3
 import subprocess
 import time
+from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING
 
+from ..agent import client as agent
 from ..job import stacks
 from ..policy import retries, watchdog
-from . import attempt_end
-from .store import ACTIVE
+from .cluster import Cluster
+from .log import log
+from .store import ACTIVE, Store
 
-if TYPE_CHECKING:
-    from .daemon import Scheduler
+# the daemon's: ask the job's launcher to stop (row, final state, reason, end cause)
+Stop = Callable[[sqlite3.Row, str, str, str | None], None]
 
 
-def check_cost(sched: Scheduler, row: sqlite3.Row, t: float) -> None:
+def check_cost(row: sqlite3.Row, t: float, stop: Stop) -> None:
     """End the job once price × nodes × hours, over every attempt, passes its max_cost."""
     node_hours = len(json.loads(row["nodes"])) * (t - row["started"]) / 3600.0
     for attempt in json.loads(row["attempts"]):
@@ -33,146 +44,230 @@ def check_cost(sched: Scheduler, row: sqlite3.Row, t: float) -> None:
     cost = row["price"] * node_hours
     if cost > row["max_cost"]:
         reason = f"estimated cost {cost:.2f} passed max_cost {row['max_cost']:g}; the job was stopped"
-        sched.stop(row, "failed", reason, retries.EndCause.WALL_CLOCK.value)
+        stop(row, "failed", reason, retries.EndCause.WALL_CLOCK.value)
 
 
-def probe_down_nodes(sched: Scheduler) -> None:
-    """Reach each node that stopped answering, every few seconds; one that answers takes jobs again."""
-    for node_id, fut in list(sched.probes.items()):
-        if fut.done():
-            del sched.probes[node_id]
-            reaped = fut.result()
-            if reaped is not None:
-                left = sched.unreaped.get(node_id, set()) - reaped
-                if left:  # another job's cleanup failed there meanwhile: the next probe reaps it
-                    sched.unreaped[node_id] = left
-                    continue
-                sched.unreaped.pop(node_id, None)
-                sched.down.pop(node_id, None)
-                emptied = f"; emptied of {', '.join(sorted(reaped))}" if reaped else ""
-                sched.log(f"node {node_id} answers again{emptied}")
-    t = time.time()
-    if sched.down and not sched.rows(f"state IN {ACTIVE}"):
-        sched.down_idle_since = sched.down_idle_since or t
-        if t - sched.down_idle_since > 600:  # nothing waits for them: the backend's own status tells the rest
-            sched.log(f"giving up on {', '.join(sched.down)}: no answer for 10 minutes and no job waiting")
-            sched.down.clear()
-    else:
-        sched.down_idle_since = None
-    by_id = {n["id"]: n for n in sched.pool()}
-    for node_id, since in list(sched.down.items()):
-        if node_id not in sched.probes and t - since > 2.0 and node_id in by_id:
-            sched.down[node_id] = t
-            tags = frozenset(sched.unreaped.get(node_id, ()))
-            sched.probes[node_id] = sched.pool_exec.submit(answers, sched, by_id[node_id]["address"], tags)
+class DownNodes:
+    """Nodes that stopped answering during a job: out of placement until a probe reaches them again (and
+    every job that ended while they were silent is ended there too)."""
+
+    def __init__(self, cluster: Cluster, store: Store, pool_exec: concurrent.futures.Executor) -> None:
+        self.cluster = cluster
+        self.store = store
+        self.pool_exec = pool_exec
+        self.since: dict[str, float] = {}  # node id → when it was last found down or probed
+        # node id → tags of jobs that ended while it did not answer: reaped there before it is free
+        self.unreaped: dict[str, set[str]] = {}
+        self.probes: dict[str, concurrent.futures.Future[frozenset[str] | None]] = {}
+        self.idle_since: float | None = None  # since when nothing is active while nodes are down
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self.since
+
+    def ids(self) -> list[str]:
+        return sorted(self.since)
+
+    def busy(self) -> bool:
+        """Whether a node is down (the scheduler stays up to probe it)."""
+        return bool(self.since)
+
+    def mark(self, node_id: str) -> None:
+        """The node stopped answering: no job goes there until a probe reaches it."""
+        self.since[node_id] = time.time()
+
+    def unreached(self, node_id: str, tag: str) -> None:
+        """The cleanup of job ``tag`` did not reach the node (called from a cleanup's thread)."""
+        self.unreaped.setdefault(node_id, set()).add(tag)
+
+    def owes(self, node_id: str, tag: str) -> bool:
+        """Whether job ``tag`` is still to be ended on the node."""
+        return tag in self.unreaped.get(node_id, ())
+
+    def clear(self) -> None:
+        """Forget which nodes are down (what this process learned of lost nodes goes with it)."""
+        self.since.clear()
+
+    def probe(self) -> None:
+        """Reach each node that stopped answering, every few seconds; one that answers takes jobs again."""
+        for node_id, fut in list(self.probes.items()):
+            if fut.done():
+                del self.probes[node_id]
+                reaped = fut.result()
+                if reaped is not None:
+                    left = self.unreaped.get(node_id, set()) - reaped
+                    if left:  # another job's cleanup failed there meanwhile: the next probe reaps it
+                        self.unreaped[node_id] = left
+                        continue
+                    self.unreaped.pop(node_id, None)
+                    self.since.pop(node_id, None)
+                    emptied = f"; emptied of {', '.join(sorted(reaped))}" if reaped else ""
+                    log(f"node {node_id} answers again{emptied}")
+        t = time.time()
+        if self.since and not self.store.rows(f"state IN {ACTIVE}"):
+            self.idle_since = self.idle_since or t
+            if t - self.idle_since > 600:  # nothing waits for them: the backend's own status tells the rest
+                log(f"giving up on {', '.join(self.since)}: no answer for 10 minutes and no job waiting")
+                self.since.clear()
+        else:
+            self.idle_since = None
+        by_id = {n["id"]: n for n in self.cluster.pool()}
+        for node_id, since in list(self.since.items()):
+            if node_id not in self.probes and t - since > 2.0 and node_id in by_id:
+                self.since[node_id] = t
+                tags = frozenset(self.unreaped.get(node_id, ()))
+                self.probes[node_id] = self.pool_exec.submit(
+                    answers, self.cluster, by_id[node_id]["address"], tags
+                )
 
 
-def answers(sched: Scheduler, address: str, tags: frozenset[str] = frozenset()) -> frozenset[str] | None:
+class HangWatch:
+    """The hang watchdog over running jobs: their output, the stacks collected when they fall silent,
+    and the "possibly hung" notices it published (observe mode)."""
+
+    def __init__(
+        self, cluster: Cluster, store: Store, pool_exec: concurrent.futures.Executor, stop: Stop
+    ) -> None:
+        self.cluster = cluster
+        self.store = store
+        self.pool_exec = pool_exec
+        self.stop = stop
+        self.trackers: dict[int, watchdog.OutputTracker] = {}
+        self.hangs: dict[int, concurrent.futures.Future[tuple[list[str], list[str]]]] = {}
+        self.checked: dict[int, float] = {}  # job id → when its output was last looked at
+        self.noticed: dict[int, float] = {}  # job id → when its "possibly hung" notice was published
+
+    def started(self, job_id: int) -> None:
+        """A launcher started: its job's silence is counted from now."""
+        self.trackers[job_id] = watchdog.OutputTracker()
+
+    def forget(self, job_id: int) -> None:
+        """The attempt ended and the job is queued again: the next attempt is watched afresh."""
+        self.trackers.pop(job_id, None)
+        self.noticed.pop(job_id, None)
+
+    def check(self, row: sqlite3.Row, t: float) -> None:
+        """No output from any rank for a while: every node's stacks are collected, then the job ends (silent
+        for ``hang`` seconds) or, in observe mode (silent for ``hang_notice`` seconds), its status says it may
+        hang and where the stacks are; that notice goes once the job writes again."""
+        job_id = row["id"]
+        if job_id in self.hangs:
+            fut = self.hangs[job_id]
+            if fut.done():
+                del self.hangs[job_id]
+                files, stopped = fut.result()
+                silent = t - max(self.trackers[job_id].last_change or row["started"], row["started"])
+                if stopped:  # the silence is a node's: name it (a lost node, retried as one)
+                    lost = "; ".join(f"node {n} stopped answering" for n in stopped)
+                    log(f"{row['key']}: {lost}; stopping the job")
+                    reason = f"{lost} (no output from the job for {int(silent)} s)"
+                    self.stop(row, "failed", reason, retries.EndCause.NODE_LOST.value)
+                    return
+                if row["hang"] and silent >= row["hang"]:
+                    self.stop(row, "failed", watchdog.hang_reason(silent, files), retries.EndCause.HANG.value)
+                else:
+                    self.store.update(job_id, notice=watchdog.hang_notice(silent, files, row["hang"]))
+                    self.noticed[job_id] = t
+            return
+        if t - self.checked.get(job_id, 0.0) < 1.0:
+            return
+        self.checked[job_id] = t
+        tracker = self.trackers.setdefault(job_id, watchdog.OutputTracker())
+        last = tracker.observe(watchdog.job_log_files(row["stdouterr"]), t)
+        if row["notice"] and last is not None and last > self.noticed.get(job_id, 0.0):
+            self.store.update(job_id, notice=None)  # it wrote again: not hung after all
+            self.noticed.pop(job_id, None)
+            log(f"{row['key']}: output again; the hang notice is withdrawn")
+            return
+        fails = watchdog.hang_verdict(last, row["started"], t, row["hang"]) is not None
+        observed = not row["notice"] and watchdog.hang_verdict(last, row["started"], t, row["hang_notice"])
+        if fails or observed:
+            limit = row["hang"] if fails else row["hang_notice"]
+            what = "collecting stacks" if fails else "collecting stacks (observe mode: the job goes on)"
+            log(f"{row['key']}: no output for {limit:g} s; {what}")
+            self.hangs[job_id] = self.pool_exec.submit(
+                collect_stacks, self.cluster, row["tag"], json.loads(row["nodes"]), row["stdouterr"]
+            )
+
+
+def answers(cluster: Cluster, address: str, tags: frozenset[str] = frozenset()) -> frozenset[str] | None:
     """None unless the node at ``address`` runs a command over SSH (always, without SSH) and every job
     in ``tags`` (jobs that ended while it did not answer) is ended there; else the tags it emptied."""
-    if sched.cfg.get("ssh_command") is None:
+    if cluster.cfg.get("ssh_command") is None:
         return tags
     # a new connection, not the shared one: the probe is of the node and its network
-    argv = [*sched.cfg["ssh_command"], "-o", "ControlPath=none", "-o", "ConnectTimeout=5", address, "true"]
+    argv = [*cluster.cfg["ssh_command"], "-o", "ControlPath=none", "-o", "ConnectTimeout=5", address, "true"]
     try:
         if subprocess.run(argv, capture_output=True, timeout=15, check=False).returncode != 0:
             return None
     except (OSError, subprocess.TimeoutExpired):
         return None
     for tag in tags:
-        if attempt_end.reap_on(sched, address, tag) != 0:
+        if reap_on(cluster, address, tag) != 0:
             return None
     return tags
 
 
-def warm_connection(sched: Scheduler, address: str) -> None:
+def reap_on(cluster: Cluster, address: str, tag: str) -> int | None:
+    """End the job tagged ``tag`` on the node at ``address``: how many processes survived, or None when
+    the node did not answer."""
+    with contextlib.suppress(agent.Unavailable):
+        return agent.reap(cluster.cfg, address, tag)  # its warm agent; else over SSH
+    argv = [
+        *cluster.cfg["ssh_command"],
+        address,
+        shlex.join([cluster.cfg["python"], "-S", cluster.cfg["node_main"], "reap", tag]),
+    ]
+    try:
+        res = subprocess.run(argv, capture_output=True, timeout=60, check=False)
+        return int(res.stdout.decode().strip() or "0") if res.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None
+
+
+def warm_connection(cluster: Cluster, address: str) -> None:
     """Open the shared SSH connection to a node from the scheduler (whose environment carries no job's
     tag, so no job's cleanup ends it): launchers, mpirun and cleanups then reuse it."""
-    argv = [*sched.cfg["ssh_command"], "-o", "ConnectTimeout=5", address, "true"]
+    argv = [*cluster.cfg["ssh_command"], "-o", "ConnectTimeout=5", address, "true"]
     try:
         subprocess.run(argv, capture_output=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired):
         pass
 
 
-def check_hang(sched: Scheduler, row: sqlite3.Row, t: float) -> None:
-    """No output from any rank for a while: every node's stacks are collected, then the job ends (silent
-    for ``hang`` seconds) or, in observe mode (silent for ``hang_notice`` seconds), its status says it may
-    hang and where the stacks are; that notice goes once the job writes again."""
-    job_id = row["id"]
-    if job_id in sched.hangs:
-        fut = sched.hangs[job_id]
-        if fut.done():
-            del sched.hangs[job_id]
-            files, stopped = fut.result()
-            silent = t - max(sched.trackers[job_id].last_change or row["started"], row["started"])
-            if stopped:  # the silence is a node's: name it (a lost node, retried as one)
-                lost = "; ".join(f"node {n} stopped answering" for n in stopped)
-                sched.log(f"{row['key']}: {lost}; stopping the job")
-                reason = f"{lost} (no output from the job for {int(silent)} s)"
-                sched.stop(row, "failed", reason, retries.EndCause.NODE_LOST.value)
-                return
-            if row["hang"] and silent >= row["hang"]:
-                sched.stop(row, "failed", watchdog.hang_reason(silent, files), retries.EndCause.HANG.value)
-            else:
-                sched.update(job_id, notice=watchdog.hang_notice(silent, files, row["hang"]))
-                sched.noticed[job_id] = t
-        return
-    if t - sched.hang_checked.get(job_id, 0.0) < 1.0:
-        return
-    sched.hang_checked[job_id] = t
-    tracker = sched.trackers.setdefault(job_id, watchdog.OutputTracker())
-    last = tracker.observe(watchdog.job_log_files(row["stdouterr"]), t)
-    if row["notice"] and last is not None and last > sched.noticed.get(job_id, 0.0):
-        sched.update(job_id, notice=None)  # it wrote again: not hung after all
-        sched.noticed.pop(job_id, None)
-        sched.log(f"{row['key']}: output again; the hang notice is withdrawn")
-        return
-    fails = watchdog.hang_verdict(last, row["started"], t, row["hang"]) is not None
-    observed = not row["notice"] and watchdog.hang_verdict(last, row["started"], t, row["hang_notice"])
-    if fails or observed:
-        limit = row["hang"] if fails else row["hang_notice"]
-        what = "collecting stacks" if fails else "collecting stacks (observe mode: the job goes on)"
-        sched.log(f"{row['key']}: no output for {limit:g} s; {what}")
-        sched.hangs[job_id] = sched.pool_exec.submit(
-            collect_stacks, sched, row["tag"], json.loads(row["nodes"]), row["stdouterr"]
-        )
-
-
 def collect_stacks(
-    sched: Scheduler, tag: str, node_ids: list[str], out_dir: str
+    cluster: Cluster, tag: str, node_ids: list[str], out_dir: str
 ) -> tuple[list[str], list[str]]:
     """``stacks-<node>.txt`` in the job's logs for every node of the job; returns the file names and
     the nodes that did not answer (a stopped or unreachable node explains the silence itself)."""
     files: list[str] = []
     stopped: list[str] = []
-    by_id = {n["id"]: n for n in sched.pool()}
+    by_id = {n["id"]: n for n in cluster.pool()}
     for node_id in node_ids:
-        if sched.cfg.get("ssh_command") is None:
+        if cluster.cfg.get("ssh_command") is None:
             pids = stacks.find_job_python_pids(tag)
             path = os.path.join(out_dir, stacks.stacks_file_name(node_id))
             stacks.collect_stacks(pids, path, timeout=20, node=node_id)
             files.append(os.path.basename(path))
             continue
-        if not answers(sched, by_id.get(node_id, {"address": node_id})["address"]):
+        if not answers(cluster, by_id.get(node_id, {"address": node_id})["address"]):
             stopped.append(node_id)
             continue
         command = [
-            sched.cfg["python"],
+            cluster.cfg["python"],
             "-S",
-            sched.cfg["node_main"],
+            cluster.cfg["node_main"],
             "stacks",
             "--tag",
             tag,
             "--out",
             out_dir,
         ]
-        argv = [*sched.cfg["ssh_command"], by_id.get(node_id, {"address": node_id})["address"],
+        argv = [*cluster.cfg["ssh_command"], by_id.get(node_id, {"address": node_id})["address"],
                 shlex.join([*command, "--node", node_id, "--timeout", "20"])]  # fmt: skip
         try:
             res = subprocess.run(argv, capture_output=True, timeout=60, check=False)
             if res.returncode == 0 and res.stdout.strip():
                 files.append(os.path.basename(res.stdout.decode().strip().splitlines()[-1]))
         except (OSError, subprocess.TimeoutExpired) as exc:
-            sched.log(f"no stacks from {node_id}: {exc}")
+            log(f"no stacks from {node_id}: {exc}")
     return files, stopped

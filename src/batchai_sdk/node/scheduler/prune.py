@@ -16,10 +16,8 @@ import os
 import shutil
 import time
 from datetime import datetime
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .daemon import Scheduler
+from .store import Store
 
 KEEP_JOBS = 1000
 KEEP_DAYS = 7.0
@@ -33,14 +31,14 @@ def _ended_before(end_time: str | None, cutoff: float) -> bool:
         return True  # an unreadable end time dates nothing
 
 
-def prune(sched: Scheduler, now: float | None = None) -> int:
+def prune(store: Store, now: float | None = None) -> int:
     """Drop the ended jobs past the limits; returns how many went."""
     now = time.time() if now is None else now
-    keep_jobs = max(1, int(sched.cfg.get("keep_ended_jobs") or KEEP_JOBS))
-    keep_days = float(sched.cfg.get("keep_ended_days") or KEEP_DAYS)
+    keep_jobs = max(1, int(store.cfg.get("keep_ended_jobs") or KEEP_JOBS))
+    keep_days = float(store.cfg.get("keep_ended_days") or KEEP_DAYS)
     cutoff = now - keep_days * 86400
     ended = list(
-        sched.db.execute(
+        store.db.execute(
             "SELECT id, end_time, published FROM jobs WHERE state IN ('succeeded', 'failed', 'terminated')"
             " ORDER BY end_time DESC, id DESC"
         )
@@ -51,9 +49,9 @@ def prune(sched: Scheduler, now: float | None = None) -> int:
             continue
         if rank < keep_jobs and not _ended_before(row["end_time"], cutoff):
             continue
-        shutil.rmtree(sched.job_state_dir(row["id"]), ignore_errors=True)
-        if os.path.exists(sched.job_state_dir(row["id"])):
+        shutil.rmtree(store.job_state_dir(row["id"]), ignore_errors=True)
+        if os.path.exists(store.job_state_dir(row["id"])):
             continue  # could not be removed (a full or read-only disk): tried again next time
-        sched.db.execute("DELETE FROM jobs WHERE id = ?", (row["id"],))
+        store.db.execute("DELETE FROM jobs WHERE id = ?", (row["id"],))
         gone += 1
     return gone

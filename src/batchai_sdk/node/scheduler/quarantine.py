@@ -6,14 +6,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import TYPE_CHECKING
 
 from ..common import now
-from .api import check_row
-from .store import NAME
-
-if TYPE_CHECKING:
-    from .daemon import Scheduler
+from .api import NAME, check_row
+from .log import log
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS quarantine (
@@ -22,31 +18,31 @@ CREATE TABLE IF NOT EXISTS quarantine (
 """
 
 
-def quarantine_bad_rows(sched: Scheduler) -> int:
+def quarantine_bad_rows(db: sqlite3.Connection) -> int:
     """Move every row ``check_row`` refuses to the quarantine; returns how many."""
-    sched.db.executescript(SCHEMA)
+    db.executescript(SCHEMA)
     moved = 0
-    for row in sched.db.execute("SELECT * FROM jobs").fetchall():
+    for row in db.execute("SELECT * FROM jobs").fetchall():
         reason = check_row(row)
         if reason is not None:
-            quarantine(sched, row, reason)
+            quarantine(db, row, reason)
             moved += 1
     return moved
 
 
-def quarantine(sched: Scheduler, row: sqlite3.Row, reason: str) -> None:
+def quarantine(db: sqlite3.Connection, row: sqlite3.Row, reason: str) -> None:
     """Keep the row as it was (JSON) with ``reason``; what readers see becomes a failed job."""
     data = {k: row[k] for k in row.keys()}  # noqa: SIM118 - sqlite3.Row iterates over values
-    sched.db.execute("SAVEPOINT quarantine")
+    db.execute("SAVEPOINT quarantine")
     try:
-        sched.db.execute(
+        db.execute(
             "INSERT INTO quarantine (job_id, row, reason, time) VALUES (?, ?, ?, ?)",
             (data.get("id"), json.dumps(data, default=repr), reason, now()),
         )
-        sched.db.execute("DELETE FROM jobs WHERE id = ?", (data.get("id"),))
+        db.execute("DELETE FROM jobs WHERE id = ?", (data.get("id"),))
         exp, name = data.get("experiment"), data.get("name")
         if isinstance(exp, str) and isinstance(name, str) and NAME.match(exp) and NAME.match(name):
-            sched.db.execute(
+            db.execute(
                 "INSERT INTO jobs (key, experiment, name, node_count, state, creation_time, end_time, reason)"
                 " VALUES (?, ?, ?, 1, 'failed', ?, ?, ?)",
                 (
@@ -59,8 +55,8 @@ def quarantine(sched: Scheduler, row: sqlite3.Row, reason: str) -> None:
                 ),
             )
     except BaseException:
-        sched.db.execute("ROLLBACK TO quarantine")
-        sched.db.execute("RELEASE quarantine")
+        db.execute("ROLLBACK TO quarantine")
+        db.execute("RELEASE quarantine")
         raise
-    sched.db.execute("RELEASE quarantine")
-    sched.log(f"quarantined job row {data.get('id')}: {reason}")
+    db.execute("RELEASE quarantine")
+    log(f"quarantined job row {data.get('id')}: {reason}")

@@ -1,6 +1,9 @@
 """The scheduler's recovery: a new database (the old one lost, or a replaced head node) is rebuilt from
 the share's records of accepted jobs, fencing the nodes of jobs that ran; a restarted scheduler takes back
-the launchers, launches and cleanups the previous one left (see docs/concepts.md, what survives what)."""
+the launchers, launches and cleanups the previous one left (see docs/concepts.md, what survives what).
+
+Recovery keeps no state of its own: it runs once, when the scheduler starts, on the ``Store`` (the rebuilt
+rows go into its database) and through ``AttemptEnds`` (the launchers and cleanups it takes back)."""
 
 from __future__ import annotations
 
@@ -8,7 +11,6 @@ import json
 import os
 import sqlite3
 import time
-from typing import TYPE_CHECKING
 
 from ..common import load_or_none, now
 from ..job import procs
@@ -16,25 +18,24 @@ from ..policy import retries
 from ..policy.queue import priority_rank
 from ..protocol import RESULT_RECORD, SharePaths, StatusDoc
 from . import attempt_end
-from .store import NAME, STARTING
+from .api import NAME
+from .log import log
+from .store import STARTING, Store
 
-if TYPE_CHECKING:
-    from .daemon import Scheduler
 
-
-def rebuild_from_share(sched: Scheduler) -> int:
+def rebuild_from_share(store: Store) -> int:
     """A new database on a head node whose old one was lost (or a replaced head node): rebuild the queue
     from the records the share holds of accepted jobs. A record no scheduler wrote is a submit still in
     flight: its client's, never adopted (its request queues it). Queued jobs without secrets wait again;
     jobs that were running fence their nodes: they are held, being cleaned, until every process with
     their tag is ended, and end with the outcome their launcher left on the share if it left one."""
-    paths = SharePaths.at_meta(sched.cfg.get("meta_root", ""))
+    paths = SharePaths.at_meta(store.cfg.get("meta_root", ""))
     count = 0
     try:
         experiments = sorted(os.listdir(paths.experiments_dir()))
     except OSError:
         experiments = []
-    last_id = old_job_ids(sched)
+    last_id = old_job_ids(store)
     for exp in experiments:
         try:
             jobs = sorted(os.listdir(paths.jobs_dir(exp)))
@@ -48,7 +49,7 @@ def rebuild_from_share(sched: Scheduler) -> int:
             record = load_or_none(paths.job_record(exp, name)) or {}
             spec = record.get("spec") or {}
             if (
-                spec.get("cluster") != sched.cfg.get("cluster")
+                spec.get("cluster") != store.cfg.get("cluster")
                 or not status.accepted
                 or status.state not in ("queued", "running")
             ):
@@ -57,7 +58,7 @@ def rebuild_from_share(sched: Scheduler) -> int:
             if status.reporter and status.reporter.job_id:
                 last_id = max(last_id, status.reporter.job_id)
             if status.state == "queued" and not spec.get("secret_environment"):
-                sched.db.execute(
+                store.db.execute(
                     "INSERT INTO jobs (key, experiment, name, node_count, wall, state, creation_time,"
                     " priority) VALUES (?, ?, ?, ?, ?, 'queued', ?, ?)",
                     (
@@ -71,9 +72,9 @@ def rebuild_from_share(sched: Scheduler) -> int:
                     ),
                 )
             elif status.state == "running":
-                fence(sched, exp, name, status, int(spec.get("node_count", 1)))
+                fence(store, paths, exp, name, status, int(spec.get("node_count", 1)))
             else:
-                sched.db.execute(
+                store.db.execute(
                     "INSERT INTO jobs (key, experiment, name, node_count, state, creation_time, end_time,"
                     " reason) VALUES (?, ?, ?, ?, 'failed', ?, ?, ?)",
                     (
@@ -87,25 +88,25 @@ def rebuild_from_share(sched: Scheduler) -> int:
                     ),
                 )
     # new jobs get ids the old database never gave: their node-local folders are not the old jobs'
-    sched.db.execute("DELETE FROM sqlite_sequence WHERE name = 'jobs'")
-    sched.db.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('jobs', ?)", (last_id,))
+    store.db.execute("DELETE FROM sqlite_sequence WHERE name = 'jobs'")
+    store.db.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('jobs', ?)", (last_id,))
     return count
 
 
-def old_job_ids(sched: Scheduler) -> int:
+def old_job_ids(store: Store) -> int:
     """The highest job id the lost database gave, from the node-local job folders it left."""
     try:
         return max(
-            (int(n) for n in os.listdir(os.path.join(sched.state_dir, "jobs")) if n.isdigit()), default=0
+            (int(n) for n in os.listdir(os.path.join(store.state_dir, "jobs")) if n.isdigit()), default=0
         )
     except OSError:
         return 0
 
 
-def fence(sched: Scheduler, exp: str, name: str, status: StatusDoc, node_count: int) -> None:
+def fence(store: Store, paths: SharePaths, exp: str, name: str, status: StatusDoc, node_count: int) -> None:
     """A job that ran when the database was lost: its nodes stay held (``cleaning``) until every process
     with its tag is ended; its outcome is the one its launcher left on the share, else lost."""
-    result = load_or_none(sched.share_paths().result_record(exp, name))
+    result = load_or_none(paths.result_record(exp, name))
     ended = isinstance(result, dict) and status.tag is not None and result.get("tag") == status.tag
     if ended and result.get("exit_code") is not None:
         cause, exit_code, reason = retries.EndCause.EXIT.value, result["exit_code"], result.get("reason")
@@ -115,7 +116,7 @@ def fence(sched: Scheduler, exp: str, name: str, status: StatusDoc, node_count: 
             "the scheduler's database was lost while the job ran (its head node's state was removed or"
             " replaced); every process of the job was ended before its nodes were used again"
         )
-    sched.db.execute(
+    store.db.execute(
         "INSERT INTO jobs (key, experiment, name, node_count, state, creation_time, start_time, started,"
         " nodes, tag, exit_code, reason) VALUES (?, ?, ?, ?, 'cleaning', ?, ?, ?, ?, ?, ?, ?)",
         (
@@ -134,33 +135,29 @@ def fence(sched: Scheduler, exp: str, name: str, status: StatusDoc, node_count: 
     )
 
 
-def adopt(sched: Scheduler) -> None:
+def adopt(store: Store, ends: attempt_end.AttemptEnds) -> None:
     """After a restart: cleanups are resumed; launchers that outlived the old scheduler are watched
     again; a launch it recorded as starting is adopted when its tag runs, else ended from what its
     launcher left, or requeued when it never ran; a job whose launcher is gone is cleaned up."""
-    for row in sched.rows("state = 'cleaning'"):
-        sched.cleaning[row["id"]] = sched.pool_exec.submit(
-            attempt_end.clean_nodes, sched, row["tag"], json.loads(row["nodes"])
-        )
-    for row in sched.rows("state = 'running'"):
+    for row in store.rows("state = 'cleaning'"):
+        ends.resume(row)
+    for row in store.rows("state = 'running'"):
         if row["phase"] == STARTING and not row["launcher_pid"]:
-            adopt_starting(sched, row)
-        elif not sched.alive(row["launcher_pid"], row["tag"]):
-            attempt_end.launcher_ended(sched, row["id"], None)
+            adopt_starting(store, ends, row)
+        elif not attempt_end.launcher_alive(row["launcher_pid"], row["tag"]):
+            ends.launcher_ended(row["id"], None)
 
 
-def adopt_starting(sched: Scheduler, row: sqlite3.Row) -> None:
+def adopt_starting(store: Store, ends: attempt_end.AttemptEnds, row: sqlite3.Row) -> None:
     """The old scheduler recorded this launch and may have died before or after starting it."""
     pid = procs.launcher_pid(row["tag"])
     if pid is not None:  # it started: this one watches it; it is never started twice
-        sched.update(row["id"], launcher_pid=pid, phase="preparing")
-        sched.log(f"adopted the launcher of {row['key']} (pid {pid}) started before a restart")
+        store.update(row["id"], launcher_pid=pid, phase="preparing")
+        log(f"adopted the launcher of {row['key']} (pid {pid}) started before a restart")
         return
-    job_dir = sched.job_state_dir(row["id"])
+    job_dir = store.job_state_dir(row["id"])
     if any(os.path.exists(os.path.join(job_dir, f)) for f in ("phase.json", RESULT_RECORD)):
-        attempt_end.launcher_ended(sched, row["id"], None)  # it ran, and ended or died
+        ends.launcher_ended(row["id"], None)  # it ran, and ended or died
         return
-    sched.update(row["id"], **dict.fromkeys(attempt_end.ATTEMPT_COLUMNS), state="queued", nodes="[]")
-    sched.log(
-        f"{row['key']} was about to start when the scheduler stopped; its launcher never ran: queued again"
-    )
+    store.update(row["id"], **dict.fromkeys(attempt_end.ATTEMPT_COLUMNS), state="queued", nodes="[]")
+    log(f"{row['key']} was about to start when the scheduler stopped; its launcher never ran: queued again")

@@ -1,70 +1,102 @@
 """Autoscale on the head node: the scheduler grows the cluster toward its queue and lets idle nodes go
-(policy in ``autoscale.py``), records each decision in the cluster's event log and publishes its size."""
+(policy in ``policy/autoscale.py``), records each decision in the cluster's event log and publishes its
+size.
+
+``AutoScaler`` owns since when each free node is idle, when the policy wants to look again, and the
+release of nodes in flight; it sets which nodes are up on the ``Cluster``. It is given the cluster, the
+store (which nodes jobs hold, what is queued), the health gate (unusable nodes go first) and the worker
+threads.
+"""
 
 from __future__ import annotations
 
-import json
+import concurrent.futures
 import os
 import time
-from typing import TYPE_CHECKING, Any
 
 from ..common import now, write_json_atomic
 from ..policy.autoscale import NodeView, decide
-from ..protocol import EVENTS_RECORD, SIZE_RECORD
+from ..protocol import SIZE_RECORD
+from .cluster import Cluster
+from .gate import NodeGate
+from .log import log
+from .store import Store
 
-if TYPE_CHECKING:
-    from .daemon import Scheduler
 
+class AutoScaler:
+    def __init__(
+        self, cluster: Cluster, store: Store, gate: NodeGate, pool_exec: concurrent.futures.Executor
+    ) -> None:
+        self.cluster = cluster
+        self.store = store
+        self.gate = gate
+        self.pool_exec = pool_exec
+        self.free_since: dict[str, float] = {}  # node id → since when no job holds it
+        self.next_review: float | None = None  # when the policy wants to look again (None: no need)
+        self.releasing: concurrent.futures.Future[None] | None = None
 
-def autoscale(sched: Scheduler) -> None:
-    """Grow toward the queue's needs and let nodes idle past the limit go, down to min_nodes — here,
-    on the head node, so that no client needs to stay up for a cluster to cost nothing when idle."""
-    settings = sched.settings()
-    if settings is None:
-        return
-    if sched.scaling is not None:
-        if not sched.scaling.done():
+    def busy(self) -> bool:
+        """Whether a review is pending or nodes are being released (the scheduler stays up for them)."""
+        return self.next_review is not None or self.releasing is not None
+
+    def tick(self) -> None:
+        """Grow toward the queue's needs and let nodes idle past the limit go, down to min_nodes — here,
+        on the head node, so that no client needs to stay up for a cluster to cost nothing when idle."""
+        settings = self.cluster.settings()
+        if settings is None:
             return
-        sched.scaling = None
-    t = time.time()
-    held = sched.held()
-    up = sched.nodes()
-    for node in up:
-        if node["id"] in held:
-            sched.free_since.pop(node["id"], None)
-        else:
-            sched.free_since.setdefault(node["id"], t)
-    head = sched.pool()[0]["id"] if sched.pool() else None
-    bad = sched.gate.unusable  # failed the health gate: the policy lets them go first and replaces them
-    views = [
-        NodeView(
-            n["id"],
-            n["id"] in held,
-            sched.free_since.get(n["id"], t),
-            head=n["id"] == head,
-            unusable=n["id"] in bad,
-        )
-        for n in up
-    ]
-    queue = [r["node_count"] for r in sched.rows("state = 'queued'")]
-    decision = decide(settings, views, queue, t)
-    sched.next_review = decision.next_review
-    if not decision.changed:
-        return
-    kept = [n["id"] for n in up if n["id"] not in decision.remove]
-    spare = [n["id"] for n in sched.pool() if n["id"] not in kept and n["id"] not in decision.remove]
-    grown = spare[: max(0, decision.target - len(kept))]
-    sched.active = [n["id"] for n in sched.pool() if n["id"] in kept or n["id"] in grown]
-    for node_id in decision.remove:
-        sched.free_since.pop(node_id, None)
-    event(sched, decision.to_dict())
-    azure = sched.cfg.get("azure")
-    if azure and decision.remove:
-        sched.scaling = sched.pool_exec.submit(release_azure_nodes, sched, azure, list(decision.remove))
-    publish_size(sched)
+        if self.releasing is not None:
+            if not self.releasing.done():
+                return
+            self.releasing = None
+        t = time.time()
+        held = self.store.held()
+        up = self.cluster.nodes()
+        for node in up:
+            if node["id"] in held:
+                self.free_since.pop(node["id"], None)
+            else:
+                self.free_since.setdefault(node["id"], t)
+        pool = self.cluster.pool()
+        head = pool[0]["id"] if pool else None
+        bad = self.gate.unusable  # failed the health gate: the policy lets them go first and replaces them
+        views = [
+            NodeView(
+                n["id"],
+                n["id"] in held,
+                self.free_since.get(n["id"], t),
+                head=n["id"] == head,
+                unusable=n["id"] in bad,
+            )
+            for n in up
+        ]
+        queue = [r["node_count"] for r in self.store.rows("state = 'queued'")]
+        decision = decide(settings, views, queue, t)
+        self.next_review = decision.next_review
+        if not decision.changed:
+            return
+        kept = [n["id"] for n in up if n["id"] not in decision.remove]
+        spare = [n["id"] for n in pool if n["id"] not in kept and n["id"] not in decision.remove]
+        grown = spare[: max(0, decision.target - len(kept))]
+        self.cluster.scale_to([n["id"] for n in pool if n["id"] in kept or n["id"] in grown])
+        for node_id in decision.remove:
+            self.free_since.pop(node_id, None)
+        self.cluster.event(decision.to_dict())
+        azure = self.cluster.cfg.get("azure")
+        if azure and decision.remove:
+            self.releasing = self.pool_exec.submit(release_azure_nodes, azure, list(decision.remove))
+        self.publish_size()
+
+    def publish_size(self) -> None:
+        """The nodes up now, in the cluster's ``size.json`` on the share."""
+        doc = {"nodes": [n["id"] for n in self.cluster.nodes()], "updated": now()}
+        try:
+            write_json_atomic(os.path.join(self.cluster.cfg["cluster_dir"], SIZE_RECORD), doc)
+        except OSError as exc:
+            log(f"cannot write the cluster's size yet: {exc}")
 
 
-def release_azure_nodes(sched: Scheduler, azure: dict[str, str], remove: list[str]) -> None:
+def release_azure_nodes(azure: dict[str, str], remove: list[str]) -> None:
     """Delete the named instances with the scale set's own identity (a role on that scale set only)."""
     from ..azure.capacity import AzureCapacity, ScaleSetRef
 
@@ -72,24 +104,4 @@ def release_azure_nodes(sched: Scheduler, azure: dict[str, str], remove: list[st
         ref = ScaleSetRef(azure["subscription"], azure["resource_group"], azure["vmss"])
         AzureCapacity(ref).delete_instances([r.rsplit("_", 1)[-1] for r in remove])
     except Exception as exc:  # the nodes are out of the queue's reach either way; say why they stay
-        sched.log(f"could not release {', '.join(remove)} through the scale set's identity: {exc}")
-
-
-def event(sched: Scheduler, fields: dict[str, Any], label: str = "autoscale") -> None:
-    """One decision (autoscale's, the health gate's) in the log and in the cluster's ``events.jsonl``."""
-    line = json.dumps({"time": now(), **fields}, sort_keys=True)
-    sched.log(f"{label}: {line}")
-    try:
-        with open(os.path.join(sched.cfg["cluster_dir"], EVENTS_RECORD), "a", encoding="utf-8") as f:
-            f.write(line + "\n")
-    except OSError as exc:
-        sched.log(f"cannot write the event log yet: {exc}")
-
-
-def publish_size(sched: Scheduler) -> None:
-    """The nodes up now, in the cluster's ``size.json`` on the share."""
-    doc = {"nodes": [n["id"] for n in sched.nodes()], "updated": now()}
-    try:
-        write_json_atomic(os.path.join(sched.cfg["cluster_dir"], SIZE_RECORD), doc)
-    except OSError as exc:
-        sched.log(f"cannot write the cluster's size yet: {exc}")
+        log(f"could not release {', '.join(remove)} through the scale set's identity: {exc}")

@@ -1,13 +1,23 @@
-"""The scheduler's queue in SQLite: the jobs table, its migration from older schedulers' databases, and
-the names and states its queries share. The database lives on the head node's own disk, never the share."""
+"""What the scheduler keeps on the head node's own disk, never the share: its state folder with
+``cluster.json`` (the cluster's configuration, as the last request carried it), ``sched.db`` (the queue in
+SQLite: the jobs table and its migration from older schedulers' databases) and ``jobs/<id>/`` (a job's
+assignment, secrets, launcher log and result). ``Store`` owns that folder; the names and states its
+queries share are here too. SQLite stays off the share: its locking is unreliable on SMB/NFS.
+"""
 
 from __future__ import annotations
 
-import re
+import contextlib
+import json
+import os
 import sqlite3
 from datetime import datetime, timezone
+from typing import Any
 
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+from ..common import load_or_none, now, write_json_atomic
+from .api import RequestError, check_cluster
+from .log import log
+
 ACTIVE = ("queued", "running", "cleaning")
 # the phase of a running job whose launcher is being started: its tag is recorded, its pid not yet
 STARTING = "starting"
@@ -63,3 +73,72 @@ def migrate(db: sqlite3.Connection) -> None:
 def iso(ts: float) -> str:
     """A POSIX time as ISO 8601 in UTC, as the records on the share have it."""
     return datetime.fromtimestamp(ts, timezone.utc).isoformat()
+
+
+class Store:
+    """The head node's state folder: the cluster's configuration, the jobs table and each job's folder."""
+
+    def __init__(self, state_dir: str) -> None:
+        self.state_dir = state_dir
+        self.cfg: dict[str, Any] = {}
+        try:
+            self.cfg = check_cluster(load_or_none(os.path.join(state_dir, "cluster.json")) or {})
+        except RequestError as exc:  # written by an older ctl that did not check it: the next request's
+            log(f"ignoring cluster.json: {exc}")  # configuration replaces it
+        self.created = not os.path.exists(os.path.join(state_dir, "sched.db"))  # a new (or lost) database
+        self.db = sqlite3.connect(os.path.join(state_dir, "sched.db"), isolation_level=None)
+        self.db.row_factory = sqlite3.Row
+        self.db.executescript(SCHEMA)
+        migrate(self.db)
+        self.db.execute("CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state)")
+
+    def save_cluster(self, cfg: dict[str, Any]) -> bool:
+        """Keep the configuration a request carried (``cluster.json``); False when it is the same."""
+        if cfg == self.cfg:
+            return False
+        self.cfg = cfg
+        write_json_atomic(os.path.join(self.state_dir, "cluster.json"), cfg, sync=False)
+        return True
+
+    def removed(self) -> bool:
+        """Whether the state folder's database was removed under this process (the scheduler exits)."""
+        return not os.path.exists(os.path.join(self.state_dir, "sched.db"))
+
+    def job_state_dir(self, job_id: int) -> str:
+        """The job's folder on this node: assignment, secrets, the launcher's result and log."""
+        return os.path.join(self.state_dir, "jobs", str(job_id))
+
+    def rows(self, where: str, *args: Any) -> list[sqlite3.Row]:
+        """The jobs matching ``where`` (a literal clause; values in ``args``), oldest first."""
+        # ``where`` is always one of the scheduler's literal clauses; values go through parameters
+        return list(self.db.execute(f"SELECT * FROM jobs WHERE {where} ORDER BY id", args))  # noqa: S608
+
+    def update(self, job_id: int, **fields: Any) -> None:
+        """Set a job's columns; it is published again unless ``published`` is given."""
+        fields.setdefault("published", 0)
+        names = ", ".join(f"{k} = ?" for k in fields)
+        self.db.execute(f"UPDATE jobs SET {names} WHERE id = ?", (*fields.values(), job_id))  # noqa: S608
+
+    def held(self) -> dict[str, tuple[int, str]]:
+        """node id → (job id, phase) for every node a job holds (running or being cleaned up)."""
+        out: dict[str, tuple[int, str]] = {}
+        for row in self.rows("state IN ('running', 'cleaning')"):
+            phase = "cleaning" if row["state"] == "cleaning" else (row["phase"] or "preparing")
+            phase = "preparing" if phase == STARTING else phase
+            for node in json.loads(row["nodes"]):
+                out[node] = (row["id"], phase)
+        return out
+
+    def finish(self, row: sqlite3.Row, state: str, exit_code: int | None, reason: str | None) -> None:
+        """End the job for good and drop its secrets."""
+        self.update(row["id"], state=state, exit_code=exit_code, reason=reason, end_time=now(), phase=None)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(self.job_state_dir(row["id"]), "secrets.json"))
+        log(f"{row['key']} {state}" + (f": {reason}" if reason else ""))
+
+    def busy(self) -> bool:
+        """Whether a job is queued, running, being cleaned up or not yet published."""
+        found = self.db.execute(
+            "SELECT 1 FROM jobs WHERE state IN ('queued', 'running', 'cleaning') OR published = 0 LIMIT 1"
+        )
+        return found.fetchone() is not None
