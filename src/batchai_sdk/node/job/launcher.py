@@ -329,8 +329,10 @@ class Launcher:
                     code = self.proc.wait()
                     break
         if isinstance(self.proc, agent.AgentRank) and self.proc.lost and self.stopping is None:
-            node = self.nodes[0]["id"]
-            return None, f"the node agent of {node} was lost while the job's command ran there"
+            node = self.nodes[0]
+            if not self.reachable(node):  # named as find_culprit names a silent node: a lost node
+                return None, f"node {node['id']} stopped answering (the job's command there ended unseen)"
+            return None, f"the node agent of {node['id']} was lost while the job's command ran there"
         return code, self.explain(code)
 
     def stop_ranks(self) -> None:
