@@ -26,6 +26,7 @@ from batchai_sdk import JobState, Workspace
 from batchai_sdk._models import NodeCounts
 from batchai_sdk.cluster import Cluster
 from batchai_sdk.experiment import Experiment
+from batchai_sdk.job import Job
 from batchai_sdk.node.agent.client import agent_name
 from batchai_sdk.node.agent.serve import socket_path
 
@@ -167,15 +168,23 @@ def test_an_agent_that_stops_answering_or_dies_is_passed_over_then_started_again
     assert all(under_agent(r) for r in runs(again)), runs(again)
 
 
+def running_custom(
+    lab: tuple[Workspace, Path], exp: Experiment, cluster: Cluster, name: str, out: Path, gate: Path
+) -> Job:
+    """A custom-toolkit job whose command runs (started by a node agent) and waits for ``gate``."""
+    job = exp.create_job(name, cluster=cluster, toolkit="custom", command_line=command(lab, out, gate))
+    job.submit()
+    wait_for(lambda: bool(runs(out)) or job.state.ended, 60, "the command to run")
+    assert under_agent(runs(out)[0]), runs(out)
+    return job
+
+
 def test_terminate_ends_a_command_started_by_an_agent(
     lab: tuple[Workspace, Path], exp: Experiment, cluster: Cluster, ssh_nodes: SSHNodes, tmp_path: Path
 ) -> None:
     out, gate = tmp_path / "runs", tmp_path / "never"
     with held(lab, exp, cluster, ssh_nodes):
-        job = exp.create_job("stop", cluster=cluster, toolkit="custom", command_line=command(lab, out, gate))
-        job.submit()
-        wait_for(lambda: bool(runs(out)) or job.state.ended, 60, "the command to run")
-        assert under_agent(runs(out)[0])
+        job = running_custom(lab, exp, cluster, "stop", out, gate)
         job.terminate(timeout=60)
     assert job.state is JobState.TERMINATED
 
@@ -188,10 +197,7 @@ def test_kill_9_of_the_scheduler_leaves_no_agent_and_no_second_start(
     sockets = [Path(socket_path(agent_name(ssh, a))) for a in (HEAD, SECOND)]
     out, gate = tmp_path / "runs", tmp_path / "go"
     with held(lab, exp, cluster, ssh_nodes):
-        job = exp.create_job("held", cluster=cluster, toolkit="custom", command_line=command(lab, out, gate))
-        job.submit()
-        wait_for(lambda: bool(runs(out)) or job.state.ended, 60, "the command to run")
-        assert under_agent(runs(out)[0])
+        job = running_custom(lab, exp, cluster, "held", out, gate)
         before = set(agents(ssh_nodes, HEAD) + agents(ssh_nodes, SECOND))
         pid = scheduler_pid(state)
         assert pid is not None

@@ -17,7 +17,6 @@ import os
 import select
 import shlex
 import subprocess
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,7 +44,7 @@ class Agents:
         self.log = log
         self.kept: dict[str, Kept] = {}
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="agent")
-        self.lock = threading.Lock()
+        self.failures: dict[str, int] = {}  # address → starts in a row that never got ready
 
     def tick(self, cfg: dict[str, Any], addresses: list[str]) -> None:
         """Start the agents of ``addresses`` that are missing, dead or stale; let go of the others."""
@@ -61,8 +60,9 @@ class Agents:
             if address not in wanted or kept.key != self._key(cfg, address):
                 self.pool.submit(self._stop, kept)
                 del self.kept[address]
-            elif dead and time.monotonic() - kept.started > RETRY_S:
-                if kept.proc is not None:
+            elif dead and time.monotonic() - kept.started > self._delay(kept):
+                self.failures[address] = 0 if kept.remote else self.failures.get(address, 0) + 1
+                if kept.remote and kept.proc is not None:
                     self.log(
                         f"the node agent of {address} exited (code {kept.proc.returncode}): starting it again"
                     )
@@ -71,6 +71,14 @@ class Agents:
             kept = Kept(self._key(cfg, address), address)
             self.kept[address] = kept
             kept.future = self.pool.submit(self._start, kept, cfg)
+
+    def _delay(self, kept: Kept) -> float:
+        """Seconds before a dead agent is started again: at once after one that served, else RETRY_S,
+        doubling with each start in a row that failed (a node that refuses forwarding is not retried
+        every few seconds for ever)."""
+        if kept.remote:
+            return 0.0
+        return RETRY_S * (1 << min(self.failures.get(kept.address, 0), 5))
 
     @staticmethod
     def _key(cfg: dict[str, Any], address: str) -> tuple[str, ...]:
