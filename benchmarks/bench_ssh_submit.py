@@ -14,11 +14,11 @@ stamps its first and last instruction on the share. Printed beside the goals: th
 to the next job's first instruction there (goal < 0.3 s median), and the seconds per job beyond its own
 run time — for the nodes' warm agents (node/agent/) and, in the same run, for the old path (SSH, a login
 shell and a Python start per step: ``BATCHAI_NODE_AGENT=0`` in the workspace's env; ``--no-compare``
-skips it). Timings are wall clock: on a loaded machine they are noisy, read medians (the load average is
-printed with them).
+skips it), in ``--rounds`` alternating rounds each, then the median of all rounds per path. Timings
+are wall clock: on a loaded machine they are noisy, read medians (the load average is printed with them).
 
-    python benchmarks/bench_ssh_submit.py              # a few seconds
-    python benchmarks/bench_ssh_submit.py --jobs 5 --queue 20
+    python benchmarks/bench_ssh_submit.py --queue 0    # a few seconds
+    python benchmarks/bench_ssh_submit.py --queue 20   # about two minutes
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ def main() -> int:
     parser.add_argument(
         "--no-compare", action="store_true", help="skip the queue on the old path (no node agents)"
     )
+    parser.add_argument("--rounds", type=int, default=2, help="queue rounds per path, alternating")
     args = parser.parse_args()
     if not sshd_available() or os.geteuid() != 0:
         print("needs root and OpenSSH's sshd (apt-get install openssh-server)", file=sys.stderr)
@@ -118,27 +119,49 @@ def main() -> int:
                 if running_s[0] >= GOAL_S or max(later) >= GOAL_S:
                     print("goal missed", file=sys.stderr)
                     failed = True
-                if args.queue:
-                    failed |= queue(exp, cluster, share, args.queue, args.seconds, args.timeout, "agents")
-            if args.queue and not args.no_compare:
-                old_root = root / "old"
-                old_share = old_root / "mnt" / "share"
-                old_share.mkdir(parents=True)
-                with nodes.workspace("old", old_root, nodes.addresses, env=OLD_PATH) as old:
-                    old_cluster = old.create_cluster("c", nodes=2)
-                    old_exp = old.create_experiment("bench")
-                    label = "old path"
-                    failed |= queue(
-                        old_exp, old_cluster, old_share, args.queue, args.seconds, args.timeout, label
-                    )
+            if args.queue:
+                failed |= compare(nodes, root, (ws, cluster, share), args)
     return 1 if failed else 0
 
 
-def queue(exp: Any, cluster: Any, share: Path, count: int, secs: float, timeout: float, label: str) -> bool:
-    """``count`` 1-node jobs queued on the 2 nodes; prints the hand-off and the time per job. True when
-    a job failed."""
+def compare(nodes: Any, root: Path, agents: tuple[Any, Any, Path], args: argparse.Namespace) -> bool:
+    """The queue on the nodes' agents and on the old path, in alternating rounds (the machine's load
+    drifts: each path meets it alike); True when a job failed."""
+    paths = [("agents", *agents)]
+    old = None
+    if not args.no_compare:
+        old_root = root / "old"
+        (old_root / "mnt" / "share").mkdir(parents=True)
+        old = nodes.workspace("old", old_root, nodes.addresses, env=OLD_PATH)
+        paths.append(("old path", old, old.create_cluster("c", nodes=2), old_root / "mnt" / "share"))
+    gaps: dict[str, list[float]] = {label: [] for label, _, _, _ in paths}
+    failed = False
+    try:
+        for r in range(args.rounds):
+            for label, space, on, share in paths:
+                exp = space.create_experiment(f"queue{r}")
+                found = queue(exp, on, share / f"round{r}", args.queue, args.seconds, args.timeout, label)
+                failed |= found is None
+                gaps[label] += found or []
+    finally:
+        if old is not None:
+            old.close()
+    for label, values in gaps.items():
+        if values:
+            print(
+                f"all rounds, {label:8s}: hand-off median {statistics.median(values):.3f} s over "
+                f"{len(values)} hand-offs (goal < {GOAL_HANDOFF_S:g} s)"
+            )
+    return failed
+
+
+def queue(
+    exp: Any, cluster: Any, share: Path, count: int, secs: float, timeout: float, label: str
+) -> list[float] | None:
+    """``count`` 1-node jobs queued on the 2 nodes; prints the hand-off and the time per job; returns the
+    hand-offs, or None when a job failed."""
     out = share / "stamps"
-    out.mkdir()
+    out.mkdir(parents=True)
     go = share / "go"
     jobs = [
         exp.create_job(
@@ -155,7 +178,7 @@ def queue(exp: Any, cluster: Any, share: Path, count: int, secs: float, timeout:
     states = [job.wait(timeout=timeout * count, poll_interval=0.2) for job in jobs]
     if any(s is not JobState.SUCCEEDED for s in states):
         print(f"queued jobs: {[s.value for s in states]}", file=sys.stderr)
-        return True
+        return None
     spans: dict[str, list[tuple[float, float]]] = {}
     last = t0
     for f in out.iterdir():
@@ -172,7 +195,7 @@ def queue(exp: Any, cluster: Any, share: Path, count: int, secs: float, timeout:
         f"{statistics.median(gaps):.3f} s, max {max(gaps):.3f} s (goal < {GOAL_HANDOFF_S:g} s); overhead "
         f"per job {per_job:.2f} s; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
     )
-    return False
+    return gaps
 
 
 if __name__ == "__main__":
