@@ -12,6 +12,8 @@ connection gets a greeting line, then carries one request, a JSON object on one 
     (``… rank P --secrets-on-stdin``, its output appended to the job's stdout.txt/stderr.txt) →
     ``{"ok": true, "pid": PID}``, later ``{"exit": CODE}``; meanwhile ``{"signal": N}`` lines from the
     client are sent to the shim's process group
+``{"op": "exec", "command": C, "env": {TAG_VAR: T}}``  MPI's daemon as ``ssh HOST C`` runs it (rsh.py):
+    ``{"ok": true, "pid": PID}``, its output as ``{"out": TEXT}`` lines, then ``{"exit": CODE}``
 
 Every process it starts has the job's tag (``env``) in the environment it was started with, so fencing,
 terminate, the reaper and leftovers detection find it as they find one started over SSH; the shim is a
@@ -52,6 +54,7 @@ NAME = re.compile(r"^[0-9a-f]{8,64}$")
 TAG = re.compile(r"^[0-9a-f]{8,64}$")
 OPS = ("reap", "prep", "rank", "exec")
 CARRIED = frozenset(PASSED_TO_REMOTE)
+REQUEST_S = 30.0
 
 
 def socket_path(name: str) -> str:
@@ -90,7 +93,7 @@ class Agent:
         self.node_main = os.path.abspath(sys.modules["__main__"].__file__ or "")
         self.lock = threading.Condition()
         self.closing = False
-        self.running = 0  # shims started and not yet ended
+        self.running = 0  # shims and daemons started and not yet ended
         self.server: socketserver.ThreadingUnixStreamServer | None = None
         self.inode: int | None = None  # of the socket this agent bound (a newer agent may bind the path)
 
@@ -98,10 +101,12 @@ class Agent:
     def handle(self, conn: socket.socket) -> None:
         reader = conn.makefile("rb")
         try:
+            conn.settimeout(REQUEST_S)  # a client that never sends its request holds nothing for long
             conn.sendall(json.dumps({"agent": os.getpid()}).encode() + b"\n")
             line = reader.readline((1 << 20) + 1)
             if not line:
                 return
+            conn.settimeout(None)  # a shim's or daemon's exit is waited for as long as it runs
             try:
                 request = check(parse(line), self.node_main)
             except RequestError as exc:
