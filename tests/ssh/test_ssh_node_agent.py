@@ -1,8 +1,9 @@
 """The nodes' warm agents on real sshd nodes (127.0.0.2 head, 127.0.0.3): jobs are started through them
 (MPI's daemon and a custom command's shim are the agent's children, not an SSH session's), get their
-secrets, are terminated through them; an agent killed falls back to SSH with the job run once and is
-started again; a scheduler killed with kill -9 leaves agents that start nothing more and go once their
-job ended, which runs once.
+secrets, are terminated through them; an agent that stops answering is passed over (SSH) with the job
+run once, one killed is started again, and jobs whose agents are killed while they run go on and end
+once; a scheduler killed with kill -9 leaves agents that start nothing more and go once their job
+ended, which runs once.
 """
 
 from __future__ import annotations
@@ -177,6 +178,24 @@ def running_custom(
     wait_for(lambda: bool(runs(out)) or job.state.ended, 60, "the command to run")
     assert under_agent(runs(out)[0]), runs(out)
     return job
+
+
+def test_jobs_whose_agents_are_killed_while_they_run_go_on_and_end_once(
+    lab: tuple[Workspace, Path], exp: Experiment, cluster: Cluster, ssh_nodes: SSHNodes, tmp_path: Path
+) -> None:
+    custom, mpi, gate = tmp_path / "custom", tmp_path / "mpi", tmp_path / "go"
+    with held(lab, exp, cluster, ssh_nodes):
+        first = running_custom(lab, exp, cluster, "killed-custom", custom, gate)
+        second = exp.create_job("killed-mpi", cluster=cluster, command_line=command(lab, mpi, gate)).submit()
+    wait_for(lambda: bool(runs(mpi)) or second.state.ended, 60, "the MPI job to run")
+    assert under_agent(runs(mpi)[0]), runs(mpi)
+    for pid in agents(ssh_nodes, HEAD) + agents(ssh_nodes, SECOND):
+        os.kill(pid, signal.SIGKILL)
+    gate.touch()
+    for job in (first, second):
+        assert job.wait(timeout=90, poll_interval=0.1) is JobState.SUCCEEDED, job.status.failure_reason
+        assert job.exit_code == 0
+    assert len(runs(custom)) == 1 and len(runs(mpi)) == 1
 
 
 def test_terminate_ends_a_command_started_by_an_agent(

@@ -15,11 +15,14 @@ import hashlib
 import json
 import os
 import select
+import shlex
 import signal
 import socket
 import subprocess
 import time
 from typing import Any
+
+from ..common import TAG_VAR
 
 SOCKET_DIR = ".batchai-ssh"  # in the home folder, 0700 (node setup makes it; so does the agent)
 SAFE_REFUSALS = ("stale", "closing")  # answers that mean the agent did nothing
@@ -123,17 +126,39 @@ def call(
         conn.close()
 
 
+def watch_command(pid: int, tag: str) -> str:
+    """A shell command that ends once process ``pid`` has: what watches a job's process whose agent was
+    lost. It carries the job's tag, so the job's cleanup ends it with the job."""
+    loop = f"while kill -0 {int(pid)} 2>/dev/null; do sleep 0.2; done"
+    return f"env {TAG_VAR}={shlex.quote(tag)} sh -c {shlex.quote(loop)}"
+
+
+def watch_over_ssh(ssh_command: list[str], address: str, pid: int, tag: str) -> subprocess.Popen[bytes]:
+    """``ssh`` that ends once process ``pid`` there has (``watch_command``)."""
+    return subprocess.Popen(
+        [*ssh_command, address, watch_command(pid, tag)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
 class AgentRank:
     """A rank shim the agent of a node started, watched the way ``subprocess.Popen`` is (``pid``,
     ``poll``, ``wait``, ``stdin``) with ``signal`` for its process group there. ``lost`` says the
-    agent's connection ended before the shim's exit was reported (its exit code is unknown)."""
+    agent's connection ended before the shim's exit was reported: the shim (its own session there) is
+    then watched over SSH until it ends, and its exit code is unknown here (255, as ssh gives for a
+    lost connection; the launcher reads the shim's own record of it)."""
 
-    def __init__(self, conn: Connection, pid: int) -> None:
+    def __init__(self, conn: Connection, pid: int, ssh_command: list[str], address: str, tag: str) -> None:
         self.conn = conn
-        self.pid = pid
+        self.pid, self.tag = pid, tag
+        self.ssh_command, self.address = ssh_command, address
         self.returncode: int | None = None
         self.stdin = None
         self.lost = False
+        self.watcher: subprocess.Popen[bytes] | None = None
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -146,25 +171,43 @@ class AgentRank:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise subprocess.TimeoutExpired(["rank"], timeout or 0)
-            self._read(left)
+            self._read(left if left is not None else 1.0)
         return self.returncode
 
     def _read(self, timeout: float | None) -> None:
+        if self.watcher is not None:
+            try:
+                self.watcher.wait(timeout=timeout)
+                self.returncode = 255
+            except subprocess.TimeoutExpired:
+                pass
+            return
         try:
             answer = self.conn.receive(timeout)
         except Lost:
             self.lost = True
-            self.returncode = 255  # what ssh returns for a connection lost under its command
             self.conn.close()
+            try:
+                self.watcher = watch_over_ssh(self.ssh_command, self.address, self.pid, self.tag)
+            except OSError:
+                self.returncode = 255
             return
         if answer is not None and "exit" in answer:
             self.returncode = int(answer["exit"])
             self.conn.close()
 
     def signal(self, sig: int = signal.SIGTERM) -> None:
-        if self.returncode is None:
+        if self.returncode is None and not self.lost:
             with contextlib.suppress(Lost):
                 self.conn.send({"signal": int(sig)})
+        elif self.returncode is None and self.watcher is not None:  # no agent: the signal over SSH
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                subprocess.run(
+                    [*self.ssh_command, self.address, f"kill -{int(sig)} -- -{int(self.pid)}"],
+                    capture_output=True,
+                    timeout=30,
+                    check=False,
+                )
 
 
 def start_rank(ssh_command: list[str], address: str, request: dict[str, Any]) -> AgentRank:
@@ -180,7 +223,7 @@ def start_rank(ssh_command: list[str], address: str, request: dict[str, Any]) ->
     if not answer.get("ok"):
         conn.close()
         raise RuntimeError(str(answer.get("message") or answer))
-    return AgentRank(conn, int(answer["pid"]))
+    return AgentRank(conn, int(answer["pid"]), ssh_command, address, str(request["env"][TAG_VAR]))
 
 
 def reap(cfg: dict[str, Any], address: str, tag: str) -> int:

@@ -22,6 +22,7 @@ def main(args: list[str]) -> int:
     host, words = args[1], args[2:]
     tag = os.environ.get(TAG_VAR, "")
     node_main = os.path.abspath(sys.modules["__main__"].__file__ or "")
+    pid = 0
     request = {"op": "exec", "node_main": node_main, "command": " ".join(words), "env": {TAG_VAR: tag}}
     try:
         if not tag:
@@ -32,6 +33,7 @@ def main(args: list[str]) -> int:
     try:
         conn.send(request)
         answer = client.first_answer(conn, host)
+        pid = int(answer["pid"]) if answer.get("ok") else 0
         if not answer.get("ok"):
             sys.stderr.write(
                 f"the node agent of {host} could not start MPI's daemon: {answer.get('message')}\n"
@@ -49,8 +51,12 @@ def main(args: list[str]) -> int:
     except client.Unavailable:  # refused as stale or stopping: nothing ran
         return by_ssh(ssh, host, words)
     except client.Lost as exc:
-        sys.stderr.write(f"{exc}\n")
-        return 255
+        if not pid:  # it may have started: never a second daemon
+            sys.stderr.write(f"{exc}\n")
+            return 255
+        # the agent is gone, the daemon (its own session there) is not: mpirun keeps this process
+        # until the daemon ends, as it keeps an ssh
+        return by_ssh(ssh, host, [client.watch_command(pid, tag)])
     finally:
         conn.close()
 

@@ -328,12 +328,30 @@ class Launcher:
                     self.stop_ranks()
                     code = self.proc.wait()
                     break
-        if isinstance(self.proc, agent.AgentRank) and self.proc.lost and self.stopping is None:
+        if isinstance(self.proc, agent.AgentRank) and self.proc.lost:  # its agent died meanwhile
+            code = self.recorded_exit(code)
+        if (
+            isinstance(self.proc, agent.AgentRank)
+            and self.proc.lost
+            and code == 255
+            and self.stopping is None
+        ):
             node = self.nodes[0]
             if not self.reachable(node):  # named as find_culprit names a silent node: a lost node
                 return None, f"node {node['id']} stopped answering (the job's command there ended unseen)"
             return None, f"the node agent of {node['id']} was lost while the job's command ran there"
         return code, self.explain(code)
+
+    def recorded_exit(self, code: int) -> int:
+        """The custom command's exit code as its shim recorded it in the node's execution log (its
+        agent, which would have reported it, was lost), as the shim's own exit code gives it; else
+        ``code``."""
+        node = self.nodes[0]["id"]
+        how = rank_events(self.cfg["stdouterr_dir"], self.nodes[:1]).get((node, "0"), {}).get("how", "")
+        kind, _, number = how.partition(" ")
+        if number.isdigit():
+            return int(number) if kind == "code" else 128 + int(number)
+        return code
 
     def stop_ranks(self) -> None:
         assert self.proc is not None
