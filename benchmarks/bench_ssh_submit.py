@@ -7,13 +7,18 @@ and how long until the job's state left ``queued``. The first job of a cluster i
 cluster key installed on both nodes); later jobs find it done and must not run it again — checked and
 printed. Goal: submit → running under 3 s on 2 loopback nodes.
 
-Then the queue over SSH: ``--queue`` jobs of ``--seconds`` each, one node each, submitted at once to the
-2 nodes; each job stamps its first and last instruction on the share. Printed beside the goals: the
-hand-off, a node freed to the next job's first instruction there (goal < 0.3 s median), and the seconds
-per job beyond its own run time. Timings are wall clock: on a loaded machine they are noisy, read medians.
+Then the queue over SSH: ``--queue`` jobs of ``--seconds`` each, one node each, all queued on the 2
+nodes before any hand-off (the first two hold their nodes until every job is submitted: a submit over
+SSH takes longer than a job here, and a node waiting for the next submit is no hand-off); each job
+stamps its first and last instruction on the share. Printed beside the goals: the hand-off, a node freed
+to the next job's first instruction there (goal < 0.3 s median), and the seconds per job beyond its own
+run time — for the nodes' warm agents (node/agent/) and, in the same run, for the old path (SSH, a login
+shell and a Python start per step: ``BATCHAI_NODE_AGENT=0`` in the workspace's env; ``--no-compare``
+skips it), in ``--rounds`` alternating rounds each, then the median of all rounds per path. Timings
+are wall clock: on a loaded machine they are noisy, read medians (the load average is printed with them).
 
-    python benchmarks/bench_ssh_submit.py              # a few seconds
-    python benchmarks/bench_ssh_submit.py --jobs 5 --queue 20
+    python benchmarks/bench_ssh_submit.py --queue 0    # a few seconds
+    python benchmarks/bench_ssh_submit.py --queue 20   # about two minutes
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ from batchai_sdk._models import JobState  # noqa: E402
 GOAL_S = 3.0
 GOAL_HANDOFF_S = 0.3
 STAMP = 's=$(date +%s.%N); sleep {secs}; e=$(date +%s.%N); echo "$s $e $BATCHAI_JOB_NODES" > {out}/{name}'
+HOLD = "while [ ! -e {go} ]; do sleep 0.01; done; "  # the first jobs hold their nodes until all are queued
+OLD_PATH = {"BATCHAI_NODE_AGENT": "0"}
 SCRIPT = "import os\nprint('rank', os.environ.get('OMPI_COMM_WORLD_RANK'), flush=True)\n"
 
 
@@ -52,6 +59,10 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=120, help="seconds a job may take")
     parser.add_argument("--queue", type=int, default=20, help="1-node jobs queued at once (0: skip)")
     parser.add_argument("--seconds", type=float, default=0.5, help="run time of each queued job")
+    parser.add_argument(
+        "--no-compare", action="store_true", help="skip the queue on the old path (no node agents)"
+    )
+    parser.add_argument("--rounds", type=int, default=2, help="queue rounds per path, alternating")
     args = parser.parse_args()
     if not sshd_available() or os.geteuid() != 0:
         print("needs root and OpenSSH's sshd (apt-get install openssh-server)", file=sys.stderr)
@@ -108,27 +119,66 @@ def main() -> int:
                 if running_s[0] >= GOAL_S or max(later) >= GOAL_S:
                     print("goal missed", file=sys.stderr)
                     failed = True
-                if args.queue:
-                    failed |= queue(exp, cluster, share, args.queue, args.seconds, args.timeout)
+            if args.queue:
+                failed |= compare(nodes, root, (ws, cluster, share), args)
     return 1 if failed else 0
 
 
-def queue(exp: Any, cluster: Any, share: Path, count: int, secs: float, timeout: float) -> bool:
-    """``count`` 1-node jobs at once on the 2 nodes; prints the hand-off and the time per job. True when
-    a job failed."""
+def compare(nodes: Any, root: Path, agents: tuple[Any, Any, Path], args: argparse.Namespace) -> bool:
+    """The queue on the nodes' agents and on the old path, in alternating rounds (the machine's load
+    drifts: each path meets it alike); True when a job failed."""
+    paths = [("agents", *agents)]
+    old = None
+    if not args.no_compare:
+        old_root = root / "old"
+        (old_root / "mnt" / "share").mkdir(parents=True)
+        old = nodes.workspace("old", old_root, nodes.addresses, env=OLD_PATH)
+        paths.append(("old path", old, old.create_cluster("c", nodes=2), old_root / "mnt" / "share"))
+    gaps: dict[str, list[float]] = {label: [] for label, _, _, _ in paths}
+    failed = False
+    try:
+        for r in range(args.rounds):
+            for label, space, on, share in paths:
+                exp = space.create_experiment(f"queue{r}")
+                found = queue(exp, on, share / f"round{r}", args.queue, args.seconds, args.timeout, label)
+                failed |= found is None
+                gaps[label] += found or []
+    finally:
+        if old is not None:
+            old.close()
+    for label, values in gaps.items():
+        if values:
+            print(
+                f"all rounds, {label:8s}: hand-off median {statistics.median(values):.3f} s over "
+                f"{len(values)} hand-offs (goal < {GOAL_HANDOFF_S:g} s)"
+            )
+    return failed
+
+
+def queue(
+    exp: Any, cluster: Any, share: Path, count: int, secs: float, timeout: float, label: str
+) -> list[float] | None:
+    """``count`` 1-node jobs queued on the 2 nodes; prints the hand-off and the time per job; returns the
+    hand-offs, or None when a job failed."""
     out = share / "stamps"
-    out.mkdir()
-    t0 = time.time()
+    out.mkdir(parents=True)
+    go = share / "go"
     jobs = [
-        exp.create_job(f"q{i:03d}", cluster=cluster, command_line=STAMP.format(secs=secs, out=out, name=i))
+        exp.create_job(
+            f"q{i:03d}",
+            cluster=cluster,
+            command_line=(HOLD.format(go=go) if i < 2 else "") + STAMP.format(secs=secs, out=out, name=i),
+        )
         for i in range(count)
     ]
     for job in jobs:
         job.submit()
+    t0 = time.time()
+    go.touch()
     states = [job.wait(timeout=timeout * count, poll_interval=0.2) for job in jobs]
     if any(s is not JobState.SUCCEEDED for s in states):
         print(f"queued jobs: {[s.value for s in states]}", file=sys.stderr)
-        return True
+        return None
     spans: dict[str, list[tuple[float, float]]] = {}
     last = t0
     for f in out.iterdir():
@@ -141,10 +191,11 @@ def queue(exp: Any, cluster: Any, share: Path, count: int, secs: float, timeout:
         gaps += [b[0] - a[1] for a, b in itertools.pairwise(runs)]
     per_job = (last - t0) * 2 / count - secs  # 2 nodes: each node ran count/2 of them
     print(
-        f"queue of {count} x {secs:g} s jobs on 2 SSH nodes: hand-off median {statistics.median(gaps):.3f} s,"
-        f" max {max(gaps):.3f} s (goal < {GOAL_HANDOFF_S:g} s); overhead per job {per_job:.2f} s"
+        f"queue of {count} x {secs:g} s jobs on 2 SSH nodes, {label:8s}: hand-off median "
+        f"{statistics.median(gaps):.3f} s, max {max(gaps):.3f} s (goal < {GOAL_HANDOFF_S:g} s); overhead "
+        f"per job {per_job:.2f} s; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
     )
-    return False
+    return gaps
 
 
 if __name__ == "__main__":

@@ -285,8 +285,9 @@ class NSNode:
 
     def leftovers(self) -> list[str]:
         """Anything on the node but its init, sshd, a cluster's scheduler, the spare launcher it keeps
-        ready (``launch -``, scheduler/spares.py) and its shared SSH connections (the ControlMaster an SSH
-        cluster keeps to each node for a while by design, node_setup.MUX_DIR): what jobs left there."""
+        ready (``launch -``, scheduler/spares.py), the node agent it keeps there (``agent NAME``, with
+        its ssh session on the head node: node/agent/) and its shared SSH connections (the ControlMaster
+        an SSH cluster keeps to each node for a while by design, node_setup.MUX_DIR): what jobs left."""
         return [
             f"{pid} {cmd[:100]}"
             for pid, cmd in self.processes().items()
@@ -295,6 +296,8 @@ class NSNode:
             and not cmd.startswith("sshd")
             and cmd.split()[3:4] != ["scheduler"]
             and cmd.split()[3:] != ["launch", "-"]
+            and cmd.split()[3:4] != ["agent"]
+            and not (cmd.startswith("ssh ") and cmd.split()[-2:-1] == ["agent"])
             and not _ssh_mux(cmd)
         ]
 

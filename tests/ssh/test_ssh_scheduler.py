@@ -111,16 +111,23 @@ def comm(pid: int) -> str:
         return ""
 
 
+def is_node_agent(pid: int) -> bool:
+    """The node's warm agent (``… batchai_node/__main__.py agent NAME``): the scheduler's, not a job's."""
+    argv = cmdline(pid)
+    return argv[3:4] == [b"agent"] and any(mark in argv[2] for mark in procs.OURS)
+
+
 def left_on_nodes(nodes: SSHNodes, addresses: list[str]) -> list[str]:
-    """Processes that run under the nodes' sshd other than sshd's own session processes: what a job
-    left there (orted, ranks, their children) — the client's own connections run no lasting command."""
+    """Processes that run under the nodes' sshd other than sshd's own session processes and the node
+    agents the scheduler keeps there: what a job left (orted, ranks, their children) — the client's own
+    connections run no lasting command."""
     left = []
     for address in addresses:
         node = nodes.nodes[address]
         assert node.process is not None
         for pid in descendants(node.process.pid):
             name = comm(pid)
-            if pid_alive(pid) and not name.startswith("sshd"):
+            if pid_alive(pid) and not name.startswith("sshd") and not is_node_agent(pid):
                 left.append(f"{pid} {name} on {address}")
     return left
 

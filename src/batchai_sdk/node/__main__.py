@@ -9,6 +9,8 @@
 ``rank CONFIG``           one rank (started by mpirun or the launcher)
 ``rank --world SOCKET``   a rank shim of an MPI world started ahead; its job comes on SOCKET (job/world.py)
 ``reap TAG``              end every process of a job on this node; prints how many survived
+``agent NAME``            the node's warm agent (SSH backend; agent/serve.py), started by the scheduler
+``rsh SSH_CONFIG HOST CMD``  mpirun's remote shell: CMD through HOST's agent, else ssh (agent/rsh.py)
 ``slurm-job batch CONFIG``  inside a Slurm allocation: the job's launcher there (see slurm/step.py)
 ``stacks --tag T --out D --node N``  write the Python stacks of a job's processes here (hang watchdog)
 ``gate run`` (config on stdin) | ``gate node ...`` | ``gate allreduce ...``  the health gate (gate/)
@@ -74,6 +76,10 @@ def main(argv: list[str]) -> int:
         return 0
     if mode == "gate":
         return int(_mod("gate.probe").main(args))
+    if mode == "agent":
+        return int(_mod("agent.serve").main(args))
+    if mode == "rsh":
+        return int(_mod("agent.rsh").main(args))
     if mode == "reap" and len(args) == 1:
         print(_mod("job.procs").reap(args[0]))
         return 0

@@ -19,9 +19,11 @@ import shlex
 import signal
 import socket
 import subprocess
+import sys
 import time
 from typing import Any
 
+from ..agent import client as agent
 from ..common import (
     TAG_VAR,
     hostfile_text,
@@ -40,7 +42,6 @@ from .forked import ForkedRank, fork_rank
 from .rank import run_prep
 from .world import World
 
-POLL = 0.2
 # what a custom command on another node must get from the launcher (the rest comes from launch.json)
 PASSED_TO_REMOTE = (
     "BATCHAI_JOB_TAG",
@@ -110,7 +111,7 @@ class Launcher:
         self.cfg: dict[str, Any] = load(self.config_path)
         self.nodes: list[dict[str, Any]] = self.assignment["nodes"]
         self.secrets: dict[str, str] = load_or_none(os.path.join(job_dir, "secrets.json")) or {}
-        self.proc: subprocess.Popen[bytes] | ForkedRank | None = None
+        self.proc: subprocess.Popen[bytes] | ForkedRank | agent.AgentRank | None = None
         self.stopping: int | None = None  # the signal the scheduler sent, once it asks the job to stop
 
     # -- records
@@ -152,6 +153,10 @@ class Launcher:
                     return node["id"], PULL_FAILED, str(exc)
                 except OSError as exc:
                     return node["id"], 1, str(exc)
+            try:
+                return self.prep_by_agent(node)
+            except agent.Unavailable:
+                pass  # no agent there: over SSH, as before
             argv = self.node_command(node, [*me, node["id"]])
             proc = subprocess.Popen(
                 argv,
@@ -166,12 +171,16 @@ class Launcher:
                 proc.stdin.close()
             except OSError:
                 pass
-            while proc.poll() is None:
+            while True:
+                try:
+                    proc.wait(timeout=0.02)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
                 if self.stopping is not None:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
                     return node["id"], -9, ""
-                time.sleep(POLL)
             err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
             return node["id"], proc.returncode, err
 
@@ -194,6 +203,65 @@ class Launcher:
             return "job preparation failed on " + ", ".join(f"{n} (exit code {c})" for n, c, _ in failed)
         return None
 
+    def agent_request(self, op: str, **fields: Any) -> dict[str, Any]:
+        return {"op": op, "node_main": self.assignment["node_main"], "config": self.config_path, **fields}
+
+    def prep_by_agent(self, node: dict[str, Any]) -> tuple[str, int, str]:
+        """Job preparation through the node's agent (no SSH session, no Python start-up); raises
+        ``agent.Unavailable`` when there is none to take it (nothing ran)."""
+        request = self.agent_request(
+            "prep", node=node["id"], env={TAG_VAR: os.environ.get(TAG_VAR, "")}, secrets=self.secrets
+        )
+        conn = agent.Connection(self.cfg["ssh_command"], node["address"])
+        try:
+            conn.send(request)
+            while True:
+                if self.stopping is not None:
+                    return node["id"], -9, ""  # closing the connection stops it there
+                answer = conn.receive(0.02)
+                if answer is None:
+                    continue
+                if answer.get("ok") is False and answer.get("error") in agent.SAFE_REFUSALS:
+                    raise agent.Unavailable(str(answer.get("message")))
+                if not answer.get("ok"):
+                    return node["id"], 1, str(answer.get("message"))
+                return node["id"], int(answer["code"]), str(answer.get("error") or "")
+        except agent.Lost as exc:
+            return node["id"], 255, f"the node agent of {node['id']} was lost during job preparation: {exc}"
+        finally:
+            conn.close()
+
+    def rank_by_agent(self, env: dict[str, str]) -> agent.AgentRank | None:
+        """The custom command's shim started by the first node's agent, or None when there is none
+        (nothing started: SSH does it). ``agent.Lost``: it may have started, so nothing is tried again."""
+        carried = {k: env[k] for k in PASSED_TO_REMOTE if k in env}
+        request = self.agent_request("rank", env=carried, secrets=self.secrets)
+        try:
+            return agent.start_rank(self.cfg["ssh_command"], self.nodes[0]["address"], request)
+        except agent.Unavailable:
+            return None
+
+    def mpirun_via_agents(self, argv: list[str]) -> list[str]:
+        """mpirun starting its daemons through the nodes' agents (agent/rsh.py) instead of ``ssh -F
+        CONFIG``, when asked (``BATCHAI_NODE_AGENT_MPI=1`` in the cluster's env) and the job's nodes have
+        agents; its line as written otherwise. Not by default: measured, Debian's OpenMPI 4.1 orted
+        started that way crashed in hwloc's topology discovery (SIGSEGV at a stack address) in 3 of 50
+        2-node launches, none of 50 over ssh; the cause is not found yet."""
+        ssh = self.cfg.get("ssh_command")
+        if os.environ.get("BATCHAI_NODE_AGENT_MPI") != "1":
+            return argv
+        if not ssh or len(ssh) != 3 or ssh[:2] != ["ssh", "-F"]:
+            return argv
+        if not any(os.path.exists(agent.forward_path(ssh, n["address"])) for n in self.nodes):
+            return argv
+        words = [sys.executable, "-S", self.assignment["node_main"], "rsh", ssh[2]]
+        if any(not w or any(c.isspace() for c in w) for w in words):
+            return argv  # mpirun splits its agent's line on white space
+        for i in range(len(argv) - 1):
+            if argv[i] == "plm_rsh_agent" and argv[i + 1] == shlex.join(ssh):
+                argv[i + 1] = " ".join(words)
+        return argv
+
     def launch_argv(self, env: dict[str, str]) -> tuple[list[str], bytes | None]:
         """The command that starts the ranks, and what it reads on stdin.
 
@@ -202,7 +270,7 @@ class Launcher:
         on stdin, never on a command line.
         """
         if self.cfg["toolkit"] != "custom":
-            return list(self.cfg["mpirun_argv"]), None
+            return self.mpirun_via_agents(list(self.cfg["mpirun_argv"])), None
         shim = [self.cfg["python"], "-S", self.assignment["node_main"], "rank", self.config_path]
         if self.cfg.get("ssh_command") is None:
             return shim, None
@@ -241,8 +309,15 @@ class Launcher:
         ):
             argv, feed = self.launch_argv(env)
             world = self.take_world(env, out.name, err.name)
+            remote_custom = self.cfg["toolkit"] == "custom" and self.cfg.get("ssh_command") is not None
+            try:
+                self.proc = self.rank_by_agent(env) if remote_custom else None
+            except (agent.Lost, RuntimeError) as exc:
+                return None, f"the job's command could not be started on {self.nodes[0]['id']}: {exc}"
             if world is not None:
                 self.proc = world.proc  # no mpirun or Python start-up in the hand-off
+            elif self.proc is not None:
+                feed = None  # the agent gave the shim its secrets
             elif self.cfg["toolkit"] == "custom" and self.cfg.get("ssh_command") is None:
                 self.proc = fork_rank(self.config_path, env, self.cfg["wd"], out, err)  # no new Python
             else:
@@ -276,6 +351,18 @@ class Launcher:
                 err.write(world.mpirun_output())
                 err.flush()
                 world.remove()
+        if isinstance(self.proc, agent.AgentRank) and self.proc.lost:  # its agent died meanwhile
+            code = self.recorded_exit(code)
+        if (
+            isinstance(self.proc, agent.AgentRank)
+            and self.proc.lost
+            and code == 255
+            and self.stopping is None
+        ):
+            node = self.nodes[0]
+            if not self.reachable(node):  # named as find_culprit names a silent node: a lost node
+                return None, f"node {node['id']} stopped answering (the job's command there ended unseen)"
+            return None, f"the node agent of {node['id']} was lost while the job's command ran there"
         return code, self.explain(code)
 
     def take_world(self, env: dict[str, str], stdout: str, stderr: str) -> World | None:
@@ -292,8 +379,26 @@ class Launcher:
         world.end()
         return None
 
+    def recorded_exit(self, code: int) -> int:
+        """The custom command's exit code as its shim recorded it in the node's execution log (its
+        agent, which would have reported it, was lost), as the shim's own exit code gives it; else
+        ``code``."""
+        node = self.nodes[0]["id"]
+        how = rank_events(self.cfg["stdouterr_dir"], self.nodes[:1]).get((node, "0"), {}).get("how", "")
+        kind, _, number = how.partition(" ")
+        if number.isdigit():
+            return int(number) if kind == "code" else 128 + int(number)
+        return code
+
     def stop_ranks(self) -> None:
         assert self.proc is not None
+        if isinstance(self.proc, agent.AgentRank):
+            self.proc.signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=TERM_GRACE)
+            except subprocess.TimeoutExpired:
+                self.proc.signal(signal.SIGKILL)
+            return
         try:
             os.killpg(self.proc.pid, signal.SIGTERM)
         except ProcessLookupError:

@@ -33,6 +33,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from ..agent.keeper import Agents
 from ..common import TAG_VAR, load_or_none, write_json_atomic
 from ..policy import retries
 from ..policy.queue import Holding, Waiting, plan, priority_rank
@@ -73,6 +74,7 @@ class Scheduler:
         self.autoscaler = scaling.AutoScaler(self.cluster, self.store, self.gate, self.pool_exec)
         self.server: RequestServer | None = None
         self.spares = Spares()
+        self.agents = Agents(log)  # the SSH nodes' warm agents (agent/keeper.py)
         self.pidfds: dict[int, int] = {}  # job id → a descriptor readable once its launcher exits
         self.step_errors: dict[str, str] = {}
         self.faulted = False  # a step of this pass met a disk fault
@@ -423,6 +425,9 @@ class Scheduler:
                     break
             self.faulted = False
             self.step("requests", lambda: self.server.poll(LOOP) if self.server else None)
+            self.step(
+                "agents", lambda: self.agents.tick(self.cfg, [n["address"] for n in self.cluster.nodes()])
+            )
             self.step("watch", self.watch)
             self.step("cleanup", self.reap_cleaned)
             self.step("probes", self.down.probe)
@@ -445,7 +450,12 @@ class Scheduler:
                 self.idle_since = None
         self.server.shutdown()
         self.spares.close()
+        self.agents.close()
         return 0
+
+    def keep_agents(self) -> None:
+        """The SSH nodes' agents: started where missing or dead, let go where no longer wanted."""
+        self.agents.tick(self.cfg, [n["address"] for n in self.cluster.nodes()])
 
     def step(self, name: str, fn: Callable[[], object]) -> None:
         """One step of the loop; a failure is logged (once per distinct error), bad rows are quarantined,

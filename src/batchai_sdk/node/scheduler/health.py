@@ -12,6 +12,7 @@ daemon's ``stop``; the daemon asks ``DownNodes`` which nodes placement must skip
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import os
 import shlex
@@ -21,6 +22,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
+from ..agent import client as agent
 from ..job import stacks
 from ..policy import retries, watchdog
 from .cluster import Cluster
@@ -208,6 +210,8 @@ def answers(cluster: Cluster, address: str, tags: frozenset[str] = frozenset()) 
 def reap_on(cluster: Cluster, address: str, tag: str) -> int | None:
     """End the job tagged ``tag`` on the node at ``address``: how many processes survived, or None when
     the node did not answer."""
+    with contextlib.suppress(agent.Unavailable):
+        return agent.reap(cluster.cfg, address, tag)  # its warm agent; else over SSH
     argv = [
         *cluster.cfg["ssh_command"],
         address,

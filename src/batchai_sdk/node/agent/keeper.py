@@ -1,0 +1,176 @@
+"""The scheduler's side of the node agents: one agent per node of an SSH cluster, started over the kept
+SSH connection (``ssh … exec python3 -S …/__main__.py agent NAME``) with the scheduler holding its stdin,
+and its socket forwarded to this head node through that connection's master (``ssh -O forward -L``).
+
+An agent that exits, or whose start fails, is started again after ``RETRY_S``; the launchers and the
+cleanup meanwhile use SSH (client.py). The agents go with the scheduler: ``close`` ends their stdin, and a
+scheduler killed outright closes it too (its end of the pipe goes with the process), so no agent outlives
+the scheduler that could start anything twice. A node's agent runs the node code the cluster's
+configuration names; a configuration naming another copy, or another ssh command, restarts it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import os
+import select
+import shlex
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import client
+
+SWITCH = "BATCHAI_NODE_AGENT"  # "0" in the cluster's env (Workspace.ssh(env=...)): no agents
+RETRY_S = 10.0
+READY_S = 30.0
+
+
+@dataclass
+class Kept:
+    key: tuple[str, ...]
+    address: str
+    proc: subprocess.Popen[bytes] | None = None
+    remote: str | None = None  # the agent's socket on the node, once it said ready
+    started: float = field(default_factory=time.monotonic)
+    future: concurrent.futures.Future[None] | None = None
+
+
+class Agents:
+    def __init__(self, log: Callable[[str], None]) -> None:
+        self.log = log
+        self.kept: dict[str, Kept] = {}
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="agent")
+        self.failures: dict[str, int] = {}  # address → starts in a row that never got ready
+
+    def tick(self, cfg: dict[str, Any], addresses: list[str]) -> None:
+        """Start the agents of ``addresses`` that are missing, dead or stale; let go of the others."""
+        ssh = cfg.get("ssh_command")
+        off = (cfg.get("env") or {}).get(SWITCH) == "0"  # the old path, everywhere: SSH per step
+        wanted = set(addresses) if ssh and cfg.get("python") and cfg.get("node_main") and not off else set()
+        for address in list(self.kept):
+            kept = self.kept[address]
+            busy = kept.future is not None and not kept.future.done()
+            if busy:
+                continue
+            dead = kept.proc is None or kept.proc.poll() is not None
+            if address not in wanted or kept.key != self._key(cfg, address):
+                self.pool.submit(self._stop, kept)
+                del self.kept[address]
+            elif dead and time.monotonic() - kept.started > self._delay(kept):
+                self.failures[address] = 0 if kept.remote else self.failures.get(address, 0) + 1
+                if kept.remote and kept.proc is not None:
+                    self.log(
+                        f"the node agent of {address} exited (code {kept.proc.returncode}): starting it again"
+                    )
+                del self.kept[address]
+        for address in wanted - set(self.kept):
+            kept = Kept(self._key(cfg, address), address)
+            self.kept[address] = kept
+            kept.future = self.pool.submit(self._start, kept, cfg)
+
+    def _delay(self, kept: Kept) -> float:
+        """Seconds before a dead agent is started again: at once after one that served, else RETRY_S,
+        doubling with each start in a row that failed (a node that refuses forwarding is not retried
+        every few seconds for ever)."""
+        if kept.remote:
+            return 0.0
+        return RETRY_S * (1 << min(self.failures.get(kept.address, 0), 5))
+
+    @staticmethod
+    def _key(cfg: dict[str, Any], address: str) -> tuple[str, ...]:
+        return (*cfg["ssh_command"], cfg["python"], cfg["node_main"], address)
+
+    def _start(self, kept: Kept, cfg: dict[str, Any]) -> None:
+        ssh = list(cfg["ssh_command"])
+        address = kept.address
+        name = client.agent_name(ssh, address)
+        try:
+            # the shared connection first: the agent's own session then rides it (and is no master)
+            subprocess.run(
+                [*ssh, "-o", "ConnectTimeout=5", address, "true"],
+                capture_output=True,
+                timeout=30,
+                check=False,
+            )
+            remote_cmd = "exec " + shlex.join([cfg["python"], "-S", cfg["node_main"], "agent", name])
+            proc = subprocess.Popen(
+                [*ssh, "-o", "ConnectTimeout=5", address, remote_cmd],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,  # its ready line; its log lines go to the scheduler's log
+                start_new_session=True,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            self.log(f"could not start the node agent of {address}: {exc}")
+            return
+        kept.proc = proc
+        remote = _ready_line(proc, READY_S)
+        if remote is None:
+            self.log(f"the node agent of {address} did not start; jobs there use SSH")
+            _end(proc)
+            return
+        local = client.forward_path(ssh, address)
+        forward = f"{local}:{remote}"
+        try:
+            _ssh([*ssh, "-O", "cancel", "-L", forward, address])  # an older agent's forward, if any
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(local)
+            done = _ssh([*ssh, "-O", "forward", "-L", forward, address])
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            done = subprocess.CompletedProcess([], 255, b"", str(exc).encode())
+        if done.returncode != 0:
+            why = done.stderr.decode(errors="replace").strip()
+            self.log(f"could not forward the node agent of {address}: {why}")
+            _end(proc)
+            return
+        kept.remote = remote
+        self.log(f"node agent of {address} ready (pid {proc.pid} here)")
+
+    def _stop(self, kept: Kept) -> None:
+        if kept.proc is not None:
+            _end(kept.proc)
+        if kept.remote is not None:
+            ssh = list(kept.key[: len(kept.key) - 3])
+            local = client.forward_path(ssh, kept.address)
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                _ssh([*ssh, "-O", "cancel", "-L", f"{local}:{kept.remote}", kept.address])
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(local)
+
+    def close(self) -> None:
+        """Let every agent go (their stdin closed: they take nothing more and exit)."""
+        for kept in self.kept.values():
+            if kept.future is not None:
+                with contextlib.suppress(Exception):
+                    kept.future.result(timeout=READY_S + 5)
+            self._stop(kept)
+        self.kept.clear()
+        self.pool.shutdown(wait=False)
+
+
+def _ssh(argv: list[str]) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(argv, capture_output=True, timeout=30, check=False)
+
+
+def _ready_line(proc: subprocess.Popen[bytes], timeout: float) -> str | None:
+    """The agent's socket path from its ``ready PATH`` line, or None (it failed or took too long)."""
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    if not ready:
+        return None
+    line = proc.stdout.readline().decode(errors="replace").strip()
+    word, _, path = line.partition(" ")
+    return path if word == "ready" and path.startswith("/") else None
+
+
+def _end(proc: subprocess.Popen[bytes]) -> None:
+    """Close the agent's stdin (its lifeline); it exits once the shims it started ended."""
+    for stream in (proc.stdin, proc.stdout):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=2)

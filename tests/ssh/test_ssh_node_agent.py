@@ -1,0 +1,229 @@
+"""The nodes' warm agents on real sshd nodes (127.0.0.2 head, 127.0.0.3): jobs are prepared and cleaned
+up through them and a custom command's shim is the agent's child, not an SSH session's (MPI's daemons
+still come over ssh: launcher.mpirun_via_agents), with the job's secrets; such a command is terminated
+through its agent; agents that stop answering are passed over (SSH) with the job run once, killed ones
+are started again, and jobs whose agents are killed while they run go on and end once; a scheduler
+killed with kill -9 leaves agents that start nothing more and go once their job ended, which runs once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sshd import NODE_ADDRESSES, SSHNodes
+from test_ssh_scheduler import descendants, is_node_agent, left_on_nodes
+
+from _helpers import pid_alive, scheduler_pid, wait_for
+from batchai_sdk import JobState, Workspace
+from batchai_sdk._models import NodeCounts
+from batchai_sdk.cluster import Cluster
+from batchai_sdk.experiment import Experiment
+from batchai_sdk.job import Job
+from batchai_sdk.node.agent.client import agent_name
+from batchai_sdk.node.agent.serve import socket_path
+
+pytestmark = [pytest.mark.ssh, pytest.mark.mpi]
+
+HEAD, SECOND = NODE_ADDRESSES[0], NODE_ADDRESSES[1]
+
+# A process of the job: appends one line per run (its node and the command lines of its ancestors),
+# then waits for ``gate`` when one is given.
+RECORD = """
+import json, os, sys, time
+out, gate = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else ""
+chain, pid = [], os.getppid()
+while pid > 1:
+    chain.append(open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\\0", b" ").decode())
+    pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+line = {"node": os.environ["BATCHAI_JOB_NODES"], "chain": chain, "token": len(os.environ.get("TOKEN", ""))}
+with open(out, "a") as f:
+    f.write(json.dumps(line) + "\\n")
+while gate and not os.path.exists(gate):
+    time.sleep(0.05)
+"""
+
+
+@pytest.fixture(scope="module")
+def lab(ssh_nodes: SSHNodes, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Workspace, Path]]:
+    root = tmp_path_factory.mktemp("agent")
+    (root / "mnt" / "share").mkdir(parents=True)
+    (root / "record.py").write_text(textwrap.dedent(RECORD))
+    ws = ssh_nodes.workspace("agent", root, [HEAD, SECOND])
+    yield ws, root
+    ws.close()
+
+
+@pytest.fixture(scope="module")
+def cluster(lab: tuple[Workspace, Path]) -> Cluster:
+    return lab[0].create_cluster("c", nodes=2)
+
+
+@pytest.fixture(scope="module")
+def exp(lab: tuple[Workspace, Path]) -> Experiment:
+    return lab[0].create_experiment("e")
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left(ssh_nodes: SSHNodes, cluster: Cluster) -> Iterator[None]:
+    yield
+    wait_for(lambda: cluster.node_counts == NodeCounts(idle=2), timeout=60, what="the nodes to be free")
+    assert left_on_nodes(ssh_nodes, [HEAD, SECOND]) == []
+
+
+def agents(ssh_nodes: SSHNodes, address: str) -> list[int]:
+    """The node agents running under the node's sshd."""
+    sshd = ssh_nodes.nodes[address].process
+    assert sshd is not None
+    return [pid for pid in descendants(sshd.pid) if pid_alive(pid) and is_node_agent(pid)]
+
+
+def runs(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def under_agent(run: dict[str, Any]) -> bool:
+    chain: list[str] = run["chain"]
+    return any(" agent " in f"{c} " and "batchai_node" in c for c in chain)
+
+
+def command(lab: tuple[Workspace, Path], out: Path | None, gate: Path | None = None) -> str:
+    return f"{sys.executable} {lab[1] / 'record.py'} {out or os.devnull}" + (f" {gate}" if gate else "")
+
+
+@contextlib.contextmanager
+def held(
+    lab: tuple[Workspace, Path], exp: Experiment, cluster: Cluster, ssh_nodes: SSHNodes
+) -> Iterator[None]:
+    """A job that holds one node (and so the scheduler and its agents) until the block ends; the block
+    starts once both nodes have an agent."""
+    gate = lab[1] / "release"
+    gate.unlink(missing_ok=True)
+    holder = exp.create_job(
+        f"hold-{os.urandom(3).hex()}",
+        cluster=cluster,
+        toolkit="custom",
+        command_line=command(lab, None, gate),
+    ).submit()
+    wait_for(lambda: bool(agents(ssh_nodes, HEAD) and agents(ssh_nodes, SECOND)), 60, "the node agents")
+    try:
+        yield
+    finally:
+        gate.touch()
+        assert holder.wait(timeout=60, poll_interval=0.1) is JobState.SUCCEEDED, holder.status.failure_reason
+
+
+def test_jobs_start_through_the_node_agents_with_their_secrets(
+    lab: tuple[Workspace, Path], exp: Experiment, cluster: Cluster, ssh_nodes: SSHNodes, tmp_path: Path
+) -> None:
+    mpi, custom = tmp_path / "mpi", tmp_path / "custom"
+    with held(lab, exp, cluster, ssh_nodes):
+        jobs = [
+            exp.create_job("mpi", cluster=cluster, node_count=2, command_line=command(lab, mpi)).submit(),
+            exp.create_job(
+                "custom",
+                cluster=cluster,
+                toolkit="custom",
+                command_line=command(lab, custom),
+                secrets={"TOKEN": "s3"},
+            ).submit(),
+        ]
+    for job in jobs:
+        assert job.wait(timeout=90, poll_interval=0.1) is JobState.SUCCEEDED, job.status.failure_reason
+    ran = runs(mpi)
+    assert sorted(r["node"] for r in ran) == [f"{HEAD},{SECOND}"] * 2  # each rank once
+    assert not any(under_agent(r) for r in ran), ran  # MPI's daemons over ssh (launcher.mpirun_via_agents)
+    (one,) = runs(custom)
+    assert under_agent(one) and one["token"] == 2, one  # the shim got the secret, not through argv
+
+
+def test_an_agent_that_stops_answering_or_dies_is_passed_over_then_started_again(
+    lab: tuple[Workspace, Path], exp: Experiment, cluster: Cluster, ssh_nodes: SSHNodes, tmp_path: Path
+) -> None:
+    out, again = tmp_path / "runs", tmp_path / "again"
+    with held(lab, exp, cluster, ssh_nodes):
+        (old,) = agents(ssh_nodes, SECOND)
+        os.kill(old, signal.SIGSTOP)  # there, but silent: the job's preparation there goes over SSH
+        job = exp.create_job(
+            "fallback", cluster=cluster, node_count=2, command_line=command(lab, out)
+        ).submit()
+    assert job.wait(timeout=120, poll_interval=0.1) is JobState.SUCCEEDED, job.status.failure_reason
+    assert sorted(r["node"] for r in runs(out)) == [f"{HEAD},{SECOND}"] * 2  # once on each node
+    with held(lab, exp, cluster, ssh_nodes):
+        os.kill(old, signal.SIGKILL)
+        wait_for(lambda: bool([p for p in agents(ssh_nodes, SECOND) if p != old]), 60, "a new agent")
+        job = exp.create_job("again", cluster=cluster, toolkit="custom", command_line=command(lab, again))
+        job.submit()
+    assert job.wait(timeout=90, poll_interval=0.1) is JobState.SUCCEEDED, job.status.failure_reason
+    (ran,) = runs(again)
+    assert under_agent(ran), ran
+
+
+def running_custom(
+    lab: tuple[Workspace, Path], exp: Experiment, cluster: Cluster, name: str, out: Path, gate: Path
+) -> Job:
+    """A custom-toolkit job whose command runs (started by a node agent) and waits for ``gate``."""
+    job = exp.create_job(name, cluster=cluster, toolkit="custom", command_line=command(lab, out, gate))
+    job.submit()
+    wait_for(lambda: bool(runs(out)) or job.state.ended, 60, "the command to run")
+    assert under_agent(runs(out)[0]), runs(out)
+    return job
+
+
+def test_jobs_whose_agents_are_killed_while_they_run_go_on_and_end_once(
+    lab: tuple[Workspace, Path], exp: Experiment, cluster: Cluster, ssh_nodes: SSHNodes, tmp_path: Path
+) -> None:
+    custom, mpi, gate = tmp_path / "custom", tmp_path / "mpi", tmp_path / "go"
+    with held(lab, exp, cluster, ssh_nodes):
+        first = running_custom(lab, exp, cluster, "killed-custom", custom, gate)
+        second = exp.create_job("killed-mpi", cluster=cluster, command_line=command(lab, mpi, gate)).submit()
+    wait_for(lambda: bool(runs(mpi)) or second.state.ended, 60, "the MPI job to run")
+    for pid in agents(ssh_nodes, HEAD) + agents(ssh_nodes, SECOND):
+        os.kill(pid, signal.SIGKILL)
+    gate.touch()
+    for job in (first, second):
+        assert job.wait(timeout=90, poll_interval=0.1) is JobState.SUCCEEDED, job.status.failure_reason
+        assert job.exit_code == 0
+    assert len(runs(custom)) == 1 and len(runs(mpi)) == 1
+
+
+def test_terminate_ends_a_command_started_by_an_agent(
+    lab: tuple[Workspace, Path], exp: Experiment, cluster: Cluster, ssh_nodes: SSHNodes, tmp_path: Path
+) -> None:
+    out, gate = tmp_path / "runs", tmp_path / "never"
+    with held(lab, exp, cluster, ssh_nodes):
+        job = running_custom(lab, exp, cluster, "stop", out, gate)
+        job.terminate(timeout=60)
+    assert job.state is JobState.TERMINATED
+
+
+def test_kill_9_of_the_scheduler_leaves_no_agent_and_no_second_start(
+    lab: tuple[Workspace, Path], exp: Experiment, cluster: Cluster, ssh_nodes: SSHNodes, tmp_path: Path
+) -> None:
+    state = lab[1] / "node_state" / "tmp" / "scheduler" / "c"
+    ssh = ["ssh", "-F", str(lab[1] / "node_state" / "clusters" / "c" / "ssh_config")]
+    sockets = [Path(socket_path(agent_name(ssh, a))) for a in (HEAD, SECOND)]
+    out, gate = tmp_path / "runs", tmp_path / "go"
+    with held(lab, exp, cluster, ssh_nodes):
+        job = running_custom(lab, exp, cluster, "held", out, gate)
+        before = set(agents(ssh_nodes, HEAD) + agents(ssh_nodes, SECOND))
+        pid = scheduler_pid(state)
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        # its agents take nothing more at once; the one whose command runs stays until that command ends
+        wait_for(lambda: not any(s.exists() for s in sockets), 30, "the agents to stop listening")
+        lab[0].backend.scheduler(cluster.spec).ensure_running()
+        gate.touch()
+    assert job.wait(timeout=90, poll_interval=0.1) is JobState.SUCCEEDED, job.status.failure_reason
+    assert len(runs(out)) == 1  # started once, across both schedulers
+    wait_for(
+        lambda: not set(agents(ssh_nodes, HEAD) + agents(ssh_nodes, SECOND)) & before, 30, "old agents to go"
+    )
