@@ -290,12 +290,12 @@ def test_ended_jobs_are_pruned_past_the_limits_and_their_records_stay(h: Harness
     folders = {n: Path(h.sched.job_state_dir(h.row(n)["id"])) for n in ("p1", "p2", "p3", "p4")}
     assert all(f.is_dir() for f in folders.values())
     h.sched.cfg["keep_ended_jobs"] = 2
-    assert prune.prune(h.sched) == 2
+    assert prune.prune(h.sched.store) == 2
     assert [r["key"] for r in h.sched.rows("1 = 1")] == ["e/p3", "e/p4"]
     assert not folders["p1"].exists() and not folders["p2"].exists() and folders["p4"].is_dir()
     assert h.status("p1")["state"] == "succeeded"  # the share's record is the lasting one
     h.sched.cfg["keep_ended_jobs"] = 1000
-    assert prune.prune(h.sched, now=time.time() + 8 * 86400) == 1  # past 7 days: all but the newest
+    assert prune.prune(h.sched.store, now=time.time() + 8 * 86400) == 1  # past 7 days: all but the newest
     assert [r["key"] for r in h.sched.rows("1 = 1")] == ["e/p4"]
     h.submit("p1", "true")  # a pruned name runs again
     h.pump(h.ended("p1"))
