@@ -10,8 +10,10 @@ connection gets a greeting line, then carries one request, a JSON object on one 
     → ``{"ok": true, "code": C, "error": E}``; the client closing the connection stops it
 ``{"op": "rank", "config": P, "env": {...}, "secrets": {...}}``  start the rank shim
     (``… rank P --secrets-on-stdin``, its output appended to the job's stdout.txt/stderr.txt) →
-    ``{"ok": true, "pid": PID}``, later ``{"exit": CODE}``; meanwhile ``{"signal": N}`` lines from the
-    client are sent to the shim's process group
+    ``{"ok": true, "pid": PID, "beat": S}``, then ``{"beat": 1}`` every S seconds while it runs (a
+    launcher that hears nothing for a few beats counts the agent lost: client.AgentRank), later
+    ``{"exit": CODE}``; meanwhile ``{"signal": N}`` lines from the client are sent to the shim's process
+    group
 ``{"op": "exec", "command": C, "env": {TAG_VAR: T}}``  MPI's daemon as ``ssh HOST C`` runs it (rsh.py):
     ``{"ok": true, "pid": PID}``, its output as ``{"out": TEXT}`` lines, then ``{"exit": CODE}``
 
@@ -30,6 +32,7 @@ ended, their exits reported to the launchers that wait on them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -55,6 +58,7 @@ TAG = re.compile(r"^[0-9a-f]{8,64}$")
 OPS = ("reap", "prep", "rank", "exec")
 CARRIED = frozenset(PASSED_TO_REMOTE)
 REQUEST_S = 30.0
+HEARTBEAT_S = 1.0  # while a shim runs, a line to its launcher this often: a stopped agent goes silent
 
 
 def socket_path(name: str) -> str:
@@ -178,9 +182,15 @@ class Agent:
                 proc.stdin.close()
             except OSError:
                 pass
-            send(conn, {"ok": True, "pid": proc.pid})
+            send(conn, {"ok": True, "pid": proc.pid, "beat": HEARTBEAT_S})
             threading.Thread(target=self.relay_signals, args=(reader, proc), daemon=True).start()
-            code = proc.wait()
+            while True:
+                try:
+                    code = proc.wait(timeout=HEARTBEAT_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(OSError):  # its launcher went away: the shim goes on
+                        send(conn, {"beat": 1})
             try:
                 send(conn, {"exit": code})
             except OSError:
