@@ -1,7 +1,7 @@
 """The nodes' warm agents on real sshd nodes (127.0.0.2 head, 127.0.0.3): jobs are prepared and cleaned
 up through them and a custom command's shim is the agent's child, not an SSH session's (MPI's daemons
 still come over ssh: launcher.mpirun_via_agents), with the job's secrets; such a command is terminated
-through its agent; agents that stop answering are passed over (SSH) with the job run once, killed ones
+through its agent; agents that stop answering are passed over (SSH) with the job run once, killed or stopped ones
 are started again, and jobs whose agents are killed or stopped while they run go on and end once; a scheduler
 killed with kill -9 leaves agents that start nothing more and go once their job ended, which runs once.
 """
@@ -234,10 +234,12 @@ def test_a_job_whose_agent_is_stopped_while_it_runs_ends_once_with_its_exit_code
         assert job.exit_code == 3, job.status.failure_reason  # the shim's own record, not ssh's 255
         assert "hang" not in (job.status.failure_reason or "")
         assert len(runs(out)) == 1
+        # the scheduler hears no beat from it either: it starts another there, the stopped one still stopped
+        node = runs(out)[0]["node"]
+        wait_for(lambda: bool([p for p in agents(ssh_nodes, node) if p != stopped]), 60, "a new agent there")
+        assert state(stopped) == "T"
     finally:
         os.kill(stopped, signal.SIGKILL)
-    node = runs(out)[0]["node"]
-    wait_for(lambda: bool([p for p in agents(ssh_nodes, node) if p != stopped]), 60, "a new agent there")
 
 
 def test_terminate_ends_a_command_started_by_an_agent(

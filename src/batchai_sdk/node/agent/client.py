@@ -28,7 +28,8 @@ from ..common import TAG_VAR
 
 SOCKET_DIR = ".batchai-ssh"  # in the home folder, 0700 (node setup makes it; so does the agent)
 SAFE_REFUSALS = ("stale", "closing")  # answers that mean the agent did nothing
-SILENT_BEATS = 5  # beats missed in a row before a rank's agent counts as lost
+HEARTBEAT_S = 1.0  # an agent's beat: to the launcher of each running shim, and to the scheduler
+SILENT_BEATS = 5  # beats missed in a row before an agent counts as lost
 REAP_S = 20.0  # procs.reap takes at most its 5 s grace and 5 s more after SIGKILL
 
 

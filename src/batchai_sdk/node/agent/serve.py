@@ -25,9 +25,10 @@ limits: size, depth, finite numbers, typed fields; the env names are the ones a 
 naming another copy of the node code is refused as ``stale``, so the client can use SSH instead knowing
 nothing ran. Secrets come in the request, never in an argv or a log.
 
-Its stdin is its lifeline: at EOF (the scheduler exited or died, or its connection was lost) it stops
-listening at once — nothing more can be started through it — and exits once the shims it started have
-ended, their exits reported to the launchers that wait on them.
+It says ``beat`` on stdout every ``HEARTBEAT_S``: the scheduler replaces an agent that stops saying
+it (keeper.py). Its stdin is its lifeline: at EOF (the scheduler exited or died, or its connection was
+lost) it stops listening at once — nothing more can be started through it — and exits once the shims it
+started have ended, their exits reported to the launchers that wait on them.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import socketserver
 import subprocess
 import sys
 import threading
+import time
 from typing import Any
 
 from ..common import TAG_VAR, load
@@ -51,14 +53,13 @@ from ..job.launcher import PASSED_TO_REMOTE
 from ..job.rank import run_prep
 from ..protocol import LAUNCH_CONFIG
 from ..scheduler.api import ENV_NAME, NODE_ID, RequestError, invalid, parse, string_map, text
-from .client import SOCKET_DIR
+from .client import HEARTBEAT_S, SOCKET_DIR
 
 NAME = re.compile(r"^[0-9a-f]{8,64}$")
 TAG = re.compile(r"^[0-9a-f]{8,64}$")
 OPS = ("reap", "prep", "rank", "exec")
 CARRIED = frozenset(PASSED_TO_REMOTE)
 REQUEST_S = 30.0
-HEARTBEAT_S = 1.0  # while a shim runs, a line to its launcher this often: a stopped agent goes silent
 
 
 def socket_path(name: str) -> str:
@@ -281,6 +282,7 @@ class Agent:
         threading.Thread(target=self.server.serve_forever, args=(0.5,), daemon=True).start()
         sys.stdout.write(f"ready {self.path}\n")
         sys.stdout.flush()
+        threading.Thread(target=beat, daemon=True).start()
         while os.read(0, 65536):  # the scheduler's end of the channel: its EOF ends us
             pass
         self.close()
@@ -310,6 +312,17 @@ def _login_shell() -> str:
     except KeyError:
         shell = ""
     return shell if shell and os.path.isabs(shell) and os.access(shell, os.X_OK) else "/bin/sh"
+
+
+def beat() -> None:
+    """``beat`` on stdout, to the scheduler that keeps this agent (keeper.py), until it stops reading."""
+    while True:
+        time.sleep(HEARTBEAT_S)
+        try:
+            sys.stdout.write("beat\n")
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            return
 
 
 def send(conn: socket.socket, doc: dict[str, Any]) -> None:
