@@ -1,12 +1,14 @@
 """The node agent's socket is an API too (node/agent/serve.py), tried on a real agent process on this
 machine: malformed, hostile and stale requests are refused with nothing done and the agent goes on
 serving; at the end of its standard input it stops listening at once and exits only once the command it
-started has ended. (Jobs through agents on sshd nodes: tests/ssh/test_ssh_node_agent.py.)"""
+started has ended; a command whose agent was lost is watched until it ends, a zombie counting as
+ended. (Jobs through agents on sshd nodes: tests/ssh/test_ssh_node_agent.py.)"""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -18,6 +20,7 @@ import pytest
 
 import batchai_sdk.node
 from _helpers import wait_for
+from batchai_sdk.node.agent.client import watch_command
 
 NODE_MAIN = os.path.abspath(Path(batchai_sdk.node.__file__).parent / "__main__.py")
 TAG = "ab" * 16
@@ -127,3 +130,21 @@ def test_at_the_end_of_its_stdin_it_stops_listening_and_exits_once_its_command_e
     assert json.loads(reader.readline()) == {"exit": 0}
     assert agent.proc.wait(timeout=30) == 0
     conn.close()
+
+
+def test_a_lost_agents_command_counts_as_ended_once_it_is_a_zombie() -> None:
+    """A stopped agent cannot reap the shim it started: the watcher over SSH (client.watch_command) must
+    not wait on the zombie for ever."""
+    child = subprocess.Popen(["sleep", "60"])
+    watcher = subprocess.Popen(["sh", "-c", watch_command(child.pid, TAG)])
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            watcher.wait(timeout=0.5)  # it runs while the command does
+        os.kill(child.pid, signal.SIGKILL)  # not reaped: a zombie, as under a stopped agent
+        wait_for(lambda: Path(f"/proc/{child.pid}/stat").read_text().rsplit(") ", 1)[1][0] == "Z", 10, "Z")
+        assert watcher.wait(timeout=30) == 0
+    finally:
+        watcher.kill()
+        child.kill()
+        child.wait()
+        watcher.wait()

@@ -1,11 +1,14 @@
 """The scheduler's parts on their own (node/scheduler/: each owns its state and is given only what it works
 with): a real Store on tmp_path, the cluster's configuration as the local backend writes it, real worker
-threads, and no daemon, no launcher, no socket."""
+threads, and no daemon, no launcher, no socket but the loop's own wake-up."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import json
+import os
+import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,10 +16,12 @@ from typing import Any
 import pytest
 
 from _helpers import local_cluster_config
+from batchai_sdk.node.scheduler.attempt_end import AttemptEnds
 from batchai_sdk.node.scheduler.cluster import Cluster
 from batchai_sdk.node.scheduler.gate import NodeGate
-from batchai_sdk.node.scheduler.health import DownNodes
+from batchai_sdk.node.scheduler.health import DownNodes, HangWatch
 from batchai_sdk.node.scheduler.scaling import AutoScaler
+from batchai_sdk.node.scheduler.server import RequestServer
 from batchai_sdk.node.scheduler.store import Store
 
 
@@ -87,3 +92,34 @@ def test_a_down_node_takes_jobs_again_only_once_every_job_it_owes_is_ended(
     down.probes["n1"].result(timeout=30)
     down.probe()
     assert "n1" not in down and not down.busy() and not down.owes("n1", "job-b")
+
+
+def test_a_finished_cleanup_wakes_the_loop_at_once(
+    tmp_path: Path, threads: concurrent.futures.ThreadPoolExecutor
+) -> None:
+    """The loop waits for requests up to its tick; a cleanup that finishes meanwhile ends that wait, so
+    the freed nodes are handed on without waiting for the tick."""
+    store, cluster, _ = _cluster(tmp_path)
+    down = DownNodes(cluster, store, threads)
+    ends = AttemptEnds(store, cluster, threads, down, HangWatch(cluster, store, threads, lambda *_: None))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(tmp_path / "sock"))
+    listener.listen()
+    server = RequestServer(listener, lambda _: {})
+    ends.wake = server.wake
+    waited = threading.Event()
+
+    def loop() -> None:
+        server.poll(120)  # no request comes: only the wake ends it before its timeout
+        waited.set()
+
+    try:
+        ends.start_cleaning(1, os.urandom(8).hex(), ["n0"])  # nothing of that tag runs: done at once
+        waiter = threading.Thread(target=loop, daemon=True)
+        waiter.start()
+        assert waited.wait(60), "the finished cleanup did not wake the loop"
+        assert ends.cleaning[1].result(timeout=30) == 0
+    finally:
+        server.shutdown()
+        listener.close()
+    server.wake()  # a cleanup that finishes once the loop ended is no error

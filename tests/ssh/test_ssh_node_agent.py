@@ -1,8 +1,8 @@
 """The nodes' warm agents on real sshd nodes (127.0.0.2 head, 127.0.0.3): jobs are prepared and cleaned
 up through them and a custom command's shim is the agent's child, not an SSH session's (MPI's daemons
 still come over ssh: launcher.mpirun_via_agents), with the job's secrets; such a command is terminated
-through its agent; agents that stop answering are passed over (SSH) with the job run once, killed ones
-are started again, and jobs whose agents are killed while they run go on and end once; a scheduler
+through its agent; agents that stop answering are passed over (SSH) with the job run once, killed or stopped ones
+are started again, and jobs whose agents are killed or stopped while they run go on and end once; a scheduler
 killed with kill -9 leaves agents that start nothing more and go once their job ended, which runs once.
 """
 
@@ -35,20 +35,23 @@ pytestmark = [pytest.mark.ssh, pytest.mark.mpi]
 
 HEAD, SECOND = NODE_ADDRESSES[0], NODE_ADDRESSES[1]
 
-# A process of the job: appends one line per run (its node and the command lines of its ancestors),
-# then waits for ``gate`` when one is given.
+# A process of the job: appends one line per run (its node, the command lines and pids of its
+# ancestors), then waits for ``gate`` when one is given, and exits with the code given third.
 RECORD = """
 import json, os, sys, time
 out, gate = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else ""
-chain, pid = [], os.getppid()
+chain, pids, pid = [], [], os.getppid()
 while pid > 1:
     chain.append(open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\\0", b" ").decode())
+    pids.append(pid)
     pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
-line = {"node": os.environ["BATCHAI_JOB_NODES"], "chain": chain, "token": len(os.environ.get("TOKEN", ""))}
+line = {"node": os.environ["BATCHAI_JOB_NODES"], "chain": chain, "pids": pids,
+        "token": len(os.environ.get("TOKEN", ""))}
 with open(out, "a") as f:
     f.write(json.dumps(line) + "\\n")
 while gate and not os.path.exists(gate):
     time.sleep(0.05)
+sys.exit(int(sys.argv[3]) if len(sys.argv) > 3 else 0)
 """
 
 
@@ -90,13 +93,25 @@ def runs(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+def agent_of(run: dict[str, Any]) -> int | None:
+    """The pid of the node agent the run descends from, if any."""
+    for cmdline, pid in zip(run["chain"], run["pids"], strict=True):
+        if " agent " in f"{cmdline} " and "batchai_node" in cmdline:
+            return int(pid)
+    return None
+
+
+def state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[0]
+
+
 def under_agent(run: dict[str, Any]) -> bool:
-    chain: list[str] = run["chain"]
-    return any(" agent " in f"{c} " and "batchai_node" in c for c in chain)
+    return agent_of(run) is not None
 
 
-def command(lab: tuple[Workspace, Path], out: Path | None, gate: Path | None = None) -> str:
-    return f"{sys.executable} {lab[1] / 'record.py'} {out or os.devnull}" + (f" {gate}" if gate else "")
+def command(lab: tuple[Workspace, Path], out: Path | None, gate: Path | None = None, code: int = 0) -> str:
+    line = f"{sys.executable} {lab[1] / 'record.py'} {out or os.devnull}"
+    return line + (f" {gate}" if gate else "") + (f" {code}" if code else "")
 
 
 @contextlib.contextmanager
@@ -168,10 +183,18 @@ def test_an_agent_that_stops_answering_or_dies_is_passed_over_then_started_again
 
 
 def running_custom(
-    lab: tuple[Workspace, Path], exp: Experiment, cluster: Cluster, name: str, out: Path, gate: Path
+    lab: tuple[Workspace, Path],
+    exp: Experiment,
+    cluster: Cluster,
+    name: str,
+    out: Path,
+    gate: Path,
+    code: int = 0,
 ) -> Job:
-    """A custom-toolkit job whose command runs (started by a node agent) and waits for ``gate``."""
-    job = exp.create_job(name, cluster=cluster, toolkit="custom", command_line=command(lab, out, gate))
+    """A custom-toolkit job whose command runs (started by a node agent), waits for ``gate`` and exits
+    with ``code``."""
+    line = command(lab, out, gate, code)
+    job = exp.create_job(name, cluster=cluster, toolkit="custom", command_line=line)
     job.submit()
     wait_for(lambda: bool(runs(out)) or job.state.ended, 60, "the command to run")
     assert under_agent(runs(out)[0]), runs(out)
@@ -193,6 +216,30 @@ def test_jobs_whose_agents_are_killed_while_they_run_go_on_and_end_once(
         assert job.wait(timeout=90, poll_interval=0.1) is JobState.SUCCEEDED, job.status.failure_reason
         assert job.exit_code == 0
     assert len(runs(custom)) == 1 and len(runs(mpi)) == 1
+
+
+def test_a_job_whose_agent_is_stopped_while_it_runs_ends_once_with_its_exit_code(
+    lab: tuple[Workspace, Path], exp: Experiment, cluster: Cluster, ssh_nodes: SSHNodes, tmp_path: Path
+) -> None:
+    out, gate = tmp_path / "runs", tmp_path / "go"
+    with held(lab, exp, cluster, ssh_nodes):
+        job = running_custom(lab, exp, cluster, "stopped", out, gate, code=3)
+    stopped = agent_of(runs(out)[0])
+    assert stopped is not None
+    os.kill(stopped, signal.SIGSTOP)  # alive but silent: no exit report, no beat
+    try:
+        wait_for(lambda: state(stopped) == "T", 30, "the agent to be stopped")  # SIGSTOP acts when it runs
+        gate.touch()  # the command ends while its agent cannot reap it (a zombie there)
+        assert job.wait(timeout=60, poll_interval=0.1) is JobState.FAILED
+        assert job.exit_code == 3, job.status.failure_reason  # the shim's own record, not ssh's 255
+        assert "hang" not in (job.status.failure_reason or "")
+        assert len(runs(out)) == 1
+        # the scheduler hears no beat from it either: it starts another there, the stopped one still stopped
+        node = runs(out)[0]["node"]
+        wait_for(lambda: bool([p for p in agents(ssh_nodes, node) if p != stopped]), 60, "a new agent there")
+        assert state(stopped) == "T"
+    finally:
+        os.kill(stopped, signal.SIGKILL)
 
 
 def test_terminate_ends_a_command_started_by_an_agent(

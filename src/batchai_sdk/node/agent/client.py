@@ -5,7 +5,9 @@ agent's socket there over the kept SSH connection (keeper.py); the launcher and 
 connect to it. ``Unavailable`` means nothing was done there (no agent, no greeting, or a refusal that
 says so: another copy of the node code, an agent that is stopping): the caller uses SSH as before. A
 connection lost after the request went out raises ``Lost``: the request may have run, so it is not
-repeated over SSH (a rank shim must never start twice).
+repeated over SSH (a rank shim must never start twice). While a rank shim runs its agent sends a beat;
+a connection silent for ``SILENT_BEATS`` beats counts as lost the same way (an agent that is stopped, or
+whose node or forward stalls, would otherwise hold its launcher until the job's hang timeout).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from ..common import TAG_VAR
 
 SOCKET_DIR = ".batchai-ssh"  # in the home folder, 0700 (node setup makes it; so does the agent)
 SAFE_REFUSALS = ("stale", "closing")  # answers that mean the agent did nothing
+HEARTBEAT_S = 1.0  # an agent's beat: to the launcher of each running shim, and to the scheduler
+SILENT_BEATS = 5  # beats missed in a row before an agent counts as lost
 REAP_S = 20.0  # procs.reap takes at most its 5 s grace and 5 s more after SIGKILL
 
 
@@ -128,8 +132,11 @@ def call(
 
 def watch_command(pid: int, tag: str) -> str:
     """A shell command that ends once process ``pid`` has: what watches a job's process whose agent was
-    lost. It carries the job's tag, so the job's cleanup ends it with the job."""
-    loop = f"while kill -0 {int(pid)} 2>/dev/null; do sleep 0.2; done"
+    lost. A zombie counts as ended (the child of a stopped agent stays one until the agent runs again).
+    It carries the job's tag, so the job's cleanup ends it with the job."""
+    stat = f"/proc/{int(pid)}/stat"
+    state = f"$(sed 's/.*) //;s/ .*//' {stat} 2>/dev/null)"  # the field after the (command name)
+    loop = f'while kill -0 {int(pid)} 2>/dev/null && [ "{state}" != Z ]; do sleep 0.2; done'
     return f"env {TAG_VAR}={shlex.quote(tag)} sh -c {shlex.quote(loop)}"
 
 
@@ -149,11 +156,23 @@ class AgentRank:
     ``poll``, ``wait``, ``stdin``) with ``signal`` for its process group there. ``lost`` says the
     agent's connection ended before the shim's exit was reported: the shim (its own session there) is
     then watched over SSH until it ends, and its exit code is unknown here (255, as ssh gives for a
-    lost connection; the launcher reads the shim's own record of it)."""
+    lost connection; the launcher reads the shim's own record of it). A connection that carried no line
+    for ``SILENT_BEATS`` of the agent's beats (``beat`` seconds; None: it sends none) counts as lost:
+    lost wrongly, the shim is only watched over SSH instead."""
 
-    def __init__(self, conn: Connection, pid: int, ssh_command: list[str], address: str, tag: str) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        pid: int,
+        ssh_command: list[str],
+        address: str,
+        tag: str,
+        beat: float | None = None,
+    ) -> None:
         self.conn = conn
         self.pid, self.tag = pid, tag
+        self.silent_s = None if beat is None else SILENT_BEATS * beat
+        self.heard = time.monotonic()
         self.ssh_command, self.address = ssh_command, address
         self.returncode: int | None = None
         self.stdin = None
@@ -182,19 +201,28 @@ class AgentRank:
             except subprocess.TimeoutExpired:
                 pass
             return
+        if self.silent_s is not None and timeout is not None:
+            timeout = max(0.0, min(timeout, self.heard + self.silent_s - time.monotonic()))
         try:
             answer = self.conn.receive(timeout)
         except Lost:
-            self.lost = True
-            self.conn.close()
-            try:
-                self.watcher = watch_over_ssh(self.ssh_command, self.address, self.pid, self.tag)
-            except OSError:
-                self.returncode = 255
+            self._lose()
             return
-        if answer is not None and "exit" in answer:
-            self.returncode = int(answer["exit"])
-            self.conn.close()
+        if answer is not None:
+            self.heard = time.monotonic()
+            if "exit" in answer:
+                self.returncode = int(answer["exit"])
+                self.conn.close()
+        elif self.silent_s is not None and time.monotonic() - self.heard > self.silent_s:
+            self._lose()  # a stopped agent: not even a beat
+
+    def _lose(self) -> None:
+        self.lost = True
+        self.conn.close()
+        try:
+            self.watcher = watch_over_ssh(self.ssh_command, self.address, self.pid, self.tag)
+        except OSError:
+            self.returncode = 255
 
     def signal(self, sig: int = signal.SIGTERM) -> None:
         if self.returncode is None and not self.lost:
@@ -223,7 +251,11 @@ def start_rank(ssh_command: list[str], address: str, request: dict[str, Any]) ->
     if not answer.get("ok"):
         conn.close()
         raise RuntimeError(str(answer.get("message") or answer))
-    return AgentRank(conn, int(answer["pid"]), ssh_command, address, str(request["env"][TAG_VAR]))
+    beat = answer.get("beat")
+    tag = str(request["env"][TAG_VAR])
+    return AgentRank(
+        conn, int(answer["pid"]), ssh_command, address, tag, float(beat) if beat is not None else None
+    )
 
 
 def reap(cfg: dict[str, Any], address: str, tag: str) -> int:

@@ -2,7 +2,10 @@
 SSH connection (``ssh … exec python3 -S …/__main__.py agent NAME``) with the scheduler holding its stdin,
 and its socket forwarded to this head node through that connection's master (``ssh -O forward -L``).
 
-An agent that exits, or whose start fails, is started again after ``RETRY_S``; the launchers and the
+An agent that exits, or whose start fails, is started again after ``RETRY_S``; one that is there but says
+no ``beat`` for ``client.SILENT_BEATS`` beats (stopped, or its node stalled) has its session ended and is
+started again the same way (the new one binds the socket path anew; the silent one, should it run again,
+reads the end of its stdin and exits once its commands ended); the launchers and the
 cleanup meanwhile use SSH (client.py). The agents go with the scheduler: ``close`` ends their stdin, and a
 scheduler killed outright closes it too (its end of the pipe goes with the process), so no agent outlives
 the scheduler that could start anything twice. A node's agent runs the node code the cluster's
@@ -36,6 +39,7 @@ class Kept:
     proc: subprocess.Popen[bytes] | None = None
     remote: str | None = None  # the agent's socket on the node, once it said ready
     started: float = field(default_factory=time.monotonic)
+    heard: float = 0.0  # when it last said anything on stdout (its beat), once ready
     future: concurrent.futures.Future[None] | None = None
 
 
@@ -57,6 +61,12 @@ class Agents:
             if busy:
                 continue
             dead = kept.proc is None or kept.proc.poll() is not None
+            if not dead and kept.remote and _silent(kept):
+                assert kept.proc is not None
+                self.log(f"the node agent of {address} is silent (stopped?): starting another")
+                kept.proc.kill()  # its session here; the agent there takes nothing more through it
+                kept.proc.wait()
+                dead = True
             if address not in wanted or kept.key != self._key(cfg, address):
                 self.pool.submit(self._stop, kept)
                 del self.kept[address]
@@ -126,6 +136,7 @@ class Agents:
             self.log(f"could not forward the node agent of {address}: {why}")
             _end(proc)
             return
+        kept.heard = time.monotonic()
         kept.remote = remote
         self.log(f"node agent of {address} ready (pid {proc.pid} here)")
 
@@ -153,6 +164,21 @@ class Agents:
 
 def _ssh(argv: list[str]) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(argv, capture_output=True, timeout=30, check=False)
+
+
+def _silent(kept: Kept) -> bool:
+    """Whether the agent said nothing on stdout for ``SILENT_BEATS`` beats; what it said is drained (its
+    beats would otherwise fill the pipe)."""
+    assert kept.proc is not None and kept.proc.stdout is not None
+    out = kept.proc.stdout.fileno()
+    while select.select([out], [], [], 0)[0]:
+        try:
+            if not os.read(out, 65536):
+                break  # it ended: the next tick sees it dead
+        except OSError:
+            break
+        kept.heard = time.monotonic()
+    return time.monotonic() - kept.heard > client.SILENT_BEATS * client.HEARTBEAT_S
 
 
 def _ready_line(proc: subprocess.Popen[bytes], timeout: float) -> str | None:

@@ -10,8 +10,10 @@ connection gets a greeting line, then carries one request, a JSON object on one 
     → ``{"ok": true, "code": C, "error": E}``; the client closing the connection stops it
 ``{"op": "rank", "config": P, "env": {...}, "secrets": {...}}``  start the rank shim
     (``… rank P --secrets-on-stdin``, its output appended to the job's stdout.txt/stderr.txt) →
-    ``{"ok": true, "pid": PID}``, later ``{"exit": CODE}``; meanwhile ``{"signal": N}`` lines from the
-    client are sent to the shim's process group
+    ``{"ok": true, "pid": PID, "beat": S}``, then ``{"beat": 1}`` every S seconds while it runs (a
+    launcher that hears nothing for a few beats counts the agent lost: client.AgentRank), later
+    ``{"exit": CODE}``; meanwhile ``{"signal": N}`` lines from the client are sent to the shim's process
+    group
 ``{"op": "exec", "command": C, "env": {TAG_VAR: T}}``  MPI's daemon as ``ssh HOST C`` runs it (rsh.py):
     ``{"ok": true, "pid": PID}``, its output as ``{"out": TEXT}`` lines, then ``{"exit": CODE}``
 
@@ -23,13 +25,15 @@ limits: size, depth, finite numbers, typed fields; the env names are the ones a 
 naming another copy of the node code is refused as ``stale``, so the client can use SSH instead knowing
 nothing ran. Secrets come in the request, never in an argv or a log.
 
-Its stdin is its lifeline: at EOF (the scheduler exited or died, or its connection was lost) it stops
-listening at once — nothing more can be started through it — and exits once the shims it started have
-ended, their exits reported to the launchers that wait on them.
+It says ``beat`` on stdout every ``HEARTBEAT_S``: the scheduler replaces an agent that stops saying
+it (keeper.py). Its stdin is its lifeline: at EOF (the scheduler exited or died, or its connection was
+lost) it stops listening at once — nothing more can be started through it — and exits once the shims it
+started have ended, their exits reported to the launchers that wait on them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -39,6 +43,7 @@ import socketserver
 import subprocess
 import sys
 import threading
+import time
 from typing import Any
 
 from ..common import TAG_VAR, load
@@ -48,7 +53,7 @@ from ..job.launcher import PASSED_TO_REMOTE
 from ..job.rank import run_prep
 from ..protocol import LAUNCH_CONFIG
 from ..scheduler.api import ENV_NAME, NODE_ID, RequestError, invalid, parse, string_map, text
-from .client import SOCKET_DIR
+from .client import HEARTBEAT_S, SOCKET_DIR
 
 NAME = re.compile(r"^[0-9a-f]{8,64}$")
 TAG = re.compile(r"^[0-9a-f]{8,64}$")
@@ -178,9 +183,15 @@ class Agent:
                 proc.stdin.close()
             except OSError:
                 pass
-            send(conn, {"ok": True, "pid": proc.pid})
+            send(conn, {"ok": True, "pid": proc.pid, "beat": HEARTBEAT_S})
             threading.Thread(target=self.relay_signals, args=(reader, proc), daemon=True).start()
-            code = proc.wait()
+            while True:
+                try:
+                    code = proc.wait(timeout=HEARTBEAT_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(OSError):  # its launcher went away: the shim goes on
+                        send(conn, {"beat": 1})
             try:
                 send(conn, {"exit": code})
             except OSError:
@@ -271,6 +282,7 @@ class Agent:
         threading.Thread(target=self.server.serve_forever, args=(0.5,), daemon=True).start()
         sys.stdout.write(f"ready {self.path}\n")
         sys.stdout.flush()
+        threading.Thread(target=beat, daemon=True).start()
         while os.read(0, 65536):  # the scheduler's end of the channel: its EOF ends us
             pass
         self.close()
@@ -300,6 +312,17 @@ def _login_shell() -> str:
     except KeyError:
         shell = ""
     return shell if shell and os.path.isabs(shell) and os.access(shell, os.X_OK) else "/bin/sh"
+
+
+def beat() -> None:
+    """``beat`` on stdout, to the scheduler that keeps this agent (keeper.py), until it stops reading."""
+    while True:
+        time.sleep(HEARTBEAT_S)
+        try:
+            sys.stdout.write("beat\n")
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            return
 
 
 def send(conn: socket.socket, doc: dict[str, Any]) -> None:

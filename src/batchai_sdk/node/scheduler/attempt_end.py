@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import sqlite3
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -58,6 +59,7 @@ class AttemptEnds:
         self.down = down
         self.hangs = hangs
         self.cleaning: dict[int, concurrent.futures.Future[int]] = {}
+        self.wake: Callable[[], None] = lambda: None  # the loop's: a finished cleanup is seen at once
 
     def busy(self) -> bool:
         """Whether a job's nodes are being cleaned."""
@@ -112,7 +114,7 @@ class AttemptEnds:
         # a node the launcher just found silent is not tried again (an SSH connect timeout): it is emptied
         # when it answers (health.probe_down_nodes)
         silent = [n for n in nodes if f"node {n} stopped answering" in reason]
-        self.cleaning[job_id] = self.pool_exec.submit(self.clean_nodes, row["tag"], nodes, silent)
+        self.start_cleaning(job_id, row["tag"], nodes, silent)
 
     def began(self, row: sqlite3.Row) -> bool:
         """Whether this attempt's launcher began the job: it marks that first (phase.json with its tag)."""
@@ -156,9 +158,15 @@ class AttemptEnds:
 
     def resume(self, row: sqlite3.Row) -> None:
         """Clean the nodes of a job a previous scheduler was cleaning (recovery)."""
-        self.cleaning[row["id"]] = self.pool_exec.submit(
-            self.clean_nodes, row["tag"], json.loads(row["nodes"])
-        )
+        self.start_cleaning(row["id"], row["tag"], json.loads(row["nodes"]))
+
+    def start_cleaning(
+        self, job_id: int, tag: str, nodes: list[str], silent: list[str] | None = None
+    ) -> None:
+        """``clean_nodes`` on a worker thread; the loop is woken when it is done (``reap_cleaned``)."""
+        future = self.pool_exec.submit(self.clean_nodes, tag, nodes, silent)
+        future.add_done_callback(lambda _: self.wake())
+        self.cleaning[job_id] = future
 
     def reap_cleaned(self) -> None:
         """Conclude the jobs whose nodes are now clean; clean again where processes survived."""
@@ -174,9 +182,7 @@ class AttemptEnds:
                 left = 0
             if left:
                 log(f"{left} process(es) of {row['key']} survived SIGKILL; trying again")
-                self.cleaning[job_id] = self.pool_exec.submit(
-                    self.clean_nodes, row["tag"], json.loads(row["nodes"])
-                )
+                self.start_cleaning(job_id, row["tag"], json.loads(row["nodes"]))
                 continue
             self.conclude(row)
 

@@ -407,6 +407,7 @@ class Scheduler:
     def serve(self, listener: socket.socket) -> int:
         """The loop: requests, launchers, cleanup, probes, autoscale, placement, publishing; until idle."""
         self.server = RequestServer(listener, self.answer)
+        self.ends.wake = self.server.wake
         signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
         self.adopt()
         spares.sweep(self.store.state_dir)

@@ -38,6 +38,21 @@ class RequestServer:
         self.sel = selectors.DefaultSelector()
         self.sel.register(listener, selectors.EVENT_READ)
         self.clients: dict[socket.socket, Client] = {}
+        # ``wake`` from another thread ends a wait in ``poll`` at once (a cleanup that finished)
+        self.woken, self.waker = socket.socketpair()
+        for end in (self.woken, self.waker):
+            end.setblocking(False)
+        self.sel.register(self.woken, selectors.EVENT_READ, self.drain)
+
+    def wake(self) -> None:
+        """Thread-safe: the loop's ``poll`` returns now rather than at its timeout."""
+        with contextlib.suppress(OSError):  # full: a wake is pending already; closed: the loop ended
+            self.waker.send(b"\0")
+
+    def drain(self) -> None:
+        with contextlib.suppress(OSError):
+            while self.woken.recv(4096):
+                pass
 
     def register(self, fileobj: Any, callback: Callable[[], None]) -> None:
         """Wake the loop when ``fileobj`` becomes readable (a launcher's pidfd) and call ``callback``."""
@@ -138,4 +153,7 @@ class RequestServer:
         for client in list(self.clients.values()):
             self.close(client)
         self.unregister(self.listener)
+        self.unregister(self.woken)
         self.sel.close()
+        self.woken.close()
+        self.waker.close()
