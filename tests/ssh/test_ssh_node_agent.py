@@ -109,6 +109,16 @@ def under_agent(run: dict[str, Any]) -> bool:
     return agent_of(run) is not None
 
 
+@pytest.fixture
+def stopped() -> Iterator[list[int]]:
+    """Agents a test stops (SIGSTOP): killed at its end, whatever happened, so none outlives it."""
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def command(lab: tuple[Workspace, Path], out: Path | None, gate: Path | None = None, code: int = 0) -> str:
     line = f"{sys.executable} {lab[1] / 'record.py'} {out or os.devnull}"
     return line + (f" {gate}" if gate else "") + (f" {code}" if code else "")
@@ -161,11 +171,17 @@ def test_jobs_start_through_the_node_agents_with_their_secrets(
 
 
 def test_an_agent_that_stops_answering_or_dies_is_passed_over_then_started_again(
-    lab: tuple[Workspace, Path], exp: Experiment, cluster: Cluster, ssh_nodes: SSHNodes, tmp_path: Path
+    lab: tuple[Workspace, Path],
+    exp: Experiment,
+    cluster: Cluster,
+    ssh_nodes: SSHNodes,
+    tmp_path: Path,
+    stopped: list[int],
 ) -> None:
     out, again = tmp_path / "runs", tmp_path / "again"
     with held(lab, exp, cluster, ssh_nodes):
         (old,) = agents(ssh_nodes, SECOND)
+        stopped.append(old)
         os.kill(old, signal.SIGSTOP)  # there, but silent: the job's preparation there goes over SSH
         job = exp.create_job(
             "fallback", cluster=cluster, node_count=2, command_line=command(lab, out)

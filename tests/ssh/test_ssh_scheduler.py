@@ -117,6 +117,27 @@ def is_node_agent(pid: int) -> bool:
     return argv[3:4] == [b"agent"] and any(mark in argv[2] for mark in procs.OURS)
 
 
+def starts_node_agent(pid: int) -> bool:
+    """The login shell of an agent's SSH session before its ``exec`` of the agent (the user's shell
+    start-up, here ~/.bashrc's pyenv, may still run): the scheduler's too."""
+    argv = cmdline(pid)
+    return argv[1:2] == [b"-c"] and any(
+        b"exec " in arg and b" agent " in arg and any(mark in arg for mark in procs.OURS) for arg in argv[2:3]
+    )
+
+
+def agents_or_their_start(pid: int, sshd: int, parents: dict[int, int]) -> bool:
+    """``pid`` is an agent, or the shell that starts one or runs below that shell (its start-up files'
+    commands) — not what an agent started: a job's commands under an agent are still the job's."""
+    if is_node_agent(pid):
+        return True
+    while pid not in (sshd, 0, 1):
+        if starts_node_agent(pid):
+            return True
+        pid = parents.get(pid, 0)
+    return False
+
+
 def left_on_nodes(nodes: SSHNodes, addresses: list[str]) -> list[str]:
     """Processes that run under the nodes' sshd other than sshd's own session processes and the node
     agents the scheduler keeps there: what a job left (orted, ranks, their children) — the client's own
@@ -125,9 +146,14 @@ def left_on_nodes(nodes: SSHNodes, addresses: list[str]) -> list[str]:
     for address in addresses:
         node = nodes.nodes[address]
         assert node.process is not None
+        parents = ppids()
         for pid in descendants(node.process.pid):
             name = comm(pid)
-            if pid_alive(pid) and not name.startswith("sshd") and not is_node_agent(pid):
+            if (
+                pid_alive(pid)
+                and not name.startswith("sshd")
+                and not agents_or_their_start(pid, node.process.pid, parents)
+            ):
                 left.append(f"{pid} {name} on {address}")
     return left
 
