@@ -93,8 +93,9 @@ def ppids() -> dict[int, int]:
     return out
 
 
-def descendants(root: int) -> list[int]:
-    parents = ppids()
+def descendants(root: int, parents: dict[int, int] | None = None) -> list[int]:
+    """``root``'s descendants in one look at /proc (or in ``parents``, that look taken already)."""
+    parents = ppids() if parents is None else parents
     found, frontier = [], [root]
     while frontier:
         pid = frontier.pop()
@@ -117,22 +118,27 @@ def is_node_agent(pid: int) -> bool:
     return argv[3:4] == [b"agent"] and any(mark in argv[2] for mark in procs.OURS)
 
 
-def starts_node_agent(pid: int) -> bool:
-    """The login shell of an agent's SSH session before its ``exec`` of the agent (the user's shell
-    start-up, here ~/.bashrc's pyenv, may still run): the scheduler's too."""
+def scheduler_session(pid: int) -> bool:
+    """The login shell of an SSH session the scheduler opens for itself — an agent's start (``exec …
+    agent NAME``, before the exec) or a probe of the node (``true``) — whose user start-up (here
+    ~/.bashrc's pyenv) may still run when a check looks: the scheduler's, not a job's."""
     argv = cmdline(pid)
-    return argv[1:2] == [b"-c"] and any(
-        b"exec " in arg and b" agent " in arg and any(mark in arg for mark in procs.OURS) for arg in argv[2:3]
+    if argv[1:2] != [b"-c"] or len(argv) < 3:
+        return False
+    command = argv[2]
+    return command == b"true" or (
+        command.startswith(b"exec ") and b" agent " in command and any(mark in command for mark in procs.OURS)
     )
 
 
 def agents_or_their_start(pid: int, sshd: int, parents: dict[int, int]) -> bool:
-    """``pid`` is an agent, or the shell that starts one or runs below that shell (its start-up files'
-    commands) — not what an agent started: a job's commands under an agent are still the job's."""
+    """``pid`` is an agent, or a shell of the scheduler's own sessions (``scheduler_session``) or runs
+    below one (its start-up files' commands) — not what an agent started: a job's commands under an
+    agent are still the job's."""
     if is_node_agent(pid):
         return True
     while pid not in (sshd, 0, 1):
-        if starts_node_agent(pid):
+        if scheduler_session(pid):
             return True
         pid = parents.get(pid, 0)
     return False
@@ -147,14 +153,14 @@ def left_on_nodes(nodes: SSHNodes, addresses: list[str]) -> list[str]:
         node = nodes.nodes[address]
         assert node.process is not None
         parents = ppids()
-        for pid in descendants(node.process.pid):
+        for pid in descendants(node.process.pid, parents):
             name = comm(pid)
             if (
                 pid_alive(pid)
                 and not name.startswith("sshd")
                 and not agents_or_their_start(pid, node.process.pid, parents)
             ):
-                left.append(f"{pid} {name} on {address}")
+                left.append(f"{pid} {name} on {address}: {b' '.join(cmdline(pid))[:160]!r}")
     return left
 
 
