@@ -63,3 +63,23 @@ def test_a_skipped_preparation_is_named_when_the_job_then_fails(ws: Workspace, s
     assert "No module named 'tensorboardx_nope'" in reason
     assert "job preparation skipped: 'pip install tensorboardx_nope' would install packages" in reason
     assert "source_dir" not in reason  # not a module beside the script: no hint that would not help
+
+
+def test_a_pytorch_rank_aborted_at_exit_by_gloos_threads_gets_the_known_cause(
+    ws: Workspace, script: Script
+) -> None:
+    # What torch 2.14 prints when a Gloo thread outlives the interpreter (pytorch/pytorch#190489).
+    path = script(
+        "ends.py",
+        """\
+        import os, sys
+        print("trained", flush=True)
+        print("terminate called without an active exception", file=sys.stderr, flush=True)
+        os.abort()
+        """,
+    )
+    reason = failed(ws, path, toolkit="pytorch")
+    assert "terminate called without an active exception" in reason
+    assert "pytorch/pytorch#190489" in reason and "time.sleep(0.2)" in reason
+    # The same abort outside a PyTorch job is not blamed on Gloo.
+    assert "pytorch/pytorch#190489" not in failed(ws, path, toolkit="horovod")

@@ -123,6 +123,7 @@ def make_model():
 
 DDP_TRAIN = """\
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -144,6 +145,7 @@ dist.all_gather(gathered, weights)
 same = all(torch.equal(gathered[0], w) for w in gathered)
 print(f"rank {rank}/{size} local_rank {os.environ['LOCAL_RANK']} same_weights {same}", flush=True)
 dist.destroy_process_group()
+time.sleep(0.2)  # Gloo's threads finish before Python finalizes (pytorch/pytorch#190489)
 """
 
 

@@ -35,7 +35,7 @@ print(f"rank {hvd.rank()} of {hvd.size()} on {socket.gethostname()} sum={float(t
 """
 
 DDP = """
-import os, socket, torch, torch.distributed as dist
+import os, socket, time, torch, torch.distributed as dist
 dist.init_process_group(backend=os.environ["AZ_BATCHAI_PYTORCH_BACKEND"],
                         init_method=os.environ["AZ_BATCHAI_PYTORCH_INIT_METHOD"],
                         rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
@@ -45,6 +45,7 @@ loss.backward()  # DDP averages the gradients of both ranks
 grad = model.module.weight.grad[0, 0].item()
 print(f"rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']} on {socket.gethostname()} grad={grad:g}", flush=True)
 dist.destroy_process_group()
+time.sleep(0.2)  # Gloo's threads finish before Python finalizes (pytorch/pytorch#190489)
 """
 
 

@@ -14,7 +14,7 @@ from batchai_sdk import JobState, Workspace
 pytestmark = [pytest.mark.ssh, pytest.mark.mpi]
 
 DDP = """
-    import hashlib, os, sys, torch, torch.distributed as dist
+    import hashlib, os, sys, time, torch, torch.distributed as dist
     dist.init_process_group(backend=os.environ["AZ_BATCHAI_PYTORCH_BACKEND"],
                             init_method=os.environ["AZ_BATCHAI_PYTORCH_INIT_METHOD"],
                             rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
@@ -31,6 +31,7 @@ DDP = """
     digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
     print(f"rank {os.environ['RANK']} node {os.environ['NODE_RANK']} weights {digest}", flush=True)
     dist.destroy_process_group()
+    time.sleep(0.2)  # Gloo's threads finish before Python finalizes (pytorch/pytorch#190489; docs/toolkits.md)
 """
 
 

@@ -238,6 +238,9 @@ class _Ranks:
         if self.distributed:
             self.dist.barrier()
             self.dist.destroy_process_group()
+            # Gloo's threads drop their last work after this; one that still waits for the GIL when
+            # Python finalizes aborts the process (pytorch/pytorch#190489): let them finish first.
+            time.sleep(0.2)
 
 
 @dataclass

@@ -253,9 +253,29 @@ def run_rank(config_path: str, secrets: dict[str, str] | None = None) -> int:
     if code != 0 and not received:
         line = last_error_line(last_err)
         if line:
+            if ctx is not None and ctx.toolkit == "pytorch" and code == -signal.SIGABRT:
+                line += gloo_exit_race_hint(line)
             try_append(log, f"rank {rank} said: {line}")
     try_append(log, f"rank {rank} exited with {described}{stopped}")
     return 128 - code if code < 0 else code
+
+
+GLOO_EXIT_RACE = "terminate called without an active exception"
+
+
+def gloo_exit_race_hint(line: str) -> str:
+    """What to do when a PyTorch rank aborted as its interpreter shut down under Gloo's threads.
+
+    Gloo's worker threads still drop their last work (and its Python references) after
+    ``destroy_process_group()``; one still waiting for the GIL when Python finalizes aborts the whole
+    process (pytorch/pytorch#190489, open in torch 2.14), so a script that trained well fails at exit.
+    """
+    if line != GLOO_EXIT_RACE:
+        return ""
+    return (
+        " (at exit: PyTorch's Gloo threads outlived the interpreter, pytorch/pytorch#190489;"
+        " give them a moment after dist.destroy_process_group(), e.g. time.sleep(0.2); docs/toolkits.md)"
+    )
 
 
 _FRAME = re.compile(r'^File "(?P<file>[^"]+)", line (?P<line>\d+)')
