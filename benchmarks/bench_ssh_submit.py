@@ -14,8 +14,12 @@ stamps its first and last instruction on the share. Printed beside the goals: th
 to the next job's first instruction there (goal < 0.3 s median), and the seconds per job beyond its own
 run time — for the nodes' warm agents (node/agent/) and, in the same run, for the old path (SSH, a login
 shell and a Python start per step: ``BATCHAI_NODE_AGENT=0`` in the workspace's env; ``--no-compare``
-skips it), in ``--rounds`` alternating rounds each, then the median of all rounds per path. Timings
-are wall clock: on a loaded machine they are noisy, read medians (the load average is printed with them).
+skips it), in ``--rounds`` alternating rounds each, then the median of all rounds per path. A third
+path runs the agents on 2 more sshd nodes whose sessions get a HOME with Debian's default shell files
+(/etc/skel: a non-interactive shell reads nothing), as a node image has them: mpirun's ssh to each node
+runs the user's ~/.bashrc, and this machine's (pyenv init) takes about 0.15 s per session
+(``--no-default-shell`` skips it). Timings are wall clock: on a loaded machine they are noisy, read
+medians (the load average is printed with them).
 
     python benchmarks/bench_ssh_submit.py --queue 0    # a few seconds
     python benchmarks/bench_ssh_submit.py --queue 20   # about two minutes
@@ -24,8 +28,10 @@ are wall clock: on a loaded machine they are noisy, read medians (the load avera
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -61,6 +67,11 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=0.5, help="run time of each queued job")
     parser.add_argument(
         "--no-compare", action="store_true", help="skip the queue on the old path (no node agents)"
+    )
+    parser.add_argument(
+        "--no-default-shell",
+        action="store_true",
+        help="skip the queue on nodes with Debian's default shell files (/etc/skel)",
     )
     parser.add_argument("--rounds", type=int, default=2, help="queue rounds per path, alternating")
     args = parser.parse_args()
@@ -125,31 +136,37 @@ def main() -> int:
 
 
 def compare(nodes: Any, root: Path, agents: tuple[Any, Any, Path], args: argparse.Namespace) -> bool:
-    """The queue on the nodes' agents and on the old path, in alternating rounds (the machine's load
-    drifts: each path meets it alike); True when a job failed."""
+    """The queue on the nodes' agents, on the old path and on nodes with a default shell, in
+    alternating rounds (the machine's load drifts: each path meets it alike); True when a job failed."""
     paths = [("agents", *agents)]
-    old = None
-    if not args.no_compare:
-        old_root = root / "old"
-        (old_root / "mnt" / "share").mkdir(parents=True)
-        old = nodes.workspace("old", old_root, nodes.addresses, env=OLD_PATH)
-        paths.append(("old path", old, old.create_cluster("c", nodes=2), old_root / "mnt" / "share"))
-    gaps: dict[str, list[float]] = {label: [] for label, _, _, _ in paths}
-    failed = False
-    try:
+    with contextlib.ExitStack() as opened:
+
+        def add(label: str, name: str, on: Any, env: dict[str, str] | None = None) -> None:
+            space_root = root / name
+            (space_root / "mnt" / "share").mkdir(parents=True)
+            space = opened.enter_context(on.workspace(name, space_root, on.addresses, env=env or {}))
+            paths.append((label, space, space.create_cluster("c", nodes=2), space_root / "mnt" / "share"))
+
+        if not args.no_compare:
+            add("old path", "old", nodes, OLD_PATH)
+        if not args.no_default_shell:
+            home = root / "home"
+            shutil.copytree("/etc/skel", home)
+            add("agents, default shell", "skel", opened.enter_context(
+                start_nodes(root / "sshd_skel", NODE_ADDRESSES[2:4], home=home)
+            ))  # fmt: skip
+        gaps: dict[str, list[float]] = {label: [] for label, _, _, _ in paths}
+        failed = False
         for r in range(args.rounds):
             for label, space, on, share in paths:
                 exp = space.create_experiment(f"queue{r}")
                 found = queue(exp, on, share / f"round{r}", args.queue, args.seconds, args.timeout, label)
                 failed |= found is None
                 gaps[label] += found or []
-    finally:
-        if old is not None:
-            old.close()
     for label, values in gaps.items():
         if values:
             print(
-                f"all rounds, {label:8s}: hand-off median {statistics.median(values):.3f} s over "
+                f"all rounds, {label:21s}: hand-off median {statistics.median(values):.3f} s over "
                 f"{len(values)} hand-offs (goal < {GOAL_HANDOFF_S:g} s)"
             )
     return failed
@@ -191,7 +208,7 @@ def queue(
         gaps += [b[0] - a[1] for a, b in itertools.pairwise(runs)]
     per_job = (last - t0) * 2 / count - secs  # 2 nodes: each node ran count/2 of them
     print(
-        f"queue of {count} x {secs:g} s jobs on 2 SSH nodes, {label:8s}: hand-off median "
+        f"queue of {count} x {secs:g} s jobs on 2 SSH nodes, {label:21s}: hand-off median "
         f"{statistics.median(gaps):.3f} s, max {max(gaps):.3f} s (goal < {GOAL_HANDOFF_S:g} s); overhead "
         f"per job {per_job:.2f} s; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
     )

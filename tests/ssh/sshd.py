@@ -80,6 +80,7 @@ class SSHNode:
     port: int
     directory: Path
     authorized_keys: Path
+    home: Path | None = None  # the sessions' HOME (its shell start-up files), else the user's own
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -116,6 +117,7 @@ class SSHNode:
                     "MaxStartups 200:30:400",
                     "MaxSessions 200",
                     "LogLevel ERROR",
+                    *([f"SetEnv HOME={self.home}"] if self.home else []),
                     "",
                 ]
             )
@@ -163,6 +165,7 @@ class SSHNodes:
     user: str
     key_file: Path
     authorized_keys: Path
+    home: Path | None = None
     nodes: dict[str, SSHNode] = field(default_factory=dict)
 
     @property
@@ -192,7 +195,7 @@ class SSHNodes:
         )  # fmt: skip
 
     def add(self, address: str) -> SSHNode:
-        node = SSHNode(address, self.port, self.directory, self.authorized_keys)
+        node = SSHNode(address, self.port, self.directory, self.authorized_keys, self.home)
         node.start()
         self.nodes[address] = node
         return node
@@ -214,13 +217,16 @@ class SSHNodes:
         self.close()
 
 
-def start_nodes(directory: Path, addresses: list[str], *, port: int | None = None) -> SSHNodes:
-    """Start one sshd per address; the caller closes them (``with start_nodes(...) as nodes:``)."""
+def start_nodes(
+    directory: Path, addresses: list[str], *, port: int | None = None, home: Path | None = None
+) -> SSHNodes:
+    """Start one sshd per address; the caller closes them (``with start_nodes(...) as nodes:``).
+    ``home``: the sessions' HOME instead of the user's, so their shell reads its start-up files."""
     directory.mkdir(parents=True, exist_ok=True)
     key = keygen(directory / "client_key", "batchai-test-client")
     authorized = directory / "authorized_keys"
     authorized.write_text(Path(f"{key}.pub").read_text())
-    nodes = SSHNodes(directory, port or free_port(addresses), getpass.getuser(), key, authorized)
+    nodes = SSHNodes(directory, port or free_port(addresses), getpass.getuser(), key, authorized, home)
     try:
         for address in addresses:
             nodes.add(address)
