@@ -37,7 +37,17 @@ from ..agent.keeper import Agents
 from ..common import TAG_VAR, load_or_none, write_json_atomic
 from ..policy import retries
 from ..policy.queue import Holding, Waiting, plan, priority_rank
-from ..protocol import OP_JOB, OP_NODES, OP_PING, OP_SUBMIT, OP_TERMINATE, RESULT_RECORD
+from ..protocol import (
+    ASSIGNMENT_RECORD,
+    OP_JOB,
+    OP_NODES,
+    OP_PING,
+    OP_SUBMIT,
+    OP_TERMINATE,
+    PHASE_RECORD,
+    RESULT_RECORD,
+    SECRETS_RECORD,
+)
 from . import api, attempt_end, health, prune, publish, quarantine, recovery, scaling, spares
 from .api import RequestError
 from .cluster import Cluster
@@ -175,7 +185,7 @@ class Scheduler:
             secrets = request["secrets"]
             os.makedirs(self.job_state_dir(job_id), mode=0o700, exist_ok=True)
             if secrets:
-                path = os.path.join(self.job_state_dir(job_id), "secrets.json")
+                path = os.path.join(self.job_state_dir(job_id), SECRETS_RECORD)
                 write_json_atomic(path, secrets, mode=0o600)
         except BaseException as exc:
             self.db.execute("ROLLBACK TO submit")
@@ -259,7 +269,7 @@ class Scheduler:
         tag = spare.tag if spare is not None else uuid.uuid4().hex
         job_dir = self.job_state_dir(job_id)
         os.makedirs(job_dir, mode=0o700, exist_ok=True)
-        for stale in (RESULT_RECORD, "phase.json"):
+        for stale in (RESULT_RECORD, PHASE_RECORD):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(job_dir, stale))
         assignment = {
@@ -269,7 +279,7 @@ class Scheduler:
             "attempt": row["attempt"],
             "node_main": self.cfg["node_main"],
         }
-        write_json_atomic(os.path.join(job_dir, "assignment.json"), assignment, sync=False)
+        write_json_atomic(os.path.join(job_dir, ASSIGNMENT_RECORD), assignment, sync=False)
         launch = load_or_none(assignment["launch"]) or {}
         env[TAG_VAR] = tag
         t = time.time()
@@ -359,7 +369,7 @@ class Scheduler:
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.kill(victim, signal.SIGKILL)
             if row["phase"] != "running":
-                phase = load_or_none(os.path.join(self.job_state_dir(row["id"]), "phase.json")) or {}
+                phase = load_or_none(os.path.join(self.job_state_dir(row["id"]), PHASE_RECORD)) or {}
                 if phase.get("phase") and phase["phase"] != row["phase"]:
                     self.store.update(row["id"], phase=phase["phase"])
 

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..common import load_or_none, now, write_json_atomic
+from ..protocol import SECRETS_RECORD
 from .api import RequestError, check_cluster
 from .log import log
 
@@ -132,7 +133,7 @@ class Store:
         """End the job for good and drop its secrets."""
         self.update(row["id"], state=state, exit_code=exit_code, reason=reason, end_time=now(), phase=None)
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(self.job_state_dir(row["id"]), "secrets.json"))
+            os.unlink(os.path.join(self.job_state_dir(row["id"]), SECRETS_RECORD))
         log(f"{row['key']} {state}" + (f": {reason}" if reason else ""))
 
     def busy(self) -> bool:
