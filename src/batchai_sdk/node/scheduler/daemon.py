@@ -436,9 +436,7 @@ class Scheduler:
                     break
             self.faulted = False
             self.step("requests", lambda: self.server.poll(LOOP) if self.server else None)
-            self.step(
-                "agents", lambda: self.agents.tick(self.cfg, [n["address"] for n in self.cluster.nodes()])
-            )
+            self.step("agents", self.keep_agents)
             self.step("watch", self.watch)
             self.step("cleanup", self.reap_cleaned)
             self.step("probes", self.down.probe)
