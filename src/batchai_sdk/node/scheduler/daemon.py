@@ -357,12 +357,11 @@ class Scheduler:
                     f"maxWallClockTime of {row['wall']:g}s exceeded; the job was terminated",
                     retries.EndCause.WALL_CLOCK.value,
                 )
-            elif row["stop_state"] is None and row["max_cost"] and row["price"] is not None:
-                health.check_cost(row, t, self.stop)
+            elif row["stop_state"] is None:
+                if row["max_cost"] and row["price"] is not None:
+                    health.check_cost(row, t, self.stop)
                 if (row["hang"] or row["hang_notice"]) and row["stdouterr"]:
                     self.hangs.check(row, t)
-            elif row["stop_state"] is None and (row["hang"] or row["hang_notice"]) and row["stdouterr"]:
-                self.hangs.check(row, t)
             elif row["stop_sent"] and t - row["stop_sent"] > TERM_GRACE + 5:
                 victim = self.launcher_pid(row)
                 if victim:
