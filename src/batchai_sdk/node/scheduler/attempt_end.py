@@ -20,7 +20,7 @@ from typing import Any
 from ..common import load_or_none, now
 from ..job import procs
 from ..policy import retries
-from ..protocol import RESULT_RECORD, SharePaths, is_eviction_file
+from ..protocol import PHASE_RECORD, RESULT_RECORD, SharePaths, is_eviction_file
 from . import health
 from .cluster import Cluster
 from .log import log
@@ -118,7 +118,7 @@ class AttemptEnds:
 
     def began(self, row: sqlite3.Row) -> bool:
         """Whether this attempt's launcher began the job: it marks that first (phase.json with its tag)."""
-        mark = load_or_none(os.path.join(self.store.job_state_dir(row["id"]), "phase.json"))
+        mark = load_or_none(os.path.join(self.store.job_state_dir(row["id"]), PHASE_RECORD))
         if isinstance(mark, dict) and mark.get("tag") in (row["tag"], None):
             return True
         return self.launcher_result(row) is not None
