@@ -92,15 +92,14 @@ class AttemptEnds:
             reason = "evicted: " + ", ".join(
                 f"{e.get('node')} ({e.get('event_type', 'Preempt')})" for e in evicted
             )
-        elif result.get("exit_code") is None:
-            # a launcher that died is a failed attempt, not a lost node: it runs beside this scheduler
-            lost = "stopped answering" in str(result.get("reason"))
-            cause = retries.EndCause.NODE_LOST.value if lost else retries.EndCause.EXIT.value
-            reason = result.get("reason") or "the job ended before its ranks ran"
         else:
+            # a node the launcher found silent is a lost node; a launcher that died is a failed attempt,
+            # not a lost node (it runs beside this scheduler)
             lost = "stopped answering" in str(result.get("reason"))
             cause = retries.EndCause.NODE_LOST.value if lost else retries.EndCause.EXIT.value
             reason = result.get("reason")
+            if result.get("exit_code") is None:
+                reason = reason or "the job ended before its ranks ran"
         self.clean(row, json.dumps([cause, reason]), result.get("exit_code"))
 
     def clean(self, row: sqlite3.Row, reason: str, exit_code: int | None) -> None:
