@@ -442,7 +442,8 @@ class Scheduler:
             self.step("health gate", self.gate.tick)
             self.step("autoscale", self.autoscaler.tick)
             self.step("placement", self.schedule)
-            self.step("spare", lambda: self.spares.predict(self))  # the queue head's MPI world, started ahead
+            # the queue head's MPI world, started ahead
+            self.step("spare", lambda: self.spares.predict(self.store, self.cluster))
             self.step("publish", self.publish)
             if time.monotonic() - self.pruned_at > prune.EVERY_S:
                 self.pruned_at = time.monotonic()
