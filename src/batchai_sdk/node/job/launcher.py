@@ -353,16 +353,11 @@ class Launcher:
                 world.remove()
         if isinstance(self.proc, agent.AgentRank) and self.proc.lost:  # its agent died meanwhile
             code = self.recorded_exit(code)
-        if (
-            isinstance(self.proc, agent.AgentRank)
-            and self.proc.lost
-            and code == 255
-            and self.stopping is None
-        ):
-            node = self.nodes[0]
-            if not self.reachable(node):  # named as find_culprit names a silent node: a lost node
-                return None, f"node {node['id']} stopped answering (the job's command there ended unseen)"
-            return None, f"the node agent of {node['id']} was lost while the job's command ran there"
+            if code == 255 and self.stopping is None:
+                node = self.nodes[0]
+                if not self.reachable(node):  # named as find_culprit names a silent node: a lost node
+                    return None, f"node {node['id']} stopped answering (the job's command there ended unseen)"
+                return None, f"the node agent of {node['id']} was lost while the job's command ran there"
         return code, self.explain(code)
 
     def take_world(self, env: dict[str, str], stdout: str, stderr: str) -> World | None:
