@@ -254,7 +254,7 @@ class AttemptEnds:
 
 def launcher_alive(pid: int | None, tag: str | None) -> bool:
     """Whether the launcher ``pid`` still runs with the job's tag (not a reused pid)."""
-    return bool(pid and tag and pid in procs.tagged_pids(tag))
+    return bool(pid and tag and pid != os.getpid() and procs.carries_tag(pid, tag))
 
 
 def evictions(paths: SharePaths, row: sqlite3.Row) -> list[dict[str, Any]]:
