@@ -8,10 +8,10 @@ succeeded on all of them, the **application command** on the primary only, with 
 
 - the coordination command checks that the node sees the workspace share (the pool's mount) and makes
   the job's node-local folders — a node that cannot run the job fails the task before any rank starts;
-- the application command is the job's launcher (``node/launcher.py``, the same one our head-node
+- the application command is the job's launcher (``node/job/launcher.py``, the same one our head-node
   scheduler starts), given the nodes Batch chose: it runs job preparation on each node and then the
   exact launch line ``launch.py`` built (mpirun with the hostfile; torchrun's and TF_CONFIG's variables
-  made per rank by ``node/toolkits.py``). Ranks reach the other nodes over the SSH that Batch sets up
+  made per rank by ``node/policy/toolkits.py``). Ranks reach the other nodes over the SSH that Batch sets up
   between the nodes of a pool with inter-node communication for the pool's user.
 
 Batch AI's variables come from Batch's: ``AZ_BATCHAI_MOUNT_ROOT`` is ``$AZ_BATCH_NODE_MOUNTS_DIR``, the

@@ -111,7 +111,7 @@ class AttemptEnds:
             return  # nothing of it is left on this machine: its nodes are free at once
         nodes = json.loads(row["nodes"])
         # a node the launcher just found silent is not tried again (an SSH connect timeout): it is emptied
-        # when it answers (health.probe_down_nodes)
+        # when it answers (health.DownNodes.probe)
         silent = [n for n in nodes if f"node {n} stopped answering" in reason]
         self.start_cleaning(job_id, row["tag"], nodes, silent)
 
@@ -147,7 +147,7 @@ class AttemptEnds:
             reaped = None if address in skipped else health.reap_on(self.cluster, address, tag)
             if reaped is None:
                 # an unreachable node may still run the job (a partition ends no process): it is not free
-                # until it answers and is emptied (health.probe_down_nodes)
+                # until it answers and is emptied (health.DownNodes.probe)
                 for node_id in node_ids:
                     if by_id.get(node_id, {}).get("address") == address:
                         self.down.unreached(node_id, tag)
