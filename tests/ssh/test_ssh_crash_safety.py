@@ -174,4 +174,5 @@ def test_a_stopped_node_is_named_not_taken_for_a_hang(
     assert job.wait(timeout=90, poll_interval=0.2) is JobState.FAILED
     reason = job.status.failure_reason or ""
     assert f"node {SECOND} stopped answering" in reason and "possible hang" not in reason, reason
+    assert f"node {HEAD} stopped answering" not in reason, reason  # the node that answers is not named
     assert [a["cause"] for a in job.attempts] == ["node_lost"]

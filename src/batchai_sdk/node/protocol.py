@@ -47,6 +47,12 @@ EVICTED_PREFIX = "evicted-"
 SIMULATED_EVICTION_PREFIX = "simulate-eviction-"
 HEAD_DISK_ERROR = "head_disk_error"  # in nodes.json while the scheduler's own disk refuses writes
 
+# a launcher's node-local job folder (the scheduler's on the head node; the Batch task's working folder on
+# Azure Batch): what it is given before it starts, and the mark it leaves as it goes (with RESULT_RECORD)
+ASSIGNMENT_RECORD = "assignment.json"  # the nodes, the launch config's path, the attempt (and its tag)
+SECRETS_RECORD = "secrets.json"  # the job's secret variables, 0600; removed once the job ends
+PHASE_RECORD = "phase.json"  # the launcher's phase, pid and tag (recovery tells a begun attempt by it)
+
 # ctl: the error codes of a refused request
 E_EXISTS, E_CAPACITY, E_INVALID, E_UNAVAILABLE = "exists", "capacity", "invalid", "unavailable"
 

@@ -13,7 +13,6 @@ import base64
 import binascii
 import concurrent.futures
 import json
-import os
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -23,6 +22,7 @@ from typing import Any
 
 import paramiko
 
+from ..._private_files import write_private
 from ...exceptions import AzureError, HostKeyError, NodeError
 from .clients import AzureClients
 from .errors import azure_call
@@ -99,14 +99,6 @@ class HostKeyPins:
             return {}
         return {str(k): str(v) for k, v in data.items()}
 
-    def _write(self, path: Path, text: str) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="ascii") as f:
-            f.write(text)
-        os.replace(tmp, path)
-
     def missing(self, instances: Iterable[Instance]) -> list[Instance]:
         pinned = self._load()
         return [i for i in instances if i.vm_id not in pinned]
@@ -136,9 +128,9 @@ class HostKeyPins:
                     got[inst.vm_id] = f"{key.get_name()} {key.get_base64()}"
         with self._lock:
             pins = {**self._load(), **got}
-            self._write(self.pins_path, json.dumps(pins, indent=2, sort_keys=True) + "\n")
+            write_private(self.pins_path, json.dumps(pins, indent=2, sort_keys=True) + "\n", encoding="ascii")
             lines = [f"{name} {pins[i.vm_id]}\n" for i in instances if i.vm_id in pins for name in i.names]
-            self._write(self.known_hosts, "".join(lines))
+            write_private(self.known_hosts, "".join(lines), encoding="ascii")
         if failures:
             raise NodeError("pinning host keys through ARM", failures, sorted(got))
 
@@ -147,4 +139,4 @@ class HostKeyPins:
             pins = self._load()
             for vm_id in vm_ids:
                 pins.pop(vm_id, None)
-            self._write(self.pins_path, json.dumps(pins, indent=2, sort_keys=True) + "\n")
+            write_private(self.pins_path, json.dumps(pins, indent=2, sort_keys=True) + "\n", encoding="ascii")

@@ -8,10 +8,10 @@ succeeded on all of them, the **application command** on the primary only, with 
 
 - the coordination command checks that the node sees the workspace share (the pool's mount) and makes
   the job's node-local folders — a node that cannot run the job fails the task before any rank starts;
-- the application command is the job's launcher (``node/launcher.py``, the same one our head-node
+- the application command is the job's launcher (``node/job/launcher.py``, the same one our head-node
   scheduler starts), given the nodes Batch chose: it runs job preparation on each node and then the
   exact launch line ``launch.py`` built (mpirun with the hostfile; torchrun's and TF_CONFIG's variables
-  made per rank by ``node/toolkits.py``). Ranks reach the other nodes over the SSH that Batch sets up
+  made per rank by ``node/policy/toolkits.py``). Ranks reach the other nodes over the SSH that Batch sets up
   between the nodes of a pool with inter-node communication for the pool's user.
 
 Batch AI's variables come from Batch's: ``AZ_BATCHAI_MOUNT_ROOT`` is ``$AZ_BATCH_NODE_MOUNTS_DIR``, the
@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..._models import JobState
+from ...node.protocol import ASSIGNMENT_RECORD, RESULT_RECORD, SECRETS_RECORD
 
 TASK_ID = "job"
 RESULT_NAME = "batch-result.json"  # the application command's outcome, on the share next to launch.json
@@ -37,9 +38,18 @@ ATTEMPTS_DIR = "batch-attempts"  # one folder per attempt, made with mkdir (the 
 MAX_PRIORITY = 1000  # Batch's job priority range is -1000..1000
 TERMINATE_REASON = "batchai: terminated by the user"
 
+
+def _spelled(script: str, **names: str) -> str:
+    """``script`` with each ``@NAME@`` in it replaced by the file name it stands for."""
+    for mark, name in names.items():
+        script = script.replace(f"@{mark}@", name)
+    return script
+
+
 # Writes the launcher's assignment (the nodes Batch chose) and secrets, numbering the attempt on the
 # share. Standard library only, run with ``python -S`` like all node code.
-_PREPARE = """
+_PREPARE = _spelled(
+    """
 import json, os, sys
 job_dir, config, node_main, run_dir = sys.argv[1:5]
 hosts = [h for h in os.environ.get("AZ_BATCH_HOST_LIST", "").split(",") if h]
@@ -61,32 +71,38 @@ def dump(name, data, mode):
         json.dump(data, f)
     os.replace(path + ".tmp", path)
 nodes = [{"id": h, "address": h, "machine": h, "slots": 1} for h in hosts]
-dump("assignment.json", {"launch": config, "nodes": nodes, "node_main": node_main, "attempt": n}, 0o644)
+dump("@ASSIGNMENT@", {"launch": config, "nodes": nodes, "node_main": node_main, "attempt": n}, 0o644)
 names = [k for k in os.environ.get("BATCHAI_SECRET_NAMES", "").split(",") if k]
-dump("secrets.json", {k: os.environ[k] for k in names if k in os.environ}, 0o600)
+dump("@SECRETS@", {k: os.environ[k] for k in names if k in os.environ}, 0o600)
 try:
-    os.unlink(os.path.join(job_dir, "result.json"))
+    os.unlink(os.path.join(job_dir, "@RESULT@"))
 except FileNotFoundError:
     pass
-""".replace("@ATTEMPTS@", ATTEMPTS_DIR)
+""",
+    ATTEMPTS=ATTEMPTS_DIR,
+    ASSIGNMENT=ASSIGNMENT_RECORD,
+    SECRETS=SECRETS_RECORD,
+    RESULT=RESULT_RECORD,
+)
 
 # Copies the launcher's result to the share and exits with the job's exit code (Batch's task exit code).
-_FINISH = """
+_FINISH = _spelled(
+    """
 import json, os, sys
 job_dir, run_dir = sys.argv[1:3]
 try:
-    with open(os.path.join(job_dir, "result.json")) as f:
+    with open(os.path.join(job_dir, "@RESULT@")) as f:
         result = json.load(f)
 except (OSError, ValueError):
     result = {"exit_code": None, "reason": "the job's launcher left no result"}
 try:
-    with open(os.path.join(job_dir, "assignment.json")) as f:
+    with open(os.path.join(job_dir, "@ASSIGNMENT@")) as f:
         assignment = json.load(f)
 except (OSError, ValueError):
     assignment = {}
 result["attempt"] = assignment.get("attempt")
 result["nodes"] = [n["id"] for n in assignment.get("nodes") or ()]
-path = os.path.join(run_dir, "@RESULT@")
+path = os.path.join(run_dir, "@SHARE_RESULT@")
 with open(path + ".tmp", "w") as f:
     json.dump(result, f)
 os.replace(path + ".tmp", path)
@@ -94,7 +110,11 @@ code = result.get("exit_code")
 if not isinstance(code, int):
     sys.exit(1)
 sys.exit(code if 0 <= code < 256 else 128 + (-code % 128))
-""".replace("@RESULT@", RESULT_NAME)
+""",
+    RESULT=RESULT_RECORD,
+    ASSIGNMENT=ASSIGNMENT_RECORD,
+    SHARE_RESULT=RESULT_NAME,
+)
 
 
 def duration(seconds: float) -> str:

@@ -25,6 +25,7 @@ import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
+from ..._private_files import write_private
 from ...exceptions import BackendError
 
 CLIENT_FILE = "setup-secrets.json"
@@ -36,12 +37,7 @@ def save(folder: Path, secrets: Mapping[str, str], *, name: str = CLIENT_FILE) -
     """Write ``secrets`` to the client's secrets place (0600 from creation, replaced atomically)."""
     folder.mkdir(parents=True, exist_ok=True)
     os.chmod(folder, 0o700)
-    path = folder / name
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(dict(secrets), f)
-    os.replace(tmp, path)
+    write_private(folder / name, json.dumps(dict(secrets)))
 
 
 def load(folder: Path, *, name: str = CLIENT_FILE) -> dict[str, str] | None:
@@ -59,7 +55,7 @@ def load(folder: Path, *, name: str = CLIENT_FILE) -> dict[str, str] | None:
 
 
 def remove(folder: Path) -> None:
-    """Both files, and a temp file a killed ``save`` left behind."""
+    """Both files, and a temp file a killed ``save`` left behind (``write_private``'s)."""
     for name in (CLIENT_FILE, MOUNT_KEYS):
         (folder / name).unlink(missing_ok=True)
         for tmp in folder.glob(f".{name}.*.tmp"):

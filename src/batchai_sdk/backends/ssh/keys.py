@@ -12,6 +12,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from ..._private_files import write_private
 from ...exceptions import BackendError
 
 
@@ -59,9 +60,5 @@ def save(path: Path, key: ClusterKey) -> None:
     """Write the private key 0600 (created so, never widened) and the public key next to it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     os.chmod(path.parent, 0o700)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="ascii") as f:
-        f.write(key.private_openssh)
-    os.replace(tmp, path)
+    write_private(path, key.private_openssh, encoding="ascii")
     path.with_name(path.name + ".pub").write_text(key.public_line + "\n", encoding="ascii")

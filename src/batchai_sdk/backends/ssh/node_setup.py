@@ -18,6 +18,8 @@ import posixpath
 import shlex
 from dataclasses import dataclass
 
+from . import cluster_secrets
+
 SETUP_VERSION = 1
 
 
@@ -42,7 +44,7 @@ class NodePaths:
     @property
     def secrets(self) -> str:
         """The setup task's secrets (``export`` lines, 0600), sourced only by ``node_setup``'s subshell."""
-        return posixpath.join(self.cluster_dir, "setup-secrets.env")
+        return posixpath.join(self.cluster_dir, cluster_secrets.NODE_FILE)
 
     def marker(self, node: str) -> str:
         return posixpath.join(self.cluster_dir, f"setup-{node}.sha256")

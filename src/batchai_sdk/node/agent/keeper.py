@@ -34,13 +34,18 @@ READY_S = 30.0
 
 @dataclass
 class Kept:
-    key: tuple[str, ...]
+    key: tuple[str, ...]  # what it runs as (Agents._key): the ssh command, python, node_main, address
     address: str
     proc: subprocess.Popen[bytes] | None = None
     remote: str | None = None  # the agent's socket on the node, once it said ready
     started: float = field(default_factory=time.monotonic)
     heard: float = 0.0  # when it last said anything on stdout (its beat), once ready
     future: concurrent.futures.Future[None] | None = None
+
+    @property
+    def ssh(self) -> list[str]:
+        """The ssh command it was started with (its key less python, node_main and the address)."""
+        return list(self.key[:-3])
 
 
 class Agents:
@@ -92,6 +97,7 @@ class Agents:
 
     @staticmethod
     def _key(cfg: dict[str, Any], address: str) -> tuple[str, ...]:
+        """What an agent runs as: a change of any part restarts it (``Kept.ssh`` reads the front back)."""
         return (*cfg["ssh_command"], cfg["python"], cfg["node_main"], address)
 
     def _start(self, kept: Kept, cfg: dict[str, Any]) -> None:
@@ -144,10 +150,9 @@ class Agents:
         if kept.proc is not None:
             _end(kept.proc)
         if kept.remote is not None:
-            ssh = list(kept.key[: len(kept.key) - 3])
-            local = client.forward_path(ssh, kept.address)
+            local = client.forward_path(kept.ssh, kept.address)
             with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-                _ssh([*ssh, "-O", "cancel", "-L", f"{local}:{kept.remote}", kept.address])
+                _ssh([*kept.ssh, "-O", "cancel", "-L", f"{local}:{kept.remote}", kept.address])
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(local)
 

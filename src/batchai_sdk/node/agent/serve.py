@@ -44,6 +44,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..common import TAG_VAR, load
@@ -152,30 +153,25 @@ class Agent:
 
     def rank(self, conn: socket.socket, reader: Any, request: dict[str, Any]) -> None:
         argv = [sys.executable, "-S", self.node_main, "rank", request["config"], "--secrets-on-stdin"]
-        with self.lock:
-            if self.closing:  # the scheduler's connection is gone: start nothing more
-                send(conn, {"ok": False, "error": "closing", "message": "the agent is stopping"})
-                return
-            try:
-                out_dir = load(request["config"])["stdouterr_dir"]
-                with (
-                    open(os.path.join(out_dir, "stdout.txt"), "ab") as out,
-                    open(os.path.join(out_dir, "stderr.txt"), "ab") as err,
-                ):
-                    proc = subprocess.Popen(
-                        argv,
-                        stdin=subprocess.PIPE,
-                        stdout=out,
-                        stderr=err,
-                        env={**os.environ, **request["env"]},
-                        start_new_session=True,
-                    )
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                send(
-                    conn, {"ok": False, "error": "failed", "message": f"the rank shim did not start: {exc!r}"}
+
+        def start() -> subprocess.Popen[bytes]:
+            out_dir = load(request["config"])["stdouterr_dir"]
+            with (
+                open(os.path.join(out_dir, "stdout.txt"), "ab") as out,
+                open(os.path.join(out_dir, "stderr.txt"), "ab") as err,
+            ):
+                return subprocess.Popen(
+                    argv,
+                    stdin=subprocess.PIPE,
+                    stdout=out,
+                    stderr=err,
+                    env={**os.environ, **request["env"]},
+                    start_new_session=True,
                 )
-                return
-            self.running += 1
+
+        proc = self.started(conn, start, "the rank shim did not start")
+        if proc is None:
+            return
         try:
             assert proc.stdin is not None
             try:
@@ -197,35 +193,30 @@ class Agent:
             except OSError:
                 pass  # its launcher went away: the scheduler's cleanup knows the job by its tag
         finally:
-            with self.lock:
-                self.running -= 1
-                self.lock.notify_all()
+            self.ended()
 
     def exec(self, conn: socket.socket, request: dict[str, Any]) -> None:
         """A command through the user's shell, as sshd runs one: its output relayed as ``{"out": …}``
         lines, then ``{"exit": CODE}``."""
         shell = _login_shell()
-        with self.lock:
-            if self.closing:
-                send(conn, {"ok": False, "error": "closing", "message": "the agent is stopping"})
-                return
-            try:
-                proc = subprocess.Popen(
-                    [shell, "-c", request["command"]],
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    # the agent's environment already holds what the user's rc file exported (it was
-                    # started through it); SHLVL=1 keeps bash from reading it again for every command,
-                    # as it does for what looks like sshd's own child (SSH_CLIENT set, SHLVL below 2)
-                    env={**os.environ, "SHLVL": "1", **request["env"]},
-                    cwd=os.path.expanduser("~"),
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                send(conn, {"ok": False, "error": "failed", "message": f"could not run the command: {exc!r}"})
-                return
-            self.running += 1
+        proc = self.started(
+            conn,
+            lambda: subprocess.Popen(
+                [shell, "-c", request["command"]],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                # the agent's environment already holds what the user's rc file exported (it was
+                # started through it); SHLVL=1 keeps bash from reading it again for every command,
+                # as it does for what looks like sshd's own child (SSH_CLIENT set, SHLVL below 2)
+                env={**os.environ, "SHLVL": "1", **request["env"]},
+                cwd=os.path.expanduser("~"),
+                start_new_session=True,
+            ),
+            "could not run the command",
+        )
+        if proc is None:
+            return
         try:
             assert proc.stdout is not None
             send(conn, {"ok": True, "pid": proc.pid})
@@ -241,9 +232,31 @@ class Agent:
             except OSError:
                 pass
         finally:
-            with self.lock:
-                self.running -= 1
-                self.lock.notify_all()
+            self.ended()
+
+    def started(
+        self, conn: socket.socket, start: Callable[[], subprocess.Popen[bytes]], failed: str
+    ) -> subprocess.Popen[bytes] | None:
+        """``start()``'s process, counted as running until ``ended()`` (the agent exits only once none
+        runs); None when the agent is stopping (the scheduler's connection is gone: it starts nothing
+        more) or the start failed, the client told either way."""
+        with self.lock:
+            if self.closing:
+                send(conn, {"ok": False, "error": "closing", "message": "the agent is stopping"})
+                return None
+            try:
+                proc = start()
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                send(conn, {"ok": False, "error": "failed", "message": f"{failed}: {exc!r}"})
+                return None
+            self.running += 1
+            return proc
+
+    def ended(self) -> None:
+        """A process ``started`` gave ended (its exit reported, or its client gone)."""
+        with self.lock:
+            self.running -= 1
+            self.lock.notify_all()
 
     @staticmethod
     def relay_signals(reader: Any, proc: subprocess.Popen[bytes]) -> None:

@@ -36,7 +36,7 @@ from ..common import (
     write_json_atomic,
 )
 from ..policy.toolkits import hostfile_slots
-from ..protocol import RESULT_RECORD
+from ..protocol import ASSIGNMENT_RECORD, PHASE_RECORD, RESULT_RECORD, SECRETS_RECORD
 from .containers import PULL_FAILED, PULL_FAILED_PREFIX, PullError
 from .forked import ForkedRank, fork_rank
 from .rank import run_prep
@@ -106,11 +106,11 @@ class Launcher:
         # launcher adopted by a restarted scheduler that exits without it never ran the job (recovery.py)
         self.phase("preparing")
         self.world = world  # mpirun and shims its spare started ahead (world.py), used if the job fits
-        self.assignment: dict[str, Any] = load(os.path.join(job_dir, "assignment.json"))
+        self.assignment: dict[str, Any] = load(os.path.join(job_dir, ASSIGNMENT_RECORD))
         self.config_path: str = self.assignment["launch"]
         self.cfg: dict[str, Any] = load(self.config_path)
         self.nodes: list[dict[str, Any]] = self.assignment["nodes"]
-        self.secrets: dict[str, str] = load_or_none(os.path.join(job_dir, "secrets.json")) or {}
+        self.secrets: dict[str, str] = load_or_none(os.path.join(job_dir, SECRETS_RECORD)) or {}
         self.proc: subprocess.Popen[bytes] | ForkedRank | agent.AgentRank | None = None
         self.stopping: int | None = None  # the signal the scheduler sent, once it asks the job to stop
 
@@ -121,7 +121,7 @@ class Launcher:
 
     def phase(self, name: str) -> None:
         write_json_atomic(
-            os.path.join(self.job_dir, "phase.json"),
+            os.path.join(self.job_dir, PHASE_RECORD),
             {"phase": name, "pid": os.getpid(), "tag": os.environ.get(TAG_VAR)},
             sync=False,
         )
@@ -353,16 +353,11 @@ class Launcher:
                 world.remove()
         if isinstance(self.proc, agent.AgentRank) and self.proc.lost:  # its agent died meanwhile
             code = self.recorded_exit(code)
-        if (
-            isinstance(self.proc, agent.AgentRank)
-            and self.proc.lost
-            and code == 255
-            and self.stopping is None
-        ):
-            node = self.nodes[0]
-            if not self.reachable(node):  # named as find_culprit names a silent node: a lost node
-                return None, f"node {node['id']} stopped answering (the job's command there ended unseen)"
-            return None, f"the node agent of {node['id']} was lost while the job's command ran there"
+            if code == 255 and self.stopping is None:
+                node = self.nodes[0]
+                if not self.reachable(node):  # named as find_culprit names a silent node: a lost node
+                    return None, f"node {node['id']} stopped answering (the job's command there ended unseen)"
+                return None, f"the node agent of {node['id']} was lost while the job's command ran there"
         return code, self.explain(code)
 
     def take_world(self, env: dict[str, str], stdout: str, stderr: str) -> World | None:

@@ -25,16 +25,24 @@ def tagged_pids(tag: str) -> list[int]:
     except OSError:
         return found
     for entry in entries:
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                environ = f.read()
-        except OSError:
-            continue
-        if needle in environ.split(b"\0"):
+        if entry.isdigit() and int(entry) != me and _environ_holds(entry, needle):
             found.append(int(entry))
     return found
+
+
+def carries_tag(pid: int, tag: str) -> bool:
+    """Whether process ``pid`` runs with ``BATCHAI_JOB_TAG=tag`` (one process's environment read, not
+    every process's as ``tagged_pids`` reads them); False once it is gone or a zombie."""
+    return _environ_holds(str(int(pid)), f"{TAG_VAR}={tag}".encode())
+
+
+def _environ_holds(pid: str, needle: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            environ = f.read()
+    except OSError:
+        return False
+    return needle in environ.split(b"\0")
 
 
 def tagged_argvs(tag: str) -> Iterator[tuple[int, list[bytes]]]:

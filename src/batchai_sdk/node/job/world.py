@@ -30,6 +30,7 @@ import struct
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..common import hostfile_text, job_env, load
@@ -40,7 +41,6 @@ END_GRACE = 1.0
 SOCKET = "world.sock"
 MPIRUN_LOG = "mpirun.log"  # mpirun's own output; appended to the job's stderr.txt once it ends
 
-Shape = tuple[str, ...]
 # what mpirun itself reads from its environment: a job whose values differ gets a world of its own
 MPI_PREFIXES = ("OMPI_", "OPAL_", "PMIX_", "PRTE_", "HWLOC_")
 MPI_NAMES = ("PATH", "LD_LIBRARY_PATH", "TMPDIR")
@@ -50,6 +50,23 @@ def mpirun_env(cfg: dict[str, Any]) -> dict[str, str]:
     """The variables of the job's environment that mpirun reads (its launcher gives them to mpirun)."""
     env = job_env(cfg)
     return {k: v for k, v in sorted(env.items()) if k.startswith(MPI_PREFIXES) or k in MPI_NAMES}
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a job's world is made of, none of it naming the job: a job of the same shape fits the world."""
+
+    mpirun: str
+    count: str  # ``-np``
+    hosts: str  # the hostfile's text
+    shim: tuple[str, ...]  # the rank shim's command, less the job's launch.json
+    options: tuple[str, ...]  # mpirun's options, less the job's exported names (``-x NAME``)
+    env: tuple[str, ...]  # ``NAME=value`` of what mpirun reads from the job's environment
+
+    def argv(self, hostfile: str, sock: str) -> list[str]:
+        """mpirun with shims that wait on ``sock`` for their job."""
+        head = [self.mpirun, "-np", self.count, "--hostfile", hostfile]
+        return [*head, *self.options, *self.shim, "--world", sock]
 
 
 def shape(cfg: dict[str, Any], nodes: list[dict[str, Any]]) -> Shape | None:
@@ -73,14 +90,7 @@ def shape(cfg: dict[str, Any], nodes: list[dict[str, Any]]) -> Shape | None:
     ranks = [int(n) for n in cfg["ranks_per_node"]]
     hosts = hostfile_text(nodes, hostfile_slots(str(cfg["toolkit"]), ranks))
     env = [f"{k}={v}" for k, v in mpirun_env(cfg).items()]
-    return (argv[0], argv[2], hosts, *argv[-5:-1], "--", *options, "--", *env)
-
-
-def _argv(found: Shape, hostfile: str, sock: str) -> list[str]:
-    mpirun, count, _, *tail = found
-    cut = tail.index("--")
-    shim, options = tail[:cut], tail[cut + 1 : cut + 1 + tail[cut + 1 :].index("--")]
-    return [mpirun, "-np", count, "--hostfile", hostfile, *options, *shim, "--world", sock]
+    return Shape(argv[0], argv[2], hosts, tuple(argv[-5:-1]), tuple(options), tuple(env))
 
 
 class World:
@@ -90,12 +100,12 @@ class World:
         """Start mpirun for ``found`` with ``env`` (the spare's, plus the job's ``mpirun_env``)."""
         self.shape = found
         self.folder = folder
-        self.size = int(found[1])
+        self.size = int(found.count)
         self.conns: list[socket.socket] = []
         os.makedirs(folder, mode=0o700, exist_ok=True)
         hostfile = os.path.join(folder, "hostfile")
         with open(hostfile, "w", encoding="utf-8") as f:
-            f.write(found[2])
+            f.write(found.hosts)
         sock = os.path.join(folder, SOCKET)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(sock)
@@ -104,7 +114,7 @@ class World:
         self.listener.listen(self.size + 4)
         with open(os.path.join(folder, MPIRUN_LOG), "ab") as log:
             self.proc = subprocess.Popen(
-                _argv(found, hostfile, sock),
+                found.argv(hostfile, sock),
                 cwd=folder,
                 env=env,
                 stdin=subprocess.DEVNULL,

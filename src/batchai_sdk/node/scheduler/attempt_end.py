@@ -20,7 +20,7 @@ from typing import Any
 from ..common import load_or_none, now
 from ..job import procs
 from ..policy import retries
-from ..protocol import RESULT_RECORD, SharePaths, is_eviction_file
+from ..protocol import PHASE_RECORD, RESULT_RECORD, SharePaths, is_eviction_file
 from . import health
 from .cluster import Cluster
 from .log import log
@@ -92,15 +92,14 @@ class AttemptEnds:
             reason = "evicted: " + ", ".join(
                 f"{e.get('node')} ({e.get('event_type', 'Preempt')})" for e in evicted
             )
-        elif result.get("exit_code") is None:
-            # a launcher that died is a failed attempt, not a lost node: it runs beside this scheduler
-            lost = "stopped answering" in str(result.get("reason"))
-            cause = retries.EndCause.NODE_LOST.value if lost else retries.EndCause.EXIT.value
-            reason = result.get("reason") or "the job ended before its ranks ran"
         else:
+            # a node the launcher found silent is a lost node; a launcher that died is a failed attempt,
+            # not a lost node (it runs beside this scheduler)
             lost = "stopped answering" in str(result.get("reason"))
             cause = retries.EndCause.NODE_LOST.value if lost else retries.EndCause.EXIT.value
             reason = result.get("reason")
+            if result.get("exit_code") is None:
+                reason = reason or "the job ended before its ranks ran"
         self.clean(row, json.dumps([cause, reason]), result.get("exit_code"))
 
     def clean(self, row: sqlite3.Row, reason: str, exit_code: int | None) -> None:
@@ -112,13 +111,13 @@ class AttemptEnds:
             return  # nothing of it is left on this machine: its nodes are free at once
         nodes = json.loads(row["nodes"])
         # a node the launcher just found silent is not tried again (an SSH connect timeout): it is emptied
-        # when it answers (health.probe_down_nodes)
+        # when it answers (health.DownNodes.probe)
         silent = [n for n in nodes if f"node {n} stopped answering" in reason]
         self.start_cleaning(job_id, row["tag"], nodes, silent)
 
     def began(self, row: sqlite3.Row) -> bool:
         """Whether this attempt's launcher began the job: it marks that first (phase.json with its tag)."""
-        mark = load_or_none(os.path.join(self.store.job_state_dir(row["id"]), "phase.json"))
+        mark = load_or_none(os.path.join(self.store.job_state_dir(row["id"]), PHASE_RECORD))
         if isinstance(mark, dict) and mark.get("tag") in (row["tag"], None):
             return True
         return self.launcher_result(row) is not None
@@ -148,7 +147,7 @@ class AttemptEnds:
             reaped = None if address in skipped else health.reap_on(self.cluster, address, tag)
             if reaped is None:
                 # an unreachable node may still run the job (a partition ends no process): it is not free
-                # until it answers and is emptied (health.probe_down_nodes)
+                # until it answers and is emptied (health.DownNodes.probe)
                 for node_id in node_ids:
                     if by_id.get(node_id, {}).get("address") == address:
                         self.down.unreached(node_id, tag)
@@ -255,7 +254,7 @@ class AttemptEnds:
 
 def launcher_alive(pid: int | None, tag: str | None) -> bool:
     """Whether the launcher ``pid`` still runs with the job's tag (not a reused pid)."""
-    return bool(pid and tag and pid in procs.tagged_pids(tag))
+    return bool(pid and tag and pid != os.getpid() and procs.carries_tag(pid, tag))
 
 
 def evictions(paths: SharePaths, row: sqlite3.Row) -> list[dict[str, Any]]:

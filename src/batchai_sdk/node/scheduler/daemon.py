@@ -37,7 +37,17 @@ from ..agent.keeper import Agents
 from ..common import TAG_VAR, load_or_none, write_json_atomic
 from ..policy import retries
 from ..policy.queue import Holding, Waiting, plan, priority_rank
-from ..protocol import OP_JOB, OP_NODES, OP_PING, OP_SUBMIT, OP_TERMINATE, RESULT_RECORD
+from ..protocol import (
+    ASSIGNMENT_RECORD,
+    OP_JOB,
+    OP_NODES,
+    OP_PING,
+    OP_SUBMIT,
+    OP_TERMINATE,
+    PHASE_RECORD,
+    RESULT_RECORD,
+    SECRETS_RECORD,
+)
 from . import api, attempt_end, health, prune, publish, quarantine, recovery, scaling, spares
 from .api import RequestError
 from .cluster import Cluster
@@ -175,7 +185,7 @@ class Scheduler:
             secrets = request["secrets"]
             os.makedirs(self.job_state_dir(job_id), mode=0o700, exist_ok=True)
             if secrets:
-                path = os.path.join(self.job_state_dir(job_id), "secrets.json")
+                path = os.path.join(self.job_state_dir(job_id), SECRETS_RECORD)
                 write_json_atomic(path, secrets, mode=0o600)
         except BaseException as exc:
             self.db.execute("ROLLBACK TO submit")
@@ -259,7 +269,7 @@ class Scheduler:
         tag = spare.tag if spare is not None else uuid.uuid4().hex
         job_dir = self.job_state_dir(job_id)
         os.makedirs(job_dir, mode=0o700, exist_ok=True)
-        for stale in (RESULT_RECORD, "phase.json"):
+        for stale in (RESULT_RECORD, PHASE_RECORD):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(job_dir, stale))
         assignment = {
@@ -269,7 +279,7 @@ class Scheduler:
             "attempt": row["attempt"],
             "node_main": self.cfg["node_main"],
         }
-        write_json_atomic(os.path.join(job_dir, "assignment.json"), assignment, sync=False)
+        write_json_atomic(os.path.join(job_dir, ASSIGNMENT_RECORD), assignment, sync=False)
         launch = load_or_none(assignment["launch"]) or {}
         env[TAG_VAR] = tag
         t = time.time()
@@ -347,19 +357,18 @@ class Scheduler:
                     f"maxWallClockTime of {row['wall']:g}s exceeded; the job was terminated",
                     retries.EndCause.WALL_CLOCK.value,
                 )
-            elif row["stop_state"] is None and row["max_cost"] and row["price"] is not None:
-                health.check_cost(row, t, self.stop)
+            elif row["stop_state"] is None:
+                if row["max_cost"] and row["price"] is not None:
+                    health.check_cost(row, t, self.stop)
                 if (row["hang"] or row["hang_notice"]) and row["stdouterr"]:
                     self.hangs.check(row, t)
-            elif row["stop_state"] is None and (row["hang"] or row["hang_notice"]) and row["stdouterr"]:
-                self.hangs.check(row, t)
             elif row["stop_sent"] and t - row["stop_sent"] > TERM_GRACE + 5:
                 victim = self.launcher_pid(row)
                 if victim:
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.kill(victim, signal.SIGKILL)
             if row["phase"] != "running":
-                phase = load_or_none(os.path.join(self.job_state_dir(row["id"]), "phase.json")) or {}
+                phase = load_or_none(os.path.join(self.job_state_dir(row["id"]), PHASE_RECORD)) or {}
                 if phase.get("phase") and phase["phase"] != row["phase"]:
                     self.store.update(row["id"], phase=phase["phase"])
 
@@ -426,16 +435,15 @@ class Scheduler:
                     break
             self.faulted = False
             self.step("requests", lambda: self.server.poll(LOOP) if self.server else None)
-            self.step(
-                "agents", lambda: self.agents.tick(self.cfg, [n["address"] for n in self.cluster.nodes()])
-            )
+            self.step("agents", self.keep_agents)
             self.step("watch", self.watch)
             self.step("cleanup", self.reap_cleaned)
             self.step("probes", self.down.probe)
             self.step("health gate", self.gate.tick)
             self.step("autoscale", self.autoscaler.tick)
             self.step("placement", self.schedule)
-            self.step("spare", lambda: self.spares.predict(self))  # the queue head's MPI world, started ahead
+            # the queue head's MPI world, started ahead
+            self.step("spare", lambda: self.spares.predict(self.store, self.cluster))
             self.step("publish", self.publish)
             if time.monotonic() - self.pruned_at > prune.EVERY_S:
                 self.pruned_at = time.monotonic()

@@ -249,7 +249,8 @@ def collect_stacks(
             stacks.collect_stacks(pids, path, timeout=20, node=node_id)
             files.append(os.path.basename(path))
             continue
-        if not answers(cluster, by_id.get(node_id, {"address": node_id})["address"]):
+        address = by_id.get(node_id, {"address": node_id})["address"]
+        if answers(cluster, address) is None:  # (a node that answers gives the empty set of tags)
             stopped.append(node_id)
             continue
         command = [
@@ -262,8 +263,11 @@ def collect_stacks(
             "--out",
             out_dir,
         ]
-        argv = [*cluster.cfg["ssh_command"], by_id.get(node_id, {"address": node_id})["address"],
-                shlex.join([*command, "--node", node_id, "--timeout", "20"])]  # fmt: skip
+        argv = [
+            *cluster.cfg["ssh_command"],
+            address,
+            shlex.join([*command, "--node", node_id, "--timeout", "20"]),
+        ]
         try:
             res = subprocess.run(argv, capture_output=True, timeout=60, check=False)
             if res.returncode == 0 and res.stdout.strip():

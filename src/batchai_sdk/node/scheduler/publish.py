@@ -84,9 +84,10 @@ class Publisher:
             self.next_beat = t + HEARTBEAT
         db, paths = self.store.db, self.cluster.share_paths()
         # Node assignments first: a reader that sees a job's end then sees its nodes free as well.
-        held = self.store.held()
-        keys = {r["id"]: r["key"] for r in self.store.rows(f"state IN {ACTIVE}")}
-        queued = [r["key"] for r in self.store.rows("state = 'queued'")]
+        active = self.store.rows(f"state IN {ACTIVE}")  # read once: what holds nodes, and the queue
+        held = self.store.held(active)
+        keys = {r["id"]: r["key"] for r in active}
+        queued = [r["key"] for r in active if r["state"] == "queued"]
         # no job held or queued: idle since the last job's end (None: none ended yet), for "is it forgotten?"
         last_end = None if held or queued else db.execute("SELECT MAX(end_time) FROM jobs").fetchone()[0]
         doc = NodesDoc(

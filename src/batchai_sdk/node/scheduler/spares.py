@@ -29,7 +29,8 @@ from ..common import TAG_VAR
 
 if TYPE_CHECKING:
     from ..job.world import World
-    from .daemon import Scheduler
+    from .cluster import Cluster
+    from .store import Store
 
 WORLDS = "spares"  # under the scheduler's folder: one folder per spare's world, named by its tag
 
@@ -99,26 +100,26 @@ class Spares:
             self.spare.release()
             self.spare = None
 
-    def predict(self, sched: Scheduler) -> None:
+    def predict(self, store: Store, cluster: Cluster) -> None:
         """Have the waiting spare pre-start the MPI world of the job at the queue's head (local nodes
         only: there every node is this host, so the world does not depend on which node frees)."""
         spare = self.spare
-        if spare is None or sched.cfg.get("ssh_command") is not None or not sched.cfg.get("nodes"):
+        if spare is None or cluster.cfg.get("ssh_command") is not None or not cluster.cfg.get("nodes"):
             return
-        seen = (spare.proc.pid, sched.db.total_changes)
+        seen = (spare.proc.pid, store.db.total_changes)
         if seen == self.predicted:  # no row changed since: the head is the same (a long queue is not
             return  # sorted again on every pass)
         self.predicted = seen
-        head = sched.db.execute(
+        head = store.db.execute(
             "SELECT experiment, name FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id LIMIT 1"
         ).fetchone()
-        paths = sched.cluster.share_paths()
+        paths = cluster.share_paths()
         launch = paths.launch_config(head["experiment"], head["name"]) if head else None
         if launch == spare.world_for:
             return
         spare.world_for = launch
-        folder = os.path.join(sched.store.state_dir, WORLDS, spare.tag)
-        request = {"launch": launch, "nodes": sched.cluster.nodes(), "folder": folder} if launch else None
+        folder = os.path.join(store.state_dir, WORLDS, spare.tag)
+        request = {"launch": launch, "nodes": cluster.nodes(), "folder": folder} if launch else None
         spare.tell(b"world " + json.dumps(request).encode() + b"\n")
 
 

@@ -11,10 +11,12 @@ import contextlib
 import json
 import os
 import sqlite3
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
 from ..common import load_or_none, now, write_json_atomic
+from ..protocol import SECRETS_RECORD
 from .api import RequestError, check_cluster
 from .log import log
 
@@ -118,10 +120,15 @@ class Store:
         names = ", ".join(f"{k} = ?" for k in fields)
         self.db.execute(f"UPDATE jobs SET {names} WHERE id = ?", (*fields.values(), job_id))  # noqa: S608
 
-    def held(self) -> dict[str, tuple[int, str]]:
-        """node id → (job id, phase) for every node a job holds (running or being cleaned up)."""
+    def held(self, rows: Sequence[sqlite3.Row] | None = None) -> dict[str, tuple[int, str]]:
+        """node id → (job id, phase) for every node a job holds (running or being cleaned up). ``rows``:
+        the jobs to look at, where the caller has read them already (rows in other states are passed over)."""
         out: dict[str, tuple[int, str]] = {}
-        for row in self.rows("state IN ('running', 'cleaning')"):
+        if rows is None:
+            rows = self.rows("state IN ('running', 'cleaning')")
+        for row in rows:
+            if row["state"] not in ("running", "cleaning"):
+                continue
             phase = "cleaning" if row["state"] == "cleaning" else (row["phase"] or "preparing")
             phase = "preparing" if phase == STARTING else phase
             for node in json.loads(row["nodes"]):
@@ -132,7 +139,7 @@ class Store:
         """End the job for good and drop its secrets."""
         self.update(row["id"], state=state, exit_code=exit_code, reason=reason, end_time=now(), phase=None)
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(self.job_state_dir(row["id"]), "secrets.json"))
+            os.unlink(os.path.join(self.job_state_dir(row["id"]), SECRETS_RECORD))
         log(f"{row['key']} {state}" + (f": {reason}" if reason else ""))
 
     def busy(self) -> bool:
