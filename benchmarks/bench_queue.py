@@ -6,7 +6,8 @@
   submit to the last end against the ideal, the jobs' own node-seconds / nodes (goal <= 1.05x), both
   measured inside the jobs; and the hand-off, a node freed (a job's last instruction there) to the next
   job's first one on it (goal < 0.05 s median); with how many of the jobs ran in an MPI world their
-  spare launcher started ahead (node/job/world.py: no mpirun start-up in the hand-off);
+  spare launcher started ahead (node/job/world.py: no mpirun start-up in the hand-off); and the cold
+  start, the first submit to the first job's first instruction (the cluster made just before);
 - submit -> running on an idle cluster (goal < 1 s, median);
 - submit time against queue length: ``submit()`` of N jobs behind one that holds the only node, the first
   50 against the last 50 (goal: flat, ratio <= 1.2); then the scheduler's CPU over 20 s with the N queued
@@ -42,7 +43,7 @@ WORLD_NOTE = b"the job runs in the MPI world started ahead"
 
 def run_queue(
     jobs: int, secs: float, mixed: bool, toolkit: str | None = None
-) -> tuple[float, float, list[float], int]:
+) -> tuple[float, float, list[float], int, float]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out"
         out.mkdir()
@@ -63,12 +64,13 @@ def run_queue(
             assert job.wait(timeout=600) is JobState.SUCCEEDED, job.status.failure_reason
         spans: dict[str, list[tuple[float, float]]] = {}
         node_seconds = 0.0
-        last_end = t0
+        last_end, first_start = t0, float("inf")
         for f in out.iterdir():
             start, end, nodes_csv = f.read_text().split()
             ids = nodes_csv.split(",")
             node_seconds += (float(end) - float(start)) * len(ids)
             last_end = max(last_end, float(end))
+            first_start = min(first_start, float(start))
             for node in ids:
                 spans.setdefault(node, []).append((float(start), float(end)))
         gaps = []
@@ -78,7 +80,7 @@ def run_queue(
         logs = (Path(tmp) / "ws").glob("mounts/share/.batchai/experiments/bench/jobs/*/stdouterr")
         in_world = sum(any(WORLD_NOTE in p.read_bytes() for p in d.glob("execution-*.log")) for d in logs)
         ws.close()
-        return last_end - t0, node_seconds / 2, gaps, in_world
+        return last_end - t0, node_seconds / 2, gaps, in_world, first_start - t0
 
 
 def submit_to_running(runs: int) -> list[float]:
@@ -167,19 +169,19 @@ def main() -> None:
     args = parser.parse_args()
     print(f"{args.jobs} jobs of {args.seconds:g} s on 2 local nodes (load average {os.getloadavg()[0]:.1f})")
     print(f"{'jobs':<22}{'wall s':>9}{'ideal s':>9}{'ratio':>8}{'goal':>7}{'gap median s':>14}{'goal':>7}"
-          f"{'gap p95 s':>11}{'in world':>10}")  # fmt: skip
+          f"{'gap p95 s':>11}{'in world':>10}{'first s':>9}")  # fmt: skip
     rows = (
         ("1 node each", False, None),
         ("mixed (1/5 on 2)", True, None),
         ("1 node, custom", False, "custom"),
     )
     for label, mixed, toolkit in rows if args.jobs else ():
-        wall, ideal, gaps, in_world = run_queue(args.jobs, args.seconds, mixed, toolkit)
+        wall, ideal, gaps, in_world, first = run_queue(args.jobs, args.seconds, mixed, toolkit)
         p95 = sorted(gaps)[int(0.95 * (len(gaps) - 1))] if gaps else float("nan")
         med = statistics.median(gaps) if gaps else float("nan")
         print(
             f"{label:<22}{wall:>9.2f}{ideal:>9.2f}{wall / ideal:>7.3f}x{GOAL_RATIO:>6.2f}x"
-            f"{med:>14.3f}{GOAL_GAP_S:>7.2f}{p95:>11.3f}{in_world:>7}/{args.jobs}"
+            f"{med:>14.3f}{GOAL_GAP_S:>7.2f}{p95:>11.3f}{in_world:>7}/{args.jobs}{first:>9.3f}"
         )
     times = submit_to_running(5) if args.jobs else [float("nan")]
     print(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -28,10 +29,12 @@ from ._models import (
 from .backends.base import ClusterStatus
 from .batchai_json.mounts import mount_volumes_json
 from .cost import format_cost
-from .exceptions import BatchAITimeoutError, ClusterBusyError, NotFoundError, ValidationError
+from .exceptions import BatchAIError, BatchAITimeoutError, ClusterBusyError, NotFoundError, ValidationError
 from .node.policy.autoscale import DEFAULT_IDLE_SECONDS
 from .node.protocol import simulated_eviction
 from .share import join
+
+log = logging.getLogger("batchai_sdk")
 
 GROW_TIMEOUT = 1800.0  # seconds Job.submit waits for an Azure scale set to grow for it
 
@@ -312,9 +315,28 @@ class Cluster:
             usable = tuple(n for n in status.nodes if n.id not in status.node_states)
             if usable:
                 self.workspace.backend.scheduler(new, nodes=usable).update_nodes(usable, timeout=timeout)
+        elif nodes > old.nodes:
+            self._start_scheduler()
         if wait:
             self.wait_until_steady(timeout=timeout)
         return self
+
+    def _start_scheduler(self) -> None:
+        """Start the cluster's scheduler now where the backend starts it with the cluster (local), so the
+        first job submitted finds it and its spare launcher up (the scheduler's start-up was most of the
+        first job's wait). Only for a fixed size with nodes and no health gate: an autoscale cluster's
+        scheduler sizes it and a gate checks nodes, which starting it would set going. It exits once idle
+        as before; a failure to start is the next submit's to report (which starts it too)."""
+        spec = self._spec
+        backend = self.workspace.backend
+        if not backend.starts_scheduler_with_cluster or spec.autoscale is not None or spec.nodes < 1:
+            return
+        if spec.health_check != "off":
+            return
+        try:
+            backend.scheduler(spec).ensure_running()
+        except BatchAIError as exc:
+            log.debug("the scheduler of cluster %s did not start with it: %s", self.name, exc)
 
     def delete(self, *, force: bool = False, timeout: float | None = 60) -> None:
         """Remove the cluster. Refused while it runs jobs unless ``force`` (which terminates them)."""

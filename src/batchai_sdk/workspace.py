@@ -411,7 +411,9 @@ class Workspace:
         self.backend.create_cluster(spec, timeout=timeout)
         self._record_workspace()
         self.share.write_json(layout.cluster_record(name), spec.to_dict())
-        return Cluster(self, spec)
+        cluster = Cluster(self, spec)
+        cluster._start_scheduler()
+        return cluster
 
     def create_cluster_from_batchai_json(
         self,

@@ -146,6 +146,10 @@ class Backend(ABC):
     # True where touching the share creates cloud resources (Azure): the workspace then writes nothing until
     # its first experiment or cluster, so that constructing it makes no call.
     provisions_lazily: ClassVar[bool] = False
+    # The cluster's scheduler is started when the cluster is created or grown, as a Batch AI cluster's head
+    # was up before its first job (local: the head node is this machine and costs nothing while idle; it
+    # still exits once idle, and a submit starts it again).
+    starts_scheduler_with_cluster: ClassVar[bool] = False
 
     def describe(self) -> dict[str, Any]:
         """Facts for reprs and ``workspace show`` (never secrets)."""

@@ -32,6 +32,7 @@ def default_root() -> Path:
 
 class LocalBackend(Backend):
     kind = "local"
+    starts_scheduler_with_cluster = True
 
     def __init__(
         self,
