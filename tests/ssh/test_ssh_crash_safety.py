@@ -1,6 +1,7 @@
 """The scheduler around its own failures on real sshd nodes (127.0.0.2 head, 127.0.0.3): kill -9 of the
 scheduler in its launch window never starts a job twice; a lost ``sched.db`` under running jobs never lets
-a queued job onto a node before every process of the lost ones there is ended."""
+a queued job onto a node before every process of the lost ones there is ended; a stopped node is named,
+and a silent job whose nodes answer ends as a hang with each node's stacks."""
 
 from __future__ import annotations
 
@@ -176,3 +177,41 @@ def test_a_stopped_node_is_named_not_taken_for_a_hang(
     assert f"node {SECOND} stopped answering" in reason and "possible hang" not in reason, reason
     assert f"node {HEAD} stopped answering" not in reason, reason  # the node that answers is not named
     assert [a["cause"] for a in job.attempts] == ["node_lost"]
+
+
+# A rank that writes its pid, then sleeps in a function its stacks name.
+STUCK = """
+import faulthandler, os, signal, sys, time
+faulthandler.register(signal.SIGUSR1, all_threads=True)
+with open(os.path.join(sys.argv[1], "up-" + os.environ["OMPI_COMM_WORLD_RANK"]), "w") as f:
+    f.write(str(os.getpid()))
+def wait_forever():
+    time.sleep(300)
+wait_forever()
+"""
+
+
+def test_a_silent_job_over_ssh_ends_as_a_hang_with_each_nodes_stacks(
+    lab: tuple[Workspace, Path], tmp_path: Path
+) -> None:
+    _, exp, cluster, _ = _fresh(lab, "h")
+    out = tmp_path / "out"
+    out.mkdir()
+    stuck = tmp_path / "stuck.py"
+    stuck.write_text(textwrap.dedent(STUCK))
+    job = exp.create_job(
+        "stuck",
+        cluster=cluster,
+        node_count=2,
+        hang_timeout=3,
+        command_line=f"{sys.executable} {stuck} {out}",
+    ).submit()
+    assert job.wait(timeout=120, poll_interval=0.2) is JobState.FAILED
+    reason = job.status.failure_reason or ""
+    # every node answers: a hang, not a lost node (both nodes were named stopped before the fix)
+    assert "(possible hang); stacks in stacks-" in reason and "stopped answering" not in reason, reason
+    assert [a["cause"] for a in job.attempts] == ["hang"]
+    assert len(job.status.nodes) == 2
+    for node in job.status.nodes:
+        stacks = job.tail(f"stacks-{node}.txt", 50)
+        assert any("stuck.py" in line for line in stacks), (node, stacks)
