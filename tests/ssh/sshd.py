@@ -88,6 +88,11 @@ class SSHNode:
         return self.directory / f"host_key_{self.address}"
 
     @property
+    def tmpdir(self) -> Path:
+        """The node's own temporary folder (TMPDIR), as a machine of its own has /tmp."""
+        return self.directory / f"tmp_{self.address}"
+
+    @property
     def config(self) -> Path:
         return self.directory / f"sshd_config_{self.address}"
 
@@ -117,7 +122,7 @@ class SSHNode:
                     "MaxStartups 200:30:400",
                     "MaxSessions 200",
                     "LogLevel ERROR",
-                    *([f"SetEnv HOME={self.home}"] if self.home else []),
+                    f"SetEnv TMPDIR={self.tmpdir}" + (f" HOME={self.home}" if self.home else ""),
                     "",
                 ]
             )
@@ -126,6 +131,7 @@ class SSHNode:
     def start(self, *, new_host_key: bool = False) -> None:
         if new_host_key or not self.host_key.exists():
             keygen(self.host_key, f"host-{self.address}")
+        self.tmpdir.mkdir(mode=0o1777, exist_ok=True)
         self.write_config()
         Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privilege separation directory
         log = (self.directory / f"sshd_{self.address}.log").open("ab")

@@ -244,9 +244,8 @@ class Launcher:
     def mpirun_via_agents(self, argv: list[str]) -> list[str]:
         """mpirun starting its daemons through the nodes' agents (agent/rsh.py) instead of ``ssh -F
         CONFIG``, when asked (``BATCHAI_NODE_AGENT_MPI=1`` in the cluster's env) and the job's nodes have
-        agents; its line as written otherwise. Not by default: measured, Debian's OpenMPI 4.1 orted
-        started that way crashed in hwloc's topology discovery (SIGSEGV at a stack address) in 3 of 50
-        2-node launches, none of 50 over ssh; the cause is not found yet."""
+        agents; its line as written otherwise. Not by default yet: ``rsh`` waits on its agent without the
+        beats a rank's launcher counts, so a stopped agent would hold mpirun at its end (docs/ssh.md)."""
         ssh = self.cfg.get("ssh_command")
         if os.environ.get("BATCHAI_NODE_AGENT_MPI") != "1":
             return argv
