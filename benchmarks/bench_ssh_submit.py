@@ -15,11 +15,12 @@ to the next job's first instruction there (goal < 0.3 s median), and the seconds
 run time — for the nodes' warm agents (node/agent/) and, in the same run, for the old path (SSH, a login
 shell and a Python start per step: ``BATCHAI_NODE_AGENT=0`` in the workspace's env; ``--no-compare``
 skips it), in ``--rounds`` alternating rounds each, then the median of all rounds per path. A third
-path runs the agents on 2 more sshd nodes whose sessions get a HOME with Debian's default shell files
-(/etc/skel: a non-interactive shell reads nothing), as a node image has them: mpirun's ssh to each node
-runs the user's ~/.bashrc, and this machine's (pyenv init) takes about 0.15 s per session
-(``--no-default-shell`` skips it). Timings are wall clock: on a loaded machine they are noisy, read
-medians (the load average is printed with them).
+path has the agents start mpirun's daemons too (``BATCHAI_NODE_AGENT_MPI=1``, opt-in; ``--no-agent-mpi``
+skips it). A fourth runs the agents on 2 more sshd nodes whose sessions get a HOME with Debian's
+default shell files (/etc/skel: a non-interactive shell reads nothing), as a node image has them:
+mpirun's ssh to each node runs the user's ~/.bashrc, and this machine's (pyenv init) takes about
+0.17 s per session (``--no-default-shell`` skips it). Timings are wall clock: on a loaded machine they
+are noisy, read medians (the load average is printed with them).
 
     python benchmarks/bench_ssh_submit.py --queue 0    # a few seconds
     python benchmarks/bench_ssh_submit.py --queue 20   # about two minutes
@@ -51,6 +52,7 @@ GOAL_HANDOFF_S = 0.3
 STAMP = 's=$(date +%s.%N); sleep {secs}; e=$(date +%s.%N); echo "$s $e $BATCHAI_JOB_NODES" > {out}/{name}'
 HOLD = "while [ ! -e {go} ]; do sleep 0.01; done; "  # the first jobs hold their nodes until all are queued
 OLD_PATH = {"BATCHAI_NODE_AGENT": "0"}
+AGENT_MPI = {"BATCHAI_NODE_AGENT_MPI": "1"}  # mpirun's daemons started by the agents too (opt-in)
 SCRIPT = "import os\nprint('rank', os.environ.get('OMPI_COMM_WORLD_RANK'), flush=True)\n"
 
 
@@ -67,6 +69,11 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=0.5, help="run time of each queued job")
     parser.add_argument(
         "--no-compare", action="store_true", help="skip the queue on the old path (no node agents)"
+    )
+    parser.add_argument(
+        "--no-agent-mpi",
+        action="store_true",
+        help="skip the queue with mpirun's daemons started by the agents (BATCHAI_NODE_AGENT_MPI=1)",
     )
     parser.add_argument(
         "--no-default-shell",
@@ -149,6 +156,8 @@ def compare(nodes: Any, root: Path, agents: tuple[Any, Any, Path], args: argpars
 
         if not args.no_compare:
             add("old path", "old", nodes, OLD_PATH)
+        if not args.no_agent_mpi:
+            add("agents, MPI daemons", "ampi", nodes, AGENT_MPI)
         if not args.no_default_shell:
             home = root / "home"
             shutil.copytree("/etc/skel", home)
