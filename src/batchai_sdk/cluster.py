@@ -27,7 +27,6 @@ from ._models import (
     validate_node_target,
 )
 from .backends.base import ClusterStatus
-from .batchai_json.mounts import mount_volumes_json
 from .cost import format_cost
 from .exceptions import BatchAIError, BatchAITimeoutError, ClusterBusyError, NotFoundError, ValidationError
 from .node.policy.autoscale import DEFAULT_IDLE_SECONDS
@@ -416,6 +415,8 @@ class Cluster:
         st = self._status()
         counts = count_nodes(list(self.node_states(st).values()))
         since = self.idle_since
+        from .batchai_json.mounts import mount_volumes_json
+
         mounts = (
             {"nodeSetup": {"mountVolumes": mount_volumes_json(self._spec.mounts)}}
             if self._spec.mounts
