@@ -6,7 +6,6 @@ import contextlib
 import json
 import logging
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
@@ -157,6 +156,8 @@ class Cluster:
         # two clients and the scheduler never rewrite each other's lines.
         when = utcnow()
         line = json.dumps({"time": when.isoformat(), **fields}, sort_keys=True)
+        import uuid
+
         path = layout.cluster_client_event(self.name, when.strftime("%Y%m%dT%H%M%S%fZ"), uuid.uuid4().hex[:8])
         self.workspace.share.write_text(path, line + "\n")
 
