@@ -31,7 +31,7 @@ from ._models import (
     validate_name,
 )
 from ._mount_paths import cluster_mounts_named
-from .backends.base import ClusterScheduler, JobRequest, LaunchTarget
+from .backends.base import ClusterScheduler, JobRequest
 from .cost import Cost, format_cost
 from .exceptions import (
     AlreadyExistsError,
@@ -51,6 +51,7 @@ from .share import Share, join
 
 if TYPE_CHECKING:
     from ._models import FileInfo
+    from .backends.base import LaunchTarget
     from .cluster import Cluster
     from .experiment import Experiment
 
