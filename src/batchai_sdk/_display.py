@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timezone
-from html import escape
 from typing import TYPE_CHECKING, Any
 
 from ._models import JobState
@@ -28,6 +27,13 @@ _STATE_COLOURS = {
     "steady": "#2e7d32",
     "resizing": "#ef6c00",
 }
+
+
+def escape(text: str) -> str:
+    """``html.escape``, imported on first use: its entity table is not needed to import batchai_sdk."""
+    import html
+
+    return html.escape(text)
 
 
 def human_span(seconds: float | None) -> str:

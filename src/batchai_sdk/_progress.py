@@ -9,7 +9,6 @@ showing the outcome. Shown by default on a terminal and in a notebook; ``show=Fa
 
 from __future__ import annotations
 
-import html
 import os
 import sys
 import time
@@ -64,6 +63,8 @@ class NotebookLine:
         bar = ""
         if done is not None and total:
             bar = f"<progress value='{done:.0f}' max='{total:.0f}' style='width:16em'></progress> "
+        import html
+
         return f"<div style='font-family:monospace'>{bar}{html.escape(text)}</div>"
 
     def update(

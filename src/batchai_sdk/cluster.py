@@ -6,7 +6,6 @@ import contextlib
 import json
 import logging
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
@@ -27,7 +26,6 @@ from ._models import (
     validate_node_target,
 )
 from .backends.base import ClusterStatus
-from .batchai_json.mounts import mount_volumes_json
 from .cost import format_cost
 from .exceptions import BatchAIError, BatchAITimeoutError, ClusterBusyError, NotFoundError, ValidationError
 from .node.policy.autoscale import DEFAULT_IDLE_SECONDS
@@ -158,6 +156,8 @@ class Cluster:
         # two clients and the scheduler never rewrite each other's lines.
         when = utcnow()
         line = json.dumps({"time": when.isoformat(), **fields}, sort_keys=True)
+        import uuid
+
         path = layout.cluster_client_event(self.name, when.strftime("%Y%m%dT%H%M%S%fZ"), uuid.uuid4().hex[:8])
         self.workspace.share.write_text(path, line + "\n")
 
@@ -416,6 +416,8 @@ class Cluster:
         st = self._status()
         counts = count_nodes(list(self.node_states(st).values()))
         since = self.idle_since
+        from .batchai_json.mounts import mount_volumes_json
+
         mounts = (
             {"nodeSetup": {"mountVolumes": mount_volumes_json(self._spec.mounts)}}
             if self._spec.mounts

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from ._models import ClusterSpec
 from .exceptions import NotFoundError, ValidationError
-from .pricing import Price, RetailPrices, default_client, format_price
 
 if TYPE_CHECKING:
     from .cluster import Cluster
     from .job import Job
+    from .pricing import Price, RetailPrices
 
 
 class Cost(float):
@@ -26,6 +26,8 @@ class Cost(float):
     currency: str = "USD"
 
     def __repr__(self) -> str:
+        from .pricing import format_price  # pricing (its HTTP client and cache) loads on first use
+
         return format_price(float(self), self.currency)
 
     __str__ = __repr__
@@ -81,6 +83,8 @@ def cluster_cost_so_far(price_per_hour: float | None, hours: float) -> float | N
 
 def format_cost(value: float | None, currency: str = "USD") -> str:
     """``"$1.23 est."`` / ``"unknown"`` — what reprs, ``cluster show`` and ``job show`` print."""
+    from .pricing import format_price
+
     return "unknown" if value is None else f"{format_price(value, currency)} est."
 
 
@@ -89,6 +93,8 @@ def cluster_price(
 ) -> Price | None:
     """A cluster's price per node-hour: the user's ``price_per_hour`` when set; else on Azure the Retail
     Prices API's (None when unknown); else 0 (local and SSH machines are the user's own)."""
+    from .pricing import Price, default_client
+
     if spec.price_per_hour is not None:
         return Price(spec.price_per_hour, "USD", "user")
     if backend_kind != "azure":

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import secrets
 import warnings
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
@@ -23,6 +22,8 @@ if TYPE_CHECKING:
 
 def unique_job_name() -> str:
     """``job-20261123-101500-3fa2``: the time, in UTC, and 4 random hex digits."""
+    import secrets
+
     return f"job-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 

@@ -31,9 +31,7 @@ from ._models import (
     validate_name,
 )
 from ._mount_paths import cluster_mounts_named
-from ._staging import code_files, resolve_local_script, stage_job
-from .backends.base import ClusterScheduler, JobRequest, LaunchTarget
-from .backends.head_scheduler import with_cluster_heartbeat
+from .backends.base import ClusterScheduler, JobRequest
 from .cost import Cost, format_cost
 from .exceptions import (
     AlreadyExistsError,
@@ -53,6 +51,7 @@ from .share import Share, join
 
 if TYPE_CHECKING:
     from ._models import FileInfo
+    from .backends.base import LaunchTarget
     from .cluster import Cluster
     from .experiment import Experiment
 
@@ -185,6 +184,8 @@ class Job:
             if rel is not None and not share.exists(rel):
                 raise NotFoundError("script", script, f"share {share.name!r} (looked for {rel!r})")
             return None, rel
+        from ._staging import resolve_local_script
+
         local = resolve_local_script(script)
         if local is None:
             raise NotFoundError("script", script, "this machine (a file path or an importable module name)")
@@ -195,6 +196,8 @@ class Job:
         root = Path(self.spec.source_dir or "").expanduser()
         if not root.is_dir():
             raise ValidationError("source_dir", self.spec.source_dir, "a folder on this machine")
+        from ._staging import code_files
+
         code_files(root)  # typed errors for a folder too large or with links out of it
         script = root / (self.spec.python_script or "")
         if not script.is_file() or root.resolve() not in script.resolve().parents:
@@ -314,6 +317,8 @@ class Job:
     ) -> dict[str, str]:
         """Upload the script, write launch.json, the queued status and the job record (``stage_job``);
         returns the secret values, which go to the scheduler and never to the share."""
+        from ._staging import stage_job
+
         self._record = stage_job(self, target, local_script, script_rel, evictable=evictable)
         return {k: self.spec.environment[k] for k in self.spec.secret_environment}
 
@@ -386,6 +391,8 @@ class Job:
         if self.workspace.backend.status_from_scheduler:  # its queue says what our records cannot
             self._scheduler().refresh(self.experiment.name, self.name)
         record = self.workspace.share.read_json_or_none(self.paths.status)
+        from .backends.head_scheduler import with_cluster_heartbeat
+
         record = with_cluster_heartbeat(self.workspace.share, self.spec.cluster, record)
         status = JobStatus.from_record(record, timeout=heartbeat_timeout())
         if status.lost:

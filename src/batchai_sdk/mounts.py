@@ -10,7 +10,6 @@ in ``repr``, ``to_dict`` or any record, and reaches a node only through the back
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -170,6 +169,8 @@ def storage_key(mount: Mount) -> str:
     if isinstance(mount, FileServer):
         path = (mount.source_directory or mount.export).strip("/") or "root"
         return f"nfs/{mount.server}/{path}"
+    import hashlib  # loads OpenSSL: only unmanaged mounts need it
+
     digest = hashlib.sha256(mount.mount_command.encode()).hexdigest()[:16]
     return f"fs/{digest}"
 

@@ -11,8 +11,6 @@ import contextlib
 import json
 import os
 import posixpath
-import shutil
-import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -163,6 +161,8 @@ class Share(ABC):
                 self._download_tree(join(src, entry.name), entry, target / entry.name, progress)
             return target
         target.parent.mkdir(parents=True, exist_ok=True)
+        import tempfile
+
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
         try:
             with os.fdopen(fd, "wb") as out:
@@ -317,6 +317,8 @@ class LocalShare(Share):
     def _write(self, path: str, data: bytes, mode: int) -> None:
         p = self.local_path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
+        import tempfile  # with shutil: imported on first use, not with batchai_sdk (about 3 ms)
+
         fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")  # created 0600
         try:
             with os.fdopen(fd, "wb") as f:
@@ -352,6 +354,8 @@ class LocalShare(Share):
             return  # reached through a symbolic link out of the share: nothing of the share is there
         if p.is_dir() and not p.is_symlink():
             if recursive:
+                import shutil
+
                 shutil.rmtree(p, ignore_errors=True)
             else:
                 p.rmdir()
@@ -364,6 +368,8 @@ class LocalShare(Share):
         try:
             with source.open("rb") as src, tmp.open("wb") as out:
                 copy_stream(src, out, progress)
+            import shutil
+
             shutil.copymode(source, tmp)
             os.replace(tmp, dest)
         except BaseException:

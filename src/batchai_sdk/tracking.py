@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -104,6 +103,8 @@ def log_params(*, directory: str | os.PathLike[str] | None = None, **params: Any
     except (OSError, ValueError):
         current = {}
     merged = {**(current if isinstance(current, dict) else {}), **params}
+    import tempfile
+
     fd, tmp = tempfile.mkstemp(prefix=".params-", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:

@@ -22,7 +22,6 @@ import math
 import os
 import random
 import re
-import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -80,6 +79,8 @@ class EarlyStop:
         if len(peers) < 2:  # a median of one trial says nothing
             return False
         best = min(mine) if self.mode == "min" else max(mine)
+        import statistics
+
         return self.better(statistics.median(peers), best)
 
 

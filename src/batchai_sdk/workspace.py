@@ -16,7 +16,6 @@ from .experiment import Experiment
 from .mounts import Mount
 from .node.policy.autoscale import DEFAULT_AZURE_IDLE_SECONDS, DEFAULT_IDLE_SECONDS
 from .share import Share
-from .vm_sizes import check_vm_size
 
 log = logging.getLogger("batchai_sdk")
 
@@ -369,6 +368,8 @@ class Workspace:
             if self.backend.kind == "azure":
                 raise ValidationError("vm_size", None, "a VM size such as 'Standard_NC4as_T4_v3' on Azure")
             vm_size = self.backend.kind
+        from .vm_sizes import check_vm_size
+
         check_vm_size(vm_size, self.backend.kind)  # a retired size is refused on Azure before any call
         spec = ClusterSpec(
             name=name,

@@ -10,14 +10,25 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._models import ClusterSpec, Node, NodeState
 from ..exceptions import BackendError, NotSupportedError, ValidationError
-from ..launch import LaunchTarget as LaunchTarget  # re-exported: the backends make it, launch.py reads it
 from ..mounts import Mount, describe, storage_key
 from ..remote.base import Runner
 from ..share import Share
+
+if TYPE_CHECKING:
+    from ..launch import LaunchTarget as LaunchTarget  # re-exported: the backends make it, launch.py reads it
+else:
+
+    def __getattr__(name: str) -> Any:
+        # The re-export loads launch.py (toolkits, subprocess) on first use, not with batchai_sdk.
+        if name == "LaunchTarget":
+            from ..launch import LaunchTarget
+
+            return LaunchTarget
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)

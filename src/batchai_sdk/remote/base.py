@@ -5,7 +5,6 @@ Commands are strings for a POSIX shell, always built with ``shlex.quote`` by the
 
 from __future__ import annotations
 
-import concurrent.futures
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -91,6 +90,8 @@ def run_on_all(
     failures: dict[str, str] = {}
     if not runners:
         return results
+    import concurrent.futures
+
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(32, len(runners))) as pool:
         futures = {
             pool.submit(r.run, command if isinstance(command, str) else command[node], timeout=timeout): node
