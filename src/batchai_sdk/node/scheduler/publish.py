@@ -26,7 +26,7 @@ from .cluster import Cluster
 from .gate import NodeGate
 from .health import DownNodes
 from .log import log
-from .store import ACTIVE, STARTING, Store
+from .store import STARTING, Store
 
 HEARTBEAT = 10.0
 
@@ -84,7 +84,7 @@ class Publisher:
             self.next_beat = t + HEARTBEAT
         db, paths = self.store.db, self.cluster.share_paths()
         # Node assignments first: a reader that sees a job's end then sees its nodes free as well.
-        active = self.store.rows(f"state IN {ACTIVE}")  # read once: what holds nodes, and the queue
+        active = self.store.active_brief()  # read once: what holds nodes, and the queue
         held = self.store.held(active)
         keys = {r["id"]: r["key"] for r in active}
         queued = [r["key"] for r in active if r["state"] == "queued"]
