@@ -50,6 +50,21 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+def started_at(pid: int) -> str | None:
+    """The process's start time (in clock ticks since boot), or None when there is none: with its pid,
+    what names one process although pids are reused (this machine cycles through them in about a minute)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def still_running(pid: int, start: str | None) -> bool:
+    """Whether the process that had ``pid`` and started at ``start`` still runs (a zombie has ended)."""
+    return start is not None and started_at(pid) == start and pid_alive(pid)
+
+
 # -- the cluster scheduler's processes, as /proc shows them (tests that kill it at chosen moments)
 def cmdline(pid: int) -> list[bytes]:
     """A process's argv ([] once it is gone)."""

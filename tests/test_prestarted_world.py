@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from _helpers import pid_alive, ppid, wait_for
+from _helpers import pid_alive, ppid, started_at, still_running, wait_for
 from batchai_sdk import JobState, Workspace
 
 pytestmark = pytest.mark.mpi
@@ -124,10 +124,11 @@ def test_a_terminated_queue_head_ends_its_world_and_a_job_in_a_world_is_terminat
     ws: Workspace, tmp_path: Path
 ) -> None:
     out, gate, exp, cluster, holder, head = held_with_a_queue_head(ws, tmp_path)
-    shims = world_shims(ws)
+    shims = [(pid, started_at(pid)) for pid in world_shims(ws)]
     assert head.terminate(timeout=60) is JobState.TERMINATED
     wait_for(lambda: not world_shims(ws), 30, "the terminated head's world to end")
-    assert not any(Path(f"/proc/{pid}").exists() for pid in shims)
+    # ended (its mpirun may not have reaped it yet: a zombie has ended; its pid may be another's by now)
+    wait_for(lambda: not any(still_running(*shim) for shim in shims), 30, "the head's shim to end")
     pidfile = tmp_path / "pid"
     long = exp.create_job("long", cluster=cluster, command_line=f"echo $$ > {pidfile}; exec sleep 300")
     long.submit()
@@ -136,9 +137,10 @@ def test_a_terminated_queue_head_ends_its_world_and_a_job_in_a_world_is_terminat
     assert holder.wait(timeout=60) is JobState.SUCCEEDED
     wait_for(lambda: pidfile.exists() and pidfile.read_text().strip() != "", 60, "the job in the world")
     pid = int(pidfile.read_text())
+    start = started_at(pid)
     assert "the job runs in the MPI world started ahead" in node_logs(ws, "long")
     assert long.terminate(timeout=60) is JobState.TERMINATED
-    assert not Path(f"/proc/{pid}").exists()
+    assert not still_running(pid, start)
     assert list(out.iterdir()) == []  # the terminated head never ran
     wait_for(lambda: not processes_with(bytes(tmp_path), b"batchai_node"), 60, "nothing left once idle")
     assert not processes_with(b"mpirun", bytes(state_dir(ws)))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from sshd import NODE_ADDRESSES, SSHNodes
-from test_ssh_scheduler import descendants
+from test_ssh_scheduler import comm, descendants
 
 from _helpers import kill_scheduler_at_launch, pid_alive, scheduler_pid, wait_for
 from batchai_sdk import JobState, Workspace
@@ -162,7 +162,10 @@ def test_a_stopped_node_is_named_not_taken_for_a_hang(
     wait_for(lambda: len(list(out.glob("up-*"))) == 2, 60, "both ranks to run")
     sshd = ssh_nodes.nodes[SECOND].process
     assert sshd is not None
-    frozen = [sshd.pid, *descendants(sshd.pid)]  # the second node's sshd and everything of the job under it
+    # The second node's sshd and everything of the job under it. Not a login shell that runs there now:
+    # the nodes share this machine's ~/.pyenv, and a shell stopped inside pyenv's rehash would hold its lock
+    # and stall every other node's shell for 60 s (separate machines share no such lock).
+    frozen = [sshd.pid, *(p for p in descendants(sshd.pid) if not comm(p).startswith(("bash", "pyenv")))]
     log = state / "scheduler.log"
     try:
         for pid in frozen:
