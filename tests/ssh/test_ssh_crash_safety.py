@@ -20,7 +20,7 @@ from sshd import NODE_ADDRESSES, SSHNodes
 from test_ssh_scheduler import comm, descendants
 
 from _helpers import kill_scheduler_at_launch, pid_alive, scheduler_pid, wait_for
-from batchai_sdk import JobState, Workspace
+from batchai_sdk import Job, JobState, Workspace
 from batchai_sdk.cluster import Cluster
 from batchai_sdk.experiment import Experiment
 
@@ -136,29 +136,36 @@ def read_pid_json(path: Path) -> int:
     return int(json.loads(path.read_text())["pid"])
 
 
+# A rank that writes its pid, then sleeps in a function its stacks name.
 QUIET = """
-import os, sys, time
+import faulthandler, os, signal, sys, time
+faulthandler.register(signal.SIGUSR1, all_threads=True)
 with open(os.path.join(sys.argv[1], "up-" + os.environ["OMPI_COMM_WORLD_RANK"]), "w") as f:
     f.write(str(os.getpid()))
-time.sleep(300)
+def wait_forever():
+    time.sleep(300)
+wait_forever()
 """
+
+
+def _silent_job(exp: Experiment, cluster: Cluster, tmp_path: Path, name: str) -> tuple[Job, Path]:
+    """A 2-node job of QUIET ranks (silent once up), failed after 3 s of silence; and where its ranks
+    say they are up."""
+    out = tmp_path / "out"
+    out.mkdir()
+    quiet = tmp_path / "quiet.py"
+    quiet.write_text(textwrap.dedent(QUIET))
+    job = exp.create_job(
+        name, cluster=cluster, node_count=2, hang_timeout=3, command_line=f"{sys.executable} {quiet} {out}"
+    ).submit()
+    return job, out
 
 
 def test_a_stopped_node_is_named_not_taken_for_a_hang(
     lab: tuple[Workspace, Path], ssh_nodes: SSHNodes, tmp_path: Path
 ) -> None:
     _, exp, cluster, state = _fresh(lab, "s")
-    out = tmp_path / "out"
-    out.mkdir()
-    quiet = tmp_path / "quiet.py"
-    quiet.write_text(textwrap.dedent(QUIET))
-    job = exp.create_job(
-        "frozen",
-        cluster=cluster,
-        node_count=2,
-        hang_timeout=3,
-        command_line=f"{sys.executable} {quiet} {out}",
-    ).submit()
+    job, out = _silent_job(exp, cluster, tmp_path, "frozen")
     wait_for(lambda: len(list(out.glob("up-*"))) == 2, 60, "both ranks to run")
     sshd = ssh_nodes.nodes[SECOND].process
     assert sshd is not None
@@ -182,33 +189,11 @@ def test_a_stopped_node_is_named_not_taken_for_a_hang(
     assert [a["cause"] for a in job.attempts] == ["node_lost"]
 
 
-# A rank that writes its pid, then sleeps in a function its stacks name.
-STUCK = """
-import faulthandler, os, signal, sys, time
-faulthandler.register(signal.SIGUSR1, all_threads=True)
-with open(os.path.join(sys.argv[1], "up-" + os.environ["OMPI_COMM_WORLD_RANK"]), "w") as f:
-    f.write(str(os.getpid()))
-def wait_forever():
-    time.sleep(300)
-wait_forever()
-"""
-
-
 def test_a_silent_job_over_ssh_ends_as_a_hang_with_each_nodes_stacks(
     lab: tuple[Workspace, Path], tmp_path: Path
 ) -> None:
     _, exp, cluster, _ = _fresh(lab, "h")
-    out = tmp_path / "out"
-    out.mkdir()
-    stuck = tmp_path / "stuck.py"
-    stuck.write_text(textwrap.dedent(STUCK))
-    job = exp.create_job(
-        "stuck",
-        cluster=cluster,
-        node_count=2,
-        hang_timeout=3,
-        command_line=f"{sys.executable} {stuck} {out}",
-    ).submit()
+    job, _ = _silent_job(exp, cluster, tmp_path, "stuck")
     assert job.wait(timeout=120, poll_interval=0.2) is JobState.FAILED
     reason = job.status.failure_reason or ""
     # every node answers: a hang, not a lost node (both nodes were named stopped before the fix)
@@ -217,4 +202,4 @@ def test_a_silent_job_over_ssh_ends_as_a_hang_with_each_nodes_stacks(
     assert len(job.status.nodes) == 2
     for node in job.status.nodes:
         stacks = job.tail(f"stacks-{node}.txt", 50)
-        assert any("stuck.py" in line for line in stacks), (node, stacks)
+        assert any("quiet.py" in line for line in stacks), (node, stacks)
