@@ -21,12 +21,12 @@ from .._staging import ensure_node_code as ensure_node_code  # re-exported (it l
 from .._staging import node_code as node_code
 from ..exceptions import AlreadyExistsError, BackendError, CapacityError, ValidationError
 from ..launch import node_command, on_node
+from ..node.names import SCHED_SOCKET
 from ..node.protocol import E_CAPACITY, E_EXISTS, E_INVALID, NodesDoc
 from ..share import Share
 from ..vm_sizes import health_floors
 from .base import Activity, Assignment, Backend, ClusterScheduler, JobRequest, LaunchTarget
 
-SOCKET = "sched.sock"  # the scheduler's socket in its state folder (node/scheduler/daemon.py)
 MAX_UNIX_PATH = 108  # AF_UNIX paths are capped at 108 bytes; ctl connects to a longer one by its short name
 DIRECT_TIMEOUT = 60.0  # as ctl waits for the scheduler's reply
 
@@ -185,7 +185,7 @@ class HeadNodeScheduler(ClusterScheduler):
         before. The scheduler validates the request (``api.check_request``) and keeps its ``cluster``."""
         if self.backend.kind != "local":
             return None
-        sock = posixpath.join(self.state_dir(target), SOCKET)
+        sock = posixpath.join(self.state_dir(target), SCHED_SOCKET)
         if len(sock.encode()) >= MAX_UNIX_PATH or not os.path.exists(sock):
             return None
         from ..node.scheduler.ctl import send  # stdlib only; loaded on the first call, not at import

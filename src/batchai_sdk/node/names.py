@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+SCHED_SOCKET = "sched.sock"  # the scheduler's socket in its state folder: one JSON line each way per request
+
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 # ctl: the request's operations

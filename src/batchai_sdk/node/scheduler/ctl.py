@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from ..common import write_json_atomic
+from ..names import SCHED_SOCKET
 from . import api
 
 START_TIMEOUT = 20.0
@@ -63,7 +64,7 @@ def main(state_dir: str) -> int:
     if cluster:
         write_json_atomic(os.path.join(state_dir, "cluster.json"), cluster, sync=False)
     os.chdir(state_dir)  # connect by the socket's short relative name (AF_UNIX paths are capped at 108 bytes)
-    sock_path = "sched.sock"
+    sock_path = SCHED_SOCKET
     node_main = cluster["node_main"] if cluster else os.path.abspath(sys.argv[0])
     deadline = time.monotonic() + START_TIMEOUT
     started: subprocess.Popen[bytes] | None = None

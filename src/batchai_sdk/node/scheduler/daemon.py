@@ -35,6 +35,7 @@ from typing import Any
 
 from ..agent.keeper import Agents
 from ..common import TAG_VAR, load_or_none, write_json_atomic
+from ..names import SCHED_SOCKET
 from ..policy import retries
 from ..policy.queue import Holding, Waiting, plan, priority_rank
 from ..protocol import (
@@ -534,7 +535,7 @@ def run(state_dir: str) -> int:
                 return 0  # another scheduler runs here
             time.sleep(0.02)
     os.chdir(state_dir)  # bind the socket by its short relative name: AF_UNIX paths are capped at 108 bytes
-    sock_path = "sched.sock"
+    sock_path = SCHED_SOCKET
     with contextlib.suppress(FileNotFoundError):
         os.unlink(sock_path)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
