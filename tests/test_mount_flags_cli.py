@@ -44,6 +44,7 @@ def test_cluster_and_job_flags_mount_what_az_mounted_and_the_key_stays_out_of_ev
     )
     ws.create_experiment("e")
     ws.storage(AzureBlobContainer("x", "acct", "data")).write_text("in.txt", "from the container\n")
+    ws.storage(AzureFileShare("y", "acct", "scripts"))  # the job's share exists, as on Azure
     # a job's own share, the key given on the command line: used, with a warning
     code, out, err = cli(
         capsys, "job", "create", *at, "-e", "e", "-n", "j", "-c", "c", "--storage-account-name", "acct",

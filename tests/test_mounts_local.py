@@ -45,6 +45,7 @@ def test_a_recipe_with_several_shares_and_a_blob_container_runs_and_its_storage_
     exp = ws.create_experiment("e")
     cluster = ws.create_cluster("c", nodes=1)
     ws.storage(AzureFileShare("scripts", "acct", "scripts")).write_text("hello.txt", "hello from a share\n")
+    ws.storage(AzureBlobContainer("data", "acct", "data"))  # a container must exist before a job mounts it
     doc = copy.deepcopy(RECIPE)
     doc["properties"]["mountVolumes"]["azureBlobFileSystems"][0]["credentials"] = {
         "accountKey": "<AZURE_BATCHAI_STORAGE_KEY>"

@@ -81,6 +81,9 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         run("storage", "directory", "create", "--name", "standin", "--share-name", "myshare", *STORAGE)
         run("storage", "file", "upload", "--path", "standin", "--share-name", "myshare",
             "--source", "record.py", *STORAGE)  # fmt: skip
+        for config in ("cifar.cntk", "solver.prototxt"):  # the config files the jobs name
+            (root / config).write_text("# config\n")
+            run("storage", "file", "upload", "--share-name", "myshare", "--source", config, *STORAGE)
         yield root
         run("group", "delete", "--name", "toolkits.rg", "--yes")  # stops the cluster's scheduler
 

@@ -30,7 +30,7 @@ from ._models import (
     utcnow,
     validate_name,
 )
-from ._mount_paths import cluster_mounts_named
+from ._mount_paths import cluster_mounts_named, resolve
 from .backends.base import ClusterScheduler, JobRequest
 from .cost import Cost, format_cost
 from .exceptions import (
@@ -45,6 +45,7 @@ from .exceptions import (
     UnhealthyNodesError,
     ValidationError,
 )
+from .mounts import AzureBlobContainer, AzureFileShare, describe
 from .node.policy.watchdog import LOG_PATTERNS
 from .node.protocol import LAUNCH_CONFIG, StatusDoc
 from .share import Share, join
@@ -156,6 +157,8 @@ class Job:
             auto = cluster.spec.autoscale is not None
             raise CapacityError(cluster.name, self.spec.node_count, cluster.max_nodes, autoscale=auto)
         self._mount_notes = self._check_cluster_mounts(cluster)
+        self._check_storage()
+        self._check_named_paths(cluster)
         if not self.spec.toolkit.runs_command_line and self.spec.python_script:
             return (cluster, *self._script_source())
         return cluster, None, None
@@ -170,6 +173,67 @@ class Job:
         for note in notes:
             log.warning("job %s: %s", self.name, note)
         return notes
+
+    def _check_storage(self) -> None:
+        """Each Azure File share and blob container the job mounts exists, where the backend can tell (the
+        local backend: its folder was made by ``batchai storage share/container create``, ``ws.storage``
+        or an earlier cluster or job): Batch AI's mount of a missing share failed the job's nodes."""
+        for i, mount in enumerate(self.spec.mounts):
+            if not isinstance(mount, AzureFileShare | AzureBlobContainer):
+                continue
+            if self.workspace.backend.storage_exists(mount) is not False:
+                continue
+            if isinstance(mount, AzureFileShare):
+                kind, name, make = "file share", mount.share_name, "share"
+            else:
+                kind, name, make = "blob container", mount.container_name, "container"
+            raise NotFoundError(
+                kind,
+                name,
+                f"storage account {mount.account_name!r} (mounts[{i}], at "
+                f"$AZ_BATCHAI_JOB_MOUNT_ROOT/{mount.relative_mount_path}; create it with: batchai storage "
+                f"{make} create --name {name} --account-name {mount.account_name}, or in Python "
+                "ws.storage(mount))",
+            )
+
+    def _check_named_paths(self, cluster: Cluster) -> None:
+        """The script, config file and inputs the job names on a mount this machine can read exist: a
+        typed error names the path as written and the mount (the workspace share's are checked by
+        ``_script_source``)."""
+        spec = self.spec
+        named: list[tuple[str, str]] = []
+        if spec.python_script and spec.source_dir is None and not spec.toolkit.runs_command_line:
+            named.append(("script", spec.python_script))
+        config = spec.toolkit_settings.get("config_file")
+        if isinstance(config, str):
+            named.append(("config file", config))
+        named += [(f"input directory {key}", path) for key, path in spec.input_directories.items()]
+        share = self.workspace.share
+        for what, path in named:
+            if "$" not in path:
+                continue
+            where = resolve(
+                path,
+                share_name=share.name,
+                mount_path=spec.mount_path,
+                job_mounts=spec.mounts,
+                cluster_mounts=cluster.spec.mounts,
+            )
+            if where is None:
+                continue
+            if where.on == "share":
+                if what != "script" and where.rest and not share.exists(where.rest):
+                    raise NotFoundError(what, path, f"share {share.name!r} (looked for {where.rest!r})")
+                continue
+            if where.mount is None or self.workspace.backend.storage_exists(where.mount) is not True:
+                continue  # a storage this machine cannot read: the nodes find out
+            if where.rest and not self.workspace.backend.storage(where.mount).exists(where.rest):
+                root = "$AZ_BATCHAI_JOB_MOUNT_ROOT" if where.on == "job" else "$AZ_BATCHAI_MOUNT_ROOT"
+                raise NotFoundError(
+                    what,
+                    path,
+                    f"mount {root}/{where.name} ({describe(where.mount)}; looked for {where.rest!r})",
+                )
 
     def _script_source(self) -> tuple[Path | None, str | None]:
         """(local file to upload, share path of a script already on the share); one of them is set."""

@@ -68,9 +68,11 @@ class Workspace:
         *,
         name: str = "local",
         allow_host_changes: bool | None = None,
+        storage_root: str | os.PathLike[str] | None = None,
     ) -> Workspace:
         """The embedded backend: this machine is the cluster; ``root`` (default ``$BATCHAI_HOME`` or
-        ``~/.batchai``) holds the share and the records. Created if missing.
+        ``~/.batchai``) holds the share and the records. Created if missing. ``storage_root`` (default
+        ``<root>/storage``) holds one folder per storage its mounts name (docs/storage.md).
 
         The ``batchai`` CLI opens the same workspace when given no ``-g``/``-w`` (``--root DIR`` for
         another ``root``): ``batchai job list -e EXPERIMENT`` lists the jobs made here, and the reverse."""
@@ -78,7 +80,10 @@ class Workspace:
 
         return cls(
             LocalBackend(
-                root, name=validate_name(name, "workspace name"), allow_host_changes=allow_host_changes
+                root,
+                name=validate_name(name, "workspace name"),
+                allow_host_changes=allow_host_changes,
+                storage_root=storage_root,
             )
         )
 
@@ -103,7 +108,10 @@ class Workspace:
         kind = entry.get("backend")
         options = dict(entry.get("options") or {})
         if kind == "local":
-            return cls.local(root=options.pop("root"), name=name)
+            from .cli._registry import batchai_home
+
+            # the CLI's storage accounts are global: their shares are one folder for every workspace
+            return cls.local(root=options.pop("root"), name=name, storage_root=batchai_home() / "storage")
         if kind == "ssh":
             return cls.ssh(name, **options)
         if kind == "azure":

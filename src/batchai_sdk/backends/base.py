@@ -202,6 +202,14 @@ class Backend(ABC):
             "reading a mount's storage from this machine", self.kind, "read it on the nodes"
         )
 
+    def storage_exists(self, mount: Mount) -> bool | None:
+        """Whether the storage ``mount`` names exists; None where this machine cannot tell."""
+        return None
+
+    def names_workspace_share(self, mount: Mount) -> bool | None:
+        """Whether ``mount`` names the workspace's own share; None where this machine cannot tell."""
+        return None
+
     def simulate_eviction(self, spec: ClusterSpec, node: str) -> bool:
         """Have the platform evict ``node`` as it evicts a Spot VM (Azure's simulateEviction); False when
         the backend cannot (the caller then leaves the notice on the share itself)."""

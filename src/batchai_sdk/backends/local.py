@@ -40,6 +40,7 @@ class LocalBackend(Backend):
         *,
         name: str = "local",
         allow_host_changes: bool | None = None,
+        storage_root: str | os.PathLike[str] | None = None,
     ) -> None:
         if allow_host_changes is None:
             allow_host_changes = os.environ.get("BATCHAI_LOCAL_ALLOW_HOST_CHANGES", "") in (
@@ -54,7 +55,11 @@ class LocalBackend(Backend):
         self.mount_root = self.root / "mounts"
         self.share: LocalShare = LocalShare(self.mount_root / "share", name="share")
         self.temp_root = self.root / "tmp"
-        self.storage_root = self.root / "storage"  # each storage a mount names: storage/<mounts.storage_key>
+        # each storage a mount names: storage/<mounts.storage_key>; the CLI's workspaces share one root
+        # ($BATCHAI_HOME/storage), so an (account, share) is one folder wherever it is named
+        self.storage_root = (
+            Path(storage_root).expanduser().resolve() if storage_root is not None else self.root / "storage"
+        )
         self.hostname = socket.gethostname().split(".")[0] or "localhost"
 
     def guard_host(self, config: dict[str, Any]) -> list[str]:
@@ -111,6 +116,16 @@ class LocalBackend(Backend):
         path.mkdir(parents=True, exist_ok=True)
         return LocalShare(path, name=mount.relative_mount_path)
 
+    def storage_exists(self, mount: Mount) -> bool | None:
+        """Whether the storage ``mount`` names was made (``batchai storage share create``,
+        ``ws.storage(mount)``, an earlier job or cluster naming it): its folder exists."""
+        return (self.storage_root / storage_key(mount)).is_dir()
+
+    def names_workspace_share(self, mount: Mount) -> bool | None:
+        """Whether ``mount`` names this workspace's own share (its storage folder is a link to it)."""
+        path = self.storage_root / storage_key(mount)
+        return path.is_symlink() and path.resolve() == self.share.root.resolve()
+
     def prepare(self, spec: ClusterSpec, nodes: tuple[Node, ...]) -> None:
         """The cluster's mount root: ``<share name>`` and each mount's ``relative_mount_path`` linked to
         their folders, so two clusters (or jobs) naming the same storage see the same files."""
@@ -132,7 +147,7 @@ class LocalBackend(Backend):
         notes = []
         for name in named:
             folder = self.cluster_mount_root(spec) / name
-            target = self.storage_root / "undeclared" / spec.name / name
+            target = self.root / "storage" / "undeclared" / spec.name / name
             target.mkdir(parents=True, exist_ok=True)
             folder.parent.mkdir(parents=True, exist_ok=True)
             _link(folder, target)
@@ -166,7 +181,8 @@ class LocalBackend(Backend):
 
     def delete(self) -> None:
         """Remove the share, storage and temp folders this backend made under ``root`` (never other files)."""
-        for made in (self.mount_root, self.temp_root, self.storage_root, self.root / "clusters"):
+        # a storage root outside ``root`` (the CLI's, shared by its workspaces) outlives the workspace
+        for made in (self.mount_root, self.temp_root, self.root / "storage", self.root / "clusters"):
             shutil.rmtree(made, ignore_errors=True)
         try:
             self.root.rmdir()

@@ -6,11 +6,12 @@ import math
 import os
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._models import CNTK_LANGUAGES, OUTPUT_ID_RE, TORCH_BACKENDS, JobSpec, Toolkit
 from ..exceptions import BatchAIJsonError, ValidationError
+from ..mounts import AzureFileShare
 from ..node.policy.queue import PRIORITIES
 from .mounts import _parse_mount_volumes
 from .older import JOB_PROPERTIES_IGNORED, JOB_PROPERTIES_REFUSED, OUTPUT_DIRECTORY_IGNORED, TOP_IGNORED
@@ -55,6 +56,7 @@ def parse_job_json(
     cluster: str,
     storage_account: str | None = None,
     storage_key: str | None = None,
+    workspace_share: Callable[[AzureFileShare], bool] | None = None,
 ) -> JobSpec:
     """The ``JobSpec`` a Batch AI 2018-05-01 job.json describes.
 
@@ -62,12 +64,14 @@ def parse_job_json(
     ``{``) or the parsed document. ``name``, ``experiment`` and ``cluster`` are what
     ``az batchai job create`` took as flags. ``storage_account`` /
     ``storage_key`` fill the ``<AZURE_BATCHAI_STORAGE_ACCOUNT>`` / ``<AZURE_BATCHAI_STORAGE_KEY>``
-    placeholders. Raises ``BatchAIJsonError`` (its ``field`` is the JSON path) for anything malformed,
-    unknown or not supported, NotFoundError when the file does not exist.
+    placeholders. ``workspace_share`` tells whether an ``azureFileShares`` entry names the workspace's own
+    share (the first it accepts is seen at ``mount_path``; the others are mounts); without it the first
+    entry is the workspace share. Raises ``BatchAIJsonError`` (its ``field`` is the JSON path) for anything
+    malformed, unknown or not supported, NotFoundError when the file does not exist.
     """
     document, where = _load(source)
     reader = _Reader(storage_account, storage_key)
-    fields = _parse_document(reader, document, cluster)
+    fields = _parse_document(reader, document, cluster, workspace_share)
     reader.warn_ignored(where)
     try:
         return JobSpec(name=name, experiment=experiment, cluster=cluster, **fields)
@@ -114,7 +118,12 @@ _SPEC_FIELD_PATHS = {
 }
 
 
-def _parse_document(r: _Reader, document: Any, cluster: str) -> dict[str, Any]:
+def _parse_document(
+    r: _Reader,
+    document: Any,
+    cluster: str,
+    workspace_share: Callable[[AzureFileShare], bool] | None = None,
+) -> dict[str, Any]:
     top = r.obj(document, "", ("$schema", "properties", SDK_EXTENSION), ignored=TOP_IGNORED)
     if "$schema" in top:
         r.string(top["$schema"], "$schema")
@@ -141,7 +150,9 @@ def _parse_document(r: _Reader, document: Any, cluster: str) -> dict[str, Any]:
             props["stdOutErrPathPrefix"], "properties.stdOutErrPathPrefix"
         )
     if "mountVolumes" in props:
-        fields.update(_parse_mount_volumes(r, props["mountVolumes"], "properties.mountVolumes"))
+        fields.update(
+            _parse_mount_volumes(r, props["mountVolumes"], "properties.mountVolumes", workspace_share)
+        )
     if "jobPreparation" in props:
         prep = r.obj(props["jobPreparation"], "properties.jobPreparation", ("commandLine",))
         if "commandLine" not in prep:

@@ -39,9 +39,26 @@ _JSON_FIELDS = {
 }
 
 
-def _parse_mount_volumes(r: _Reader, value: Any, path: str) -> dict[str, Any]:
-    """A job's ``mountVolumes``: ``{"mount_path": ..., "mounts": (...)}`` for ``JobSpec``."""
-    parsed = _parse_volumes(r, value, path, workspace_share_first=True)
+def _parse_mount_volumes(
+    r: _Reader, value: Any, path: str, workspace_share: Callable[[AzureFileShare], bool] | None = None
+) -> dict[str, Any]:
+    """A job's ``mountVolumes``: ``{"mount_path": ..., "mounts": (...)}`` for ``JobSpec``.
+
+    ``workspace_share`` says whether a file share is the workspace's own (the first one it accepts is
+    seen at ``mount_path``; every other share is a mount of its own); without it the first
+    ``azureFileShares`` entry is the workspace share."""
+    parsed = _parse_volumes(
+        r,
+        value,
+        path,
+        workspace_share_first=workspace_share is None,
+        no_url_is_workspace=workspace_share is not None,
+    )
+    if workspace_share is not None:
+        chosen = any(m is None for _, m in parsed)
+        for i, (rel, mount) in enumerate(parsed):
+            if isinstance(mount, AzureFileShare) and not chosen and workspace_share(mount):
+                parsed[i], chosen = (rel, None), True
     fields: dict[str, Any] = {"mounts": tuple(m for _, m in parsed if m is not None)}
     fields.update(mount_path=next((rel for rel, m in parsed if m is None), None))
     return fields
@@ -54,7 +71,7 @@ def parse_mount_volumes(r: _Reader, value: Any, path: str) -> tuple[Mount, ...]:
 
 
 def _parse_volumes(
-    r: _Reader, value: Any, path: str, *, workspace_share_first: bool
+    r: _Reader, value: Any, path: str, *, workspace_share_first: bool, no_url_is_workspace: bool = False
 ) -> list[tuple[str, Mount | None]]:
     """(relativeMountPath, mount) of every entry; mount None for the workspace share."""
     volumes = r.obj(value, path, _KINDS)
@@ -71,7 +88,10 @@ def _parse_volumes(
             continue
         for i, item in enumerate(r.array(volumes[kind], f"{path}.{kind}")):
             where = f"{path}.{kind}[{i}]"
-            first = workspace_share_first and kind == "azureFileShares" and i == 0
+            first = kind == "azureFileShares" and (
+                (workspace_share_first and i == 0)
+                or (no_url_is_workspace and isinstance(item, dict) and "azureFileUrl" not in item)
+            )
             rel = _relative_mount_path(r, item, where)
             if rel in seen:
                 _invalid(

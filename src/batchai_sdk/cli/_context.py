@@ -138,6 +138,11 @@ class Context:
         name = name or self.workspace_name()
         ws = Workspace.from_registry_entry(entry or self.registry.workspace_entry(group, name), group, name)
         self._opened.append(ws)
+        if entry is None and ws.backend.kind == "local":
+            from .storage import link_group_shares
+
+            # the old one-share layout: a share named for this workspace is its own share (docs/storage.md)
+            link_group_shares(self, self.registry.get_group(group), name, ws)
         return ws
 
     def experiment(self, *, create_default: bool = False) -> tuple[str, Workspace, Experiment]:

@@ -22,7 +22,11 @@ from ._mount_flags import add_mount_args, mounts_from_args, storage_key
 from ._params import Commands, experiment_arg, positive, resource_group_arg, seconds, workspace_arg, yes_arg
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..job import Job
+    from ..mounts import AzureFileShare
+    from ..workspace import Workspace
 
 
 _WHERE = "-g batchai.horovod -w batchaidev -e cifar"  # in the examples
@@ -190,7 +194,7 @@ def _storage_account_for(ctx: Context, args: argparse.Namespace, group: str) -> 
 
 
 def job_create(ctx: Context, args: argparse.Namespace) -> Result | None:
-    group, _, exp = ctx.experiment(create_default=True)
+    group, ws, exp = ctx.experiment(create_default=True)
     name = args.name or unique_job_name()
     convenience = {
         "--python-script": args.python_script,
@@ -214,6 +218,9 @@ def job_create(ctx: Context, args: argparse.Namespace) -> Result | None:
             cluster=args.cluster,
             storage_account=_storage_account_for(ctx, args, group),
             storage_key=key,
+            # one storage model: a share is the workspace's own only when it names it (local backend:
+            # its storage folder is the workspace share); elsewhere the file's first share, as before
+            workspace_share=_names_workspace_share(ws),
         )
         if mounts:  # added to the file's mountVolumes, as az added them
             spec = spec.replace(mounts=(*spec.mounts, *mounts))
@@ -259,6 +266,12 @@ def job_create(ctx: Context, args: argparse.Namespace) -> Result | None:
     if args.stream:
         return _follow(job, where, "stdout.txt")
     return Result(job_view(job, group), job_table)
+
+
+def _names_workspace_share(ws: Workspace) -> Callable[[AzureFileShare], bool] | None:
+    if ws.backend.kind != "local":
+        return None
+    return lambda mount: ws.backend.names_workspace_share(mount) is True
 
 
 def _survive_options(args: argparse.Namespace) -> dict[str, Any]:

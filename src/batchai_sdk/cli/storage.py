@@ -1,4 +1,11 @@
-"""``batchai storage ...``: names for the workspaces' file shares, as ``az storage``."""
+"""``batchai storage ...``: storage accounts, their file shares and blob containers, as ``az storage``.
+
+One storage model (docs/storage.md): a file share is (account, share) and a blob container (account,
+container), one storage wherever it is named — these commands, ``ws.storage(...)``, job.json and
+cluster.json ``mountVolumes``, ``cluster create --afs-name``. A share recorded with a workspace's name is
+that workspace's own share (the records' home); every other share and container is a folder of its own
+under ``$BATCHAI_HOME/storage/<afs|blob>/<account>/<name>``, the folder the local backend mounts.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from .._layout import META
 from .._models import utcnow, validate_name
-from ..exceptions import AlreadyExistsError, BatchAIError, NotFoundError
-from ..share import join, normalize
+from ..exceptions import AlreadyExistsError, BatchAIError, NotFoundError, ValidationError
+from ..share import LocalShare, Share, join, normalize
 from ._context import Context, Result, UsageError
 from ._format import account_table, account_view, file_table, file_view
 from ._params import Commands, resource_group_arg, yes_arg
@@ -27,7 +34,7 @@ _SHARE = " --share-name batchaishare --account-name batchaistorage"  # in the ex
 def register(commands: Commands) -> None:
     s = commands.group(
         "storage",
-        "names for the workspaces' file shares, as az storage",
+        "storage accounts, file shares and blob containers, as az storage",
         examples=(
             "batchai storage account create -g batchai.horovod -n batchaistorage",
             "batchai storage share create -n batchaishare --account-name batchaistorage",
@@ -36,6 +43,7 @@ def register(commands: Commands) -> None:
             "batchai storage file list --path cifar" + _SHARE + " --output table",
         ),
     )
+    _register_blob(s)
     _register_account(
         s.group(
             "account",
@@ -50,19 +58,28 @@ def register(commands: Commands) -> None:
     )
     ss = s.group(
         "share",
-        "file shares: each is a workspace's share",
+        "file shares: several per account; one of them may be a workspace's own share",
         examples=(
             "batchai storage share create -n batchaishare --account-name batchaistorage",
+            "batchai storage share create -n logs --account-name batchaistorage",
             "batchai storage share create -n batchaishare --account-name batchaistorage -w batchaidev",
             "batchai storage share list --account-name batchaistorage",
         ),
     )
-    p = ss.command("create", storage_share_create, "name a workspace's file share")
+    p = ss.command("create", storage_share_create, "create a file share in a storage account")
     p.add_argument("--name", "-n", required=True, help="the share's name")
-    p.add_argument("--workspace", "-w", help="whose share (default: the resource group's only workspace)")
+    p.add_argument(
+        "--workspace",
+        "-w",
+        help="make it this workspace's own share (default: the resource group's only workspace, when its "
+        "share has no name yet; otherwise a share of its own)",
+    )
     p.add_argument("--quota", type=int, help="accepted and ignored")
     _account_args(p)
     _account_args(ss.command("list", storage_share_list, "list a storage account's shares"))
+    p = ss.command("delete", storage_share_delete, "delete a share and its files (not a workspace's own)")
+    p.add_argument("--name", "-n", required=True, help="the share's name")
+    _account_args(p)
     sd = s.group(
         "directory",
         "directories on a share",
@@ -93,6 +110,53 @@ def register(commands: Commands) -> None:
             ),
         )
     )
+
+
+def _register_blob(s: Commands) -> None:
+    sc = s.group(
+        "container",
+        "blob containers",
+        examples=(
+            "batchai storage container create -n data --account-name batchaistorage",
+            "batchai storage container list --account-name batchaistorage",
+        ),
+    )
+    p = sc.command("create", storage_container_create, "create a blob container")
+    p.add_argument("--name", "-n", required=True, help="the container's name")
+    p.add_argument("--public-access", help="accepted and ignored")
+    _account_args(p)
+    _account_args(sc.command("list", storage_container_list, "list a storage account's containers"))
+    p = sc.command("delete", storage_container_delete, "delete a container and its blobs")
+    p.add_argument("--name", "-n", required=True, help="the container's name")
+    _account_args(p)
+    sb = s.group(
+        "blob",
+        "blobs in a container",
+        examples=(
+            "batchai storage blob upload -c data -n mnist/train.gz -f train.gz --account-name batchaistorage",
+            "batchai storage blob list -c data --prefix mnist/ --account-name batchaistorage",
+            "batchai storage blob download -c data -n mnist/train.gz -f train.gz --account-name A",
+        ),
+    )
+    p = sb.command("upload", storage_blob_upload, "upload a file as a blob")
+    p.add_argument("--file", "-f", required=True, help="the local file")
+    p.add_argument("--name", "-n", required=True, help="the blob's name ('/' makes folders)")
+    _container_args(p)
+    p = sb.command("download", storage_blob_download, "download a blob into a file")
+    p.add_argument("--name", "-n", required=True, help="the blob's name")
+    p.add_argument("--file", "-f", required=True, help="the local file to write")
+    _container_args(p)
+    p = sb.command("list", storage_blob_list, "list a container's blobs")
+    p.add_argument("--prefix", help="only blobs whose name starts with this")
+    _container_args(p)
+    p = sb.command("delete", storage_blob_delete, "delete a blob")
+    p.add_argument("--name", "-n", required=True, help="the blob's name")
+    _container_args(p)
+
+
+def _container_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--container-name", "-c", required=True, help="the blob container")
+    _account_args(p)
 
 
 def _register_account(sa: Commands) -> None:
@@ -137,7 +201,7 @@ def _register_file(sf: Commands) -> None:
 
 
 def _share_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--share-name", "-s", required=True, help="the share (a workspace's share)")
+    p.add_argument("--share-name", "-s", required=True, help="the file share")
     _account_args(p)
 
 
@@ -199,10 +263,20 @@ def storage_account_list(ctx: Context, args: argparse.Namespace) -> Result | Non
 def storage_account_delete(ctx: Context, args: argparse.Namespace) -> Result | None:
     group, _ = ctx.registry.find_account(validate_account(args.name))
     ctx.confirm(
-        f"delete storage account {args.name!r} (the workspaces' files stay: they belong to the workspaces)"
+        f"delete storage account {args.name!r} and its shares and containers (a workspace's own share "
+        "stays: it belongs to the workspace)"
     )
     group["storageAccounts"].pop(args.name, None)
     ctx.registry.save_group(group)
+    import shutil
+
+    for kind in ("afs", "blob"):
+        folder = ctx.registry.home / "storage" / kind / args.name
+        for entry in folder.iterdir() if folder.is_dir() else ():
+            if entry.is_symlink():
+                entry.unlink()  # a link to a workspace's share: the share stays
+            else:
+                shutil.rmtree(entry, ignore_errors=True)
     return None
 
 
@@ -213,53 +287,121 @@ def _account(ctx: Context, args: argparse.Namespace) -> tuple[dict[str, Any], di
     return ctx.registry.find_account(validate_account(name))
 
 
-def _share(ctx: Context, args: argparse.Namespace) -> Workspace:
-    """The workspace whose share ``--share-name`` of ``--account-name`` names."""
-    group, account = _account(ctx, args)
-    share = validate_share(args.share_name)
-    ws_name = account.get("shares", {}).get(share)
-    if ws_name is None:
+def share_folder(ctx: Context, account: str, share: str) -> Path:
+    """The folder of a share that is no workspace's own: what the local backend mounts for it."""
+    return ctx.registry.home / "storage" / "afs" / account / share
+
+
+def container_folder(ctx: Context, account: str, container: str) -> Path:
+    return ctx.registry.home / "storage" / "blob" / account / container
+
+
+def link_workspace_share(ctx: Context, account: str, share: str, ws: Workspace) -> None:
+    """A local workspace's own share is the folder every mount of (account, share) sees: its storage
+    folder is a link to the workspace's share. Made when the share is named, and for a registry of the old
+    one-share layout (every share was a workspace's) the first time the workspace is opened; files an
+    earlier job wrote into a separate folder of that storage are moved onto the share (never over a file)."""
+    if ws.backend.kind != "local":
+        return
+    folder = share_folder(ctx, account, share)
+    target = Path(ws.share.root)  # type: ignore[attr-defined]
+    if folder.is_symlink():
+        if folder.resolve() == target.resolve():
+            return
+        folder.unlink()
+    elif folder.is_dir():
+        for entry in sorted(folder.iterdir()):
+            if not (target / entry.name).exists():
+                entry.rename(target / entry.name)
+        if any(folder.iterdir()):
+            ctx.note(
+                f"share {account}/{share}: {folder} and workspace {ws.name!r}'s share both hold files of "
+                "the same name; the workspace's share is used, the folder's files are left where they are"
+            )
+            return
+        folder.rmdir()
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.symlink_to(target, target_is_directory=True)
+    except FileExistsError:
+        pass  # another command made it at the same moment
+
+
+def link_group_shares(ctx: Context, group: dict[str, Any], ws_name: str, ws: Workspace) -> None:
+    """Every share of ``group``'s accounts recorded as ``ws_name``'s own (see ``link_workspace_share``)."""
+    for account in group.get("storageAccounts", {}).values():
+        for share, owner in account.get("shares", {}).items():
+            if owner == ws_name:
+                link_workspace_share(ctx, account["name"], share, ws)
+
+
+def open_share(ctx: Context, account_name: str, share: str, group: dict[str, Any] | None = None) -> Share:
+    """The share ``share`` of ``account_name``: its workspace's share, or its own folder."""
+    if group is None:
+        group, account = ctx.registry.find_account(account_name)
+    else:
+        account = group["storageAccounts"][account_name]
+    shares = account.get("shares", {})
+    if share not in shares:
         raise NotFoundError(
-            "share",
+            "file share",
             share,
             f"storage account {account['name']!r} (create it with: batchai storage share create "
             f"--name {share} --account-name {account['name']})",
         )
-    return ctx.open_workspace(group["name"], ws_name)
+    ws_name = shares[share]
+    if ws_name is not None:
+        ws = ctx.open_workspace(group["name"], ws_name)
+        link_workspace_share(ctx, account["name"], share, ws)
+        return ws.share
+    return LocalShare(share_folder(ctx, account["name"], share), name=share)
+
+
+def _share(ctx: Context, args: argparse.Namespace) -> Share:
+    """The share ``--share-name`` of ``--account-name`` names."""
+    group, account = _account(ctx, args)
+    return open_share(ctx, account["name"], validate_share(args.share_name), group)
 
 
 def storage_share_create(ctx: Context, args: argparse.Namespace) -> Result | None:
     group, account = _account(ctx, args)
     share = validate_share(args.name)
-    if share in account.get("shares", {}):
+    shares = account.setdefault("shares", {})
+    if share in shares and not args.workspace:
         return Result({"created": False})
     workspaces = sorted(group.get("workspaces", {}))
+    named = {  # workspace -> (account, share) of its own share
+        owner: (other["name"], other_share)
+        for other in group.get("storageAccounts", {}).values()
+        for other_share, owner in other.get("shares", {}).items()
+        if owner is not None
+    }
+    ws_name: str | None = None
     if args.workspace:
         ws_name = validate_name(args.workspace, "workspace name")
         if ws_name not in workspaces:
             raise NotFoundError("workspace", ws_name, f"resource group {group['name']!r}")
-    elif len(workspaces) == 1:
-        ws_name = workspaces[0]
-    elif not workspaces:
-        raise BatchAIError(
-            f"resource group {group['name']!r} has no workspace whose share {share!r} could be; create one "
-            f"first: batchai workspace create -g {group['name']} -w NAME"
-        )
-    else:
-        raise UsageError(
-            f"resource group {group['name']!r} has {len(workspaces)} workspaces ({', '.join(workspaces)}); "
-            "say whose share this is with --workspace"
-        )
-    for other in group.get("storageAccounts", {}).values():
-        for other_share, owner in other.get("shares", {}).items():
-            if owner == ws_name:
-                raise BatchAIError(
-                    f"workspace {ws_name!r} has one file share, already named {other_share!r} in storage "
-                    f"account {other['name']!r}; use that name"
-                )
-    account.setdefault("shares", {})[share] = ws_name
+        if named.get(ws_name, (account["name"], share)) != (account["name"], share):
+            other_account, other_share = named[ws_name]
+            raise BatchAIError(
+                f"workspace {ws_name!r}'s own share is already named {other_share!r} in storage account "
+                f"{other_account!r}; create {share!r} without --workspace: a share of its own, which jobs "
+                "and clusters mount by name"
+            )
+        if share in shares and shares[share] not in (None, ws_name):
+            raise AlreadyExistsError("file share", share, f"storage account {account['name']!r}")
+        if share in shares and shares[share] == ws_name:
+            return Result({"created": False})
+    elif len(workspaces) == 1 and workspaces[0] not in named:
+        ws_name = workspaces[0]  # the tutorials' first share: the workspace's own, as before
+    existed = share in shares
+    shares[share] = ws_name
     ctx.registry.save_group(group)
-    return Result({"created": True})
+    if ws_name is not None:
+        link_workspace_share(ctx, account["name"], share, ctx.open_workspace(group["name"], ws_name))
+    else:
+        share_folder(ctx, account["name"], share).mkdir(parents=True, exist_ok=True)
+    return Result({"created": not existed})
 
 
 def storage_share_list(ctx: Context, args: argparse.Namespace) -> Result | None:
@@ -267,8 +409,27 @@ def storage_share_list(ctx: Context, args: argparse.Namespace) -> Result | None:
     return Result([{"name": s, "workspace": w} for s, w in sorted(account.get("shares", {}).items())])
 
 
+def storage_share_delete(ctx: Context, args: argparse.Namespace) -> Result | None:
+    group, account = _account(ctx, args)
+    share = validate_share(args.name)
+    shares = account.get("shares", {})
+    if share not in shares:
+        return Result({"deleted": False})
+    if shares[share] is not None:
+        raise UsageError(
+            f"share {share!r} is workspace {shares[share]!r}'s own share (its records' home): "
+            f"batchai workspace delete -w {shares[share]} removes it"
+        )
+    import shutil
+
+    shutil.rmtree(share_folder(ctx, account["name"], share), ignore_errors=True)
+    shares.pop(share)
+    ctx.registry.save_group(group)
+    return Result({"deleted": True})
+
+
 def storage_directory_create(ctx: Context, args: argparse.Namespace) -> Result | None:
-    share = _share(ctx, args).share
+    share = _share(ctx, args)
     path = normalize(args.name)
     existed = share.exists(path)
     share.mkdir(path)
@@ -295,7 +456,7 @@ def _is_new_directory(path: str, source: Path) -> bool:
 
 
 def storage_file_upload(ctx: Context, args: argparse.Namespace) -> Result | None:
-    share = _share(ctx, args).share
+    share = _share(ctx, args)
     source = Path(args.source).expanduser()
     if not source.is_file():
         raise NotFoundError("local file", str(source))
@@ -317,7 +478,7 @@ def storage_file_upload(ctx: Context, args: argparse.Namespace) -> Result | None
 
 
 def storage_file_delete(ctx: Context, args: argparse.Namespace) -> Result | None:
-    share = _share(ctx, args).share
+    share = _share(ctx, args)
     path = _user_path(args.path, "--path")
     info = share.stat(path)
     if info is None:
@@ -329,7 +490,7 @@ def storage_file_delete(ctx: Context, args: argparse.Namespace) -> Result | None
 
 
 def storage_directory_delete(ctx: Context, args: argparse.Namespace) -> Result | None:
-    share = _share(ctx, args).share
+    share = _share(ctx, args)
     path = _user_path(args.name, "--name")
     info = share.stat(path)
     if info is None:
@@ -349,12 +510,116 @@ def storage_directory_delete(ctx: Context, args: argparse.Namespace) -> Result |
 
 
 def storage_file_download(ctx: Context, args: argparse.Namespace) -> Result | None:
-    share = _share(ctx, args).share
+    share = _share(ctx, args)
     dest = Path(args.dest).expanduser() if args.dest else Path.cwd()
     local = share.download(normalize(args.path), dest)
     return Result({"path": str(local), "size": local.stat().st_size if local.is_file() else None})
 
 
 def storage_file_list(ctx: Context, args: argparse.Namespace) -> Result | None:
-    share = _share(ctx, args).share
+    share = _share(ctx, args)
     return Result([file_view(f) for f in share.list(normalize(args.path or ""))], file_table)
+
+
+# -- blob containers ----------------------------------------------------------------------------------
+
+
+def open_container(ctx: Context, account_name: str, container: str) -> LocalShare:
+    """The folder of blob container ``container`` of ``account_name`` (what the local backend mounts)."""
+    _, account = ctx.registry.find_account(account_name)
+    if container not in account.get("containers", {}):
+        raise NotFoundError(
+            "blob container",
+            container,
+            f"storage account {account['name']!r} (create it with: batchai storage container create "
+            f"--name {container} --account-name {account['name']})",
+        )
+    return LocalShare(container_folder(ctx, account["name"], container), name=container)
+
+
+def _container(ctx: Context, args: argparse.Namespace) -> LocalShare:
+    _, account = _account(ctx, args)
+    return open_container(ctx, account["name"], validate_share(args.container_name))
+
+
+def blob_name(name: str) -> str:
+    """A blob name that is a path inside its container: no ``..`` part, not absolute, not empty."""
+    parts = name.replace("\\", "/").split("/")
+    if not name or name.startswith("/") or any(p in ("..", ".") for p in parts) or not all(parts):
+        raise ValidationError(
+            "blob name", name, "a name inside the container: parts joined by '/', none empty, '.' or '..'"
+        )
+    return name
+
+
+def storage_container_create(ctx: Context, args: argparse.Namespace) -> Result | None:
+    group, account = _account(ctx, args)
+    name = validate_share(args.name)
+    containers = account.setdefault("containers", {})
+    existed = name in containers
+    containers[name] = {"created": containers.get(name, {}).get("created") or utcnow().isoformat()}
+    ctx.registry.save_group(group)
+    container_folder(ctx, account["name"], name).mkdir(parents=True, exist_ok=True)
+    return Result({"created": not existed})
+
+
+def storage_container_list(ctx: Context, args: argparse.Namespace) -> Result | None:
+    _, account = _account(ctx, args)
+    return Result([{"name": c} for c in sorted(account.get("containers", {}))])
+
+
+def storage_container_delete(ctx: Context, args: argparse.Namespace) -> Result | None:
+    group, account = _account(ctx, args)
+    name = validate_share(args.name)
+    if account.get("containers", {}).pop(name, None) is None:
+        return Result({"deleted": False})
+    import shutil
+
+    shutil.rmtree(container_folder(ctx, account["name"], name), ignore_errors=True)
+    ctx.registry.save_group(group)
+    return Result({"deleted": True})
+
+
+def storage_blob_upload(ctx: Context, args: argparse.Namespace) -> Result | None:
+    container = _container(ctx, args)
+    name = blob_name(args.name)
+    source = Path(args.file).expanduser()
+    if not source.is_file():
+        raise NotFoundError("local file", str(source))
+    if "/" in name:
+        container.mkdir(posixpath.dirname(name))
+    container.upload(source, name)
+    return Result({"name": name, "size": source.stat().st_size})
+
+
+def storage_blob_download(ctx: Context, args: argparse.Namespace) -> Result | None:
+    container = _container(ctx, args)
+    name = blob_name(args.name)
+    info = container.stat(name)
+    if info is None or info.is_dir:
+        raise NotFoundError("blob", name, f"container {args.container_name!r}")
+    local = container.download(name, Path(args.file).expanduser())
+    return Result({"name": name, "file": str(local), "size": local.stat().st_size})
+
+
+def storage_blob_list(ctx: Context, args: argparse.Namespace) -> Result | None:
+    container = _container(ctx, args)
+    root = Path(container.root)
+    out = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        name = path.relative_to(root).as_posix()
+        if args.prefix and not name.startswith(args.prefix):
+            continue
+        out.append({"name": name, "properties": {"contentLength": path.stat().st_size}})
+    return Result(out, lambda result: [{"Name": b["name"], "Length": b["properties"]["contentLength"]}
+                                       for b in result])  # fmt: skip
+
+
+def storage_blob_delete(ctx: Context, args: argparse.Namespace) -> Result | None:
+    container = _container(ctx, args)
+    name = blob_name(args.name)
+    info = container.stat(name)
+    if info is None or info.is_dir:
+        raise NotFoundError("blob", name, f"container {args.container_name!r}")
+    container.delete(name)
+    return Result({"deleted": True})

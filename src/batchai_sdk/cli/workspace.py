@@ -194,7 +194,11 @@ def workspace_delete(ctx: Context, args: argparse.Namespace) -> Result | None:
     group = ctx.registry.get_group(group_name)
     group["workspaces"].pop(name, None)
     for account in group.get("storageAccounts", {}).values():
-        account["shares"] = {s: w for s, w in account.get("shares", {}).items() if w != name}
+        for share in [s for s, w in account.get("shares", {}).items() if w == name]:
+            account["shares"].pop(share)
+            link = ctx.registry.home / "storage" / "afs" / account["name"] / share
+            if link.is_symlink():
+                link.unlink()  # the workspace's own share went with it
     ctx.registry.save_group(group)
     if entry.get("backend") == "local":
         shutil.rmtree(entry["options"]["root"], ignore_errors=True)
