@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from ._context import Context, Handler, Result
+from ._context import NO_GROUP, Context, Handler, Result
 from ._format import cluster_list_table, cluster_table, cluster_view, health_table
 from ._mount_flags import ACCOUNT_ENV, add_mount_args, mounts_from_args, storage_key
 from ._params import Commands, non_negative, resource_group_arg, workspace_arg, yes_arg
@@ -45,6 +45,13 @@ def register(commands: Commands) -> None:
         "(prefer $AZURE_BATCHAI_STORAGE_KEY: a flag's value is in your shell history)",
     )
     add_mount_args(p, root="AZ_BATCHAI_MOUNT_ROOT")
+    p.add_argument(
+        "--use-auto-storage",
+        action="store_true",
+        help="as az: a storage account in resource group batchaiautostorage (made or reused) with file "
+        "share batchaishare and blob container batchaicontainer, mounted at $AZ_BATCHAI_MOUNT_ROOT/autoafs "
+        "and autobfs",
+    )
     p.add_argument("--vm-size", "-s", help="e.g. Standard_NC4as_T4_v3 (Azure; optional on local, SSH, Slurm)")
     p.add_argument(
         "--vm-priority",
@@ -164,6 +171,11 @@ def cluster_create(ctx: Context, args: argparse.Namespace) -> Result | None:
     account = args.storage_account_name or os.environ.get(ACCOUNT_ENV)
     key = storage_key(args, ctx.note)
     mounts = mounts_from_args(args, account=account, key=key)
+    if args.use_auto_storage:
+        from .storage import auto_storage
+
+        location = None if group == NO_GROUP else ctx.registry.get_group(group).get("location")
+        mounts += auto_storage(ctx, location or "local")
     if args.config_file:
         given = {k: v for k, v in flags.items() if v is not None}
         if mounts:

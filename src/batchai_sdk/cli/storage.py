@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from .._layout import META
 from .._models import utcnow, validate_name
 from ..exceptions import AlreadyExistsError, BatchAIError, NotFoundError, ValidationError
+from ..mounts import AzureBlobContainer, AzureFileShare, Mount
 from ..share import LocalShare, Share, join, normalize
 from ._context import Context, Result, UsageError
 from ._format import account_table, account_view, file_table, file_view
@@ -623,3 +624,47 @@ def storage_blob_delete(ctx: Context, args: argparse.Namespace) -> Result | None
         raise NotFoundError("blob", name, f"container {args.container_name!r}")
     container.delete(name)
     return Result({"deleted": True})
+
+
+# -- auto-storage -------------------------------------------------------------------------------------
+
+AUTO_GROUP = "batchaiautostorage"
+AUTO_SHARE = "batchaishare"
+AUTO_CONTAINER = "batchaicontainer"
+
+
+def auto_storage(ctx: Context, location: str) -> list[Mount]:
+    """``cluster create --use-auto-storage`` as the az CLI had it: a storage account in resource group
+    ``batchaiautostorage`` (made, or the one already there for ``location``), with file share
+    ``batchaishare`` and blob container ``batchaicontainer``, mounted at ``autoafs`` and ``autobfs``."""
+    import hashlib
+
+    registry = ctx.registry
+    group = registry.get_group(AUTO_GROUP) if registry.group_exists(AUTO_GROUP) else None
+    if group is None:
+        group = registry.create_group(AUTO_GROUP, location)
+    name = next(
+        (n for n, a in sorted(group.get("storageAccounts", {}).items()) if a.get("location") == location),
+        None,
+    )
+    if name is None:
+        name = "bai" + hashlib.sha256(f"{registry.home}:{location}".encode()).hexdigest()[:21]
+        group.setdefault("storageAccounts", {})[name] = {
+            "name": name,
+            "location": location,
+            "sku": "Standard_LRS",
+            "kind": "StorageV2",
+            "created": utcnow().isoformat(),
+            "shares": {},
+        }
+    account = group["storageAccounts"][name]
+    account.setdefault("shares", {}).setdefault(AUTO_SHARE, None)
+    account.setdefault("containers", {}).setdefault(AUTO_CONTAINER, {"created": utcnow().isoformat()})
+    registry.save_group(group)
+    share_folder(ctx, name, AUTO_SHARE).mkdir(parents=True, exist_ok=True)
+    container_folder(ctx, name, AUTO_CONTAINER).mkdir(parents=True, exist_ok=True)
+    ctx.note(f"auto-storage: storage account {name!r} in resource group {AUTO_GROUP!r}")
+    return [
+        AzureFileShare(relative_mount_path="autoafs", account_name=name, share_name=AUTO_SHARE),
+        AzureBlobContainer(relative_mount_path="autobfs", account_name=name, container_name=AUTO_CONTAINER),
+    ]
