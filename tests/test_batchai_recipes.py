@@ -3,6 +3,12 @@
 scripts, the `cntk` executable): each records its argv, its Batch AI variables and the hostfile it was given.
 Each recipe must succeed with the process count, hostfile and variables Batch AI gave it.
 
+The storage is made and filled as the recipes' READMEs did, through the CLI only: `batchai storage share
+create` for `scripts` and `logs`, `storage container create` for `data`, `storage file upload` of each
+stand-in and `storage directory create` / `storage blob upload` for the inputs a recipe names (nothing is
+written into a storage folder behind the CLI's back). tests/test_recipe_readmes.py runs two READMEs' steps
+verbatim.
+
 No recipe needs its container image's own files: the images only brought the frameworks, which the
 stand-ins replace, and a stand-in container engine runs each rank on the host (with or without a real
 docker/podman here). Every recipe needs the mounts branch (merged here): 15 mount several file shares and
@@ -25,7 +31,6 @@ import pytest
 
 from _helpers import stand_in_engine, stand_in_tools
 from batchai_sdk import Workspace
-from batchai_sdk.batchai_json import parse_job_json
 from batchai_sdk.cli import main
 from batchai_sdk.cli._registry import Registry
 
@@ -105,32 +110,53 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Worksp
         cli("workspace", "create", *RG)
         cli("experiment", "create", *RG, "--name", "recipes")
         cli("cluster", "create", *RG, "--name", "nc6", "--vm-size", "Standard_NC6", "--target", "2")
+        cli("storage", "account", "create", "-g", "recipes.rg", "-n", ACCOUNT)
+        for share in ("scripts", "logs"):
+            cli("storage", "share", "create", "-n", share, "--account-name", ACCOUNT)
+        cli("storage", "container", "create", "-n", "data", "--account-name", ACCOUNT)
         entry = Registry(root / "home").workspace_entry("recipes.rg", "ws")
         ws = Workspace.from_registry_entry(entry, "recipes.rg", "ws")
         yield root, ws
         cli("group", "delete", "--name", "recipes.rg", "--yes")  # stops the cluster's scheduler
 
 
-def place_stand_ins(ws: Workspace, recipe: Path, record: Path) -> None:
-    """A stand-in at every script path under the recipe's `scripts` mount: the recorder for Python
-    scripts, the job-preparation stand-in for shell scripts."""
+def place_stand_ins(recipe: Path, record: Path, stage: Path) -> None:
+    """A stand-in at every script path under the recipe's `scripts` share (the recorder for Python scripts,
+    the job-preparation stand-in for shell scripts) and the inputs it names, all by `batchai storage`."""
     text = recipe.read_text()
-    for item in json.loads(text)["properties"].get("inputDirectories", []):  # $AZ_BATCHAI_INPUT_SCRIPT/...
+    inputs = json.loads(text)["properties"].get("inputDirectories", [])
+    for item in inputs:  # $AZ_BATCHAI_INPUT_SCRIPT/...
         text = text.replace(f"$AZ_BATCHAI_INPUT_{item['id']}", item["path"])
-    spec = parse_job_json(recipe, name="x", experiment="recipes", cluster="nc6", storage_account=ACCOUNT)
-    scripts = [m for m in spec.mounts if m.relative_mount_path == "scripts"]
-    if not scripts:
-        return
-    storage = ws.storage(scripts[0])
-    for rel in set(PATH_RE.findall(text)):
-        target = Path(storage.root) / rel  # type: ignore[attr-defined]
-        target.parent.mkdir(parents=True, exist_ok=True)
+    on = ("--account-name", ACCOUNT)
+    for rel in sorted(set(PATH_RE.findall(text))):
+        local = stage / recipe.stem / rel
+        local.parent.mkdir(parents=True, exist_ok=True)
         if rel.endswith(".py"):
-            target.write_text(
+            local.write_text(
                 f"import runpy, sys\nsys.argv[1:1] = ['python']\nrunpy.run_path({str(record)!r})\n"
             )
         else:
-            target.write_text(PREP.format(record=record))
+            local.write_text(PREP.format(record=record))
+        cli("storage", "file", "upload", "-s", "scripts", "--source", str(local), "--path", rel, *on)
+    for item in inputs:
+        m = re.fullmatch(r"\$AZ_BATCHAI_JOB_MOUNT_ROOT/(scripts|data)/(.+)", item["path"])
+        if m and m.group(1) == "scripts":
+            cli("storage", "directory", "create", "-s", "scripts", "-n", m.group(2), *on)
+        elif m:  # a blob container has no folders: a blob under the prefix makes it one on the mount
+            keep = stage / "input.txt"
+            keep.write_text("input\n")
+            cli(
+                "storage",
+                "blob",
+                "upload",
+                "-c",
+                "data",
+                "-f",
+                str(keep),
+                "-n",
+                f"{m.group(2)}/input.txt",
+                *on,
+            )
 
 
 def expected(doc: dict[str, Any]) -> tuple[int, str]:
@@ -159,7 +185,7 @@ def test_recipe_runs_unchanged(
     monkeypatch.chdir(root)
     path = RECIPES / recipe
     doc = json.loads(path.read_text())
-    place_stand_ins(ws, path, root / "record.py")
+    place_stand_ins(path, root / "record.py", root / "stage")
     name = re.sub(r"[^A-Za-z0-9]+", "-", recipe.removesuffix(".json")).strip("-")[:60]
     job = ["--name", name, *RG, *EXP]
     cli("job", "create", "--cluster", "nc6", *job, "-f", str(path), "--storage-account-name", ACCOUNT)

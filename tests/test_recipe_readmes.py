@@ -78,33 +78,58 @@ MNIST_TRAINER = """
 """
 
 
-def test_pytorch_gpu_distributed_gloo_as_its_readme_says(work: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_pytorch_gpu_distributed_gloo_as_its_readme_says(
+    work: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     pytest.importorskip("torch")
     (work / "mnist_trainer.py").write_text(textwrap.dedent(MNIST_TRAINER))  # the README's wget
     (work / "job.json").write_text((RECIPES / "PyTorch__PyTorch-GPU-Distributed-Gloo__job.json").read_text())
     az("az group create -n batchai.recipes -l eastus")
     az("az batchai workspace create -g batchai.recipes -n recipe_workspace -l eastus")
-    az("az batchai cluster create -n nc6 -g batchai.recipes -w recipe_workspace -s Standard_NC6 -t 2 --generate-ssh-keys")  # noqa: E501
+    az(
+        "az batchai cluster create -n nc6 -g batchai.recipes -w recipe_workspace -s Standard_NC6 -t 2 --generate-ssh-keys"
+    )
     az("az storage account create -n <storage account name> --sku Standard_LRS -g batchai.recipes")
     az("az storage share create -n scripts --account-name <storage account name>")
     az("az storage share create -n logs --account-name <storage account name>")
     az("az storage directory create -n pytorch -s scripts --account-name <storage account name>")
-    az("az storage file upload -s scripts --source mnist_trainer.py --path pytorch --account-name <storage account name> ")  # noqa: E501
+    az(
+        "az storage file upload -s scripts --source mnist_trainer.py --path pytorch --account-name <storage account name> "
+    )
     az("az batchai experiment create -g batchai.recipes -w recipe_workspace -n pytorch_experiment")
-    az("az batchai job create -c nc6 -n distributed_pytorch -g batchai.recipes -w recipe_workspace -e pytorch_experiment -f job.json --storage-account-name <storage account name>")  # noqa: E501
-    assert "containerSettings skipped: image pytorch/pytorch:0.4_cuda9_cudnn7" in caplog.text  # cannot run here
+    az(
+        "az batchai job create -c nc6 -n distributed_pytorch -g batchai.recipes -w recipe_workspace -e pytorch_experiment -f job.json --storage-account-name <storage account name>"
+    )
+    assert (
+        "containerSettings skipped: image pytorch/pytorch:0.4_cuda9_cudnn7" in caplog.text
+    )  # cannot run here
     # "The training script is reporting the training progress in stdout-0.txt"
-    out, _ = az("az batchai job file stream -j distributed_pytorch -g batchai.recipes -w recipe_workspace -e pytorch_experiment -f stdout-0.txt")  # noqa: E501
+    out, _ = az(
+        "az batchai job file stream -j distributed_pytorch -g batchai.recipes -w recipe_workspace -e pytorch_experiment -f stdout-0.txt"
+    )
     assert out.splitlines() == [
         "Epoch: [1][0/469]\tLoss 2.3000\trank 0 of 3",
         "Epoch: [2][0/469]\tLoss 1.1500\trank 0 of 3",
     ]
-    listed, _ = az("az batchai job file list -j distributed_pytorch -g batchai.recipes -w recipe_workspace -e pytorch_experiment")  # noqa: E501
+    listed, _ = az(
+        "az batchai job file list -j distributed_pytorch -g batchai.recipes -w recipe_workspace -e pytorch_experiment"
+    )
     names = {f["name"] for f in json.loads(listed)}
-    assert {"stdout.txt", "stderr.txt", "stdout-0.txt", "stdout-1.txt", "stderr-0.txt", "stderr-1.txt"} <= names
-    out, _ = az("az batchai job file stream -j distributed_pytorch -g batchai.recipes -w recipe_workspace -e pytorch_experiment -f stdout-1.txt")  # noqa: E501
+    assert {
+        "stdout.txt",
+        "stderr.txt",
+        "stdout-0.txt",
+        "stdout-1.txt",
+        "stderr-0.txt",
+        "stderr-1.txt",
+    } <= names
+    out, _ = az(
+        "az batchai job file stream -j distributed_pytorch -g batchai.recipes -w recipe_workspace -e pytorch_experiment -f stdout-1.txt"
+    )
     assert [line.rsplit("\t", 1)[1] for line in out.splitlines()] == ["rank 1 of 3"] * 2
-    segment, _ = az("az batchai job show -n distributed_pytorch -g batchai.recipes -w recipe_workspace -e pytorch_experiment --query jobOutputDirectoryPathSegment")  # noqa: E501
+    segment, _ = az(
+        "az batchai job show -n distributed_pytorch -g batchai.recipes -w recipe_workspace -e pytorch_experiment --query jobOutputDirectoryPathSegment"
+    )
     assert "pytorch_experiment/jobs/distributed_pytorch" in json.loads(segment)
     az("az batchai group delete -n batchai.recipes -y")
 
@@ -123,18 +148,30 @@ def test_tensorflow_gpu_as_its_readme_says(work: Path, caplog: pytest.LogCapture
     (work / "job.json").write_text((RECIPES / "TensorFlow__TensorFlow-GPU__job.json").read_text())
     az("az group create -n batchai.recipes -l eastus")
     az("az batchai workspace create -g batchai.recipes -n recipe_workspace -l eastus")
-    az("az batchai cluster create -n nc6 -g batchai.recipes -w recipe_workspace -s Standard_NC6 -t 1 --generate-ssh-keys")  # noqa: E501
+    az(
+        "az batchai cluster create -n nc6 -g batchai.recipes -w recipe_workspace -s Standard_NC6 -t 1 --generate-ssh-keys"
+    )
     az("az storage account create -n <storage account name> --sku Standard_LRS -g batchai.recipes")
     az("az storage share create -n scripts --account-name <storage account name>")
     az("az storage share create -n logs --account-name <storage account name>")
     az("az storage directory create -n tensorflow -s scripts --account-name <storage account name>")
-    az("az storage file upload -s scripts --source convolutional.py --path tensorflow --account-name <storage account name>")  # noqa: E501
+    az(
+        "az storage file upload -s scripts --source convolutional.py --path tensorflow --account-name <storage account name>"
+    )
     az("az batchai experiment create -g batchai.recipes -w recipe_workspace -n tensorflow_experiment")
-    az("az batchai job create -c nc6 -n tensorflow -g batchai.recipes -w recipe_workspace -e tensorflow_experiment -f job.json --storage-account-name <storage account name>")  # noqa: E501
-    assert "containerSettings skipped: image tensorflow/tensorflow:1.8.0-gpu" in caplog.text  # cannot run here
-    out, _ = az("az batchai job file stream -j tensorflow -g batchai.recipes -w recipe_workspace -e tensorflow_experiment -f stdout-wk-0.txt")  # noqa: E501
+    az(
+        "az batchai job create -c nc6 -n tensorflow -g batchai.recipes -w recipe_workspace -e tensorflow_experiment -f job.json --storage-account-name <storage account name>"
+    )
+    assert (
+        "containerSettings skipped: image tensorflow/tensorflow:1.8.0-gpu" in caplog.text
+    )  # cannot run here
+    out, _ = az(
+        "az batchai job file stream -j tensorflow -g batchai.recipes -w recipe_workspace -e tensorflow_experiment -f stdout-wk-0.txt"
+    )
     assert out.splitlines() == ["TensorFlow stand-in on 0 []", "Step 0 (epoch 0.00), 5.1 ms"]
-    out, _ = az("az batchai job show -n tensorflow -g batchai.recipes -w recipe_workspace -e tensorflow_experiment --query executionState")  # noqa: E501
+    out, _ = az(
+        "az batchai job show -n tensorflow -g batchai.recipes -w recipe_workspace -e tensorflow_experiment --query executionState"
+    )
     assert json.loads(out) == "succeeded"
     az("az batchai group delete -n batchai.recipes -y")
 
@@ -156,9 +193,13 @@ def test_auto_storage_mounts_a_share_and_a_container_the_storage_commands_reach(
     (work / "data.txt").write_text("mnist\n")
     az("az group create --name myResourceGroup --location eastus")
     az("az batchai workspace create --workspace myworkspace --resource-group myResourceGroup")
-    _, err = az("az batchai cluster create --name mycluster --workspace myworkspace --resource-group myResourceGroup --vm-size Standard_NC6 --use-auto-storage --target 1 --user-name myusername --generate-ssh-keys")  # noqa: E501
+    _, err = az(
+        "az batchai cluster create --name mycluster --workspace myworkspace --resource-group myResourceGroup --vm-size Standard_NC6 --use-auto-storage --target 1 --user-name myusername --generate-ssh-keys"
+    )
     assert "batchaiautostorage" in err
-    shown, _ = az("az batchai cluster show --name mycluster --workspace myworkspace --resource-group myResourceGroup --query nodeSetup.mountVolumes")  # noqa: E501
+    shown, _ = az(
+        "az batchai cluster show --name mycluster --workspace myworkspace --resource-group myResourceGroup --query nodeSetup.mountVolumes"
+    )
     volumes = json.loads(shown)
     account = volumes["azureFileShares"][0]["accountName"]
     assert volumes["azureFileShares"][0]["relativeMountPath"] == "autoafs"
@@ -170,15 +211,23 @@ def test_auto_storage_mounts_a_share_and_a_container_the_storage_commands_reach(
     az("az storage file upload --share-name batchaishare --source train.py --path scripts")
     az("az storage blob upload --container-name batchaicontainer --file data.txt --name data.txt")
     az("az batchai experiment create -g myResourceGroup -w myworkspace -n quickstart")
-    az("az batchai job create -n j -c mycluster -g myResourceGroup -w myworkspace -e quickstart --python-script $AZ_BATCHAI_MOUNT_ROOT/autoafs/scripts/train.py --toolkit tensorflow")  # noqa: E501
-    out, _ = az("az batchai job file stream -j j -g myResourceGroup -w myworkspace -e quickstart -f stdout.txt")
+    az(
+        "az batchai job create -n j -c mycluster -g myResourceGroup -w myworkspace -e quickstart --python-script $AZ_BATCHAI_MOUNT_ROOT/autoafs/scripts/train.py --toolkit tensorflow"
+    )
+    out, _ = az(
+        "az batchai job file stream -j j -g myResourceGroup -w myworkspace -e quickstart -f stdout.txt"
+    )
     assert out.splitlines() == ["read mnist"]
     listed, _ = az("az storage blob list --container-name batchaicontainer")
     assert sorted(b["name"] for b in json.loads(listed)) == ["data.txt", "model.txt"]
     az("az storage blob download --container-name batchaicontainer --name model.txt --file model.txt")
     assert (work / "model.txt").read_text() == "trained\n"
     # a second cluster with auto-storage reuses the account, as az did
-    _, err = az("az batchai cluster create --name second --workspace myworkspace --resource-group myResourceGroup --use-auto-storage --target 1")  # noqa: E501
-    shown, _ = az("az batchai cluster show --name second --workspace myworkspace --resource-group myResourceGroup --query nodeSetup.mountVolumes.azureFileShares[0].accountName")  # noqa: E501
+    _, err = az(
+        "az batchai cluster create --name second --workspace myworkspace --resource-group myResourceGroup --use-auto-storage --target 1"
+    )
+    shown, _ = az(
+        "az batchai cluster show --name second --workspace myworkspace --resource-group myResourceGroup --query nodeSetup.mountVolumes.azureFileShares[0].accountName"
+    )
     assert json.loads(shown) == account
     az("az group delete --name myResourceGroup --yes")

@@ -73,7 +73,19 @@ def test_several_shares_of_an_account_are_each_one_storage_wherever_named(
         "open(os.path.join(root, 'logs', 'out.txt'), 'w').write('written by the job\\n')\n"
     )
     (lab / "in.txt").write_text("uploaded to logs\n")
-    cli(capsys, "storage", "file", "upload", "-s", "scripts", "--source", "train.py", "--path", "code", *ACCOUNT)
+    cli(
+        capsys,
+        "storage",
+        "file",
+        "upload",
+        "-s",
+        "scripts",
+        "--source",
+        "train.py",
+        "--path",
+        "code",
+        *ACCOUNT,
+    )
     cli(capsys, "storage", "file", "upload", "-s", "logs", "--source", "in.txt", *ACCOUNT)
     # the job's first share is logs, not the workspace's: each share is mounted as itself
     doc = job_json(lab / "job.json", "$AZ_BATCHAI_JOB_MOUNT_ROOT/scripts/code/train.py", "logs", "scripts")
@@ -82,7 +94,19 @@ def test_several_shares_of_an_account_are_each_one_storage_wherever_named(
     out, _ = cli(capsys, "job", "file", "stream", *RG, "-e", "e", "-j", "j", "-f", "stdout.txt")
     assert out.splitlines() == ["uploaded to logs"]
     downloaded = lab / "got.txt"
-    cli(capsys, "storage", "file", "download", "-s", "logs", "-p", "out.txt", "--dest", str(downloaded), *ACCOUNT)
+    cli(
+        capsys,
+        "storage",
+        "file",
+        "download",
+        "-s",
+        "logs",
+        "-p",
+        "out.txt",
+        "--dest",
+        str(downloaded),
+        *ACCOUNT,
+    )
     assert downloaded.read_text() == "written by the job\n"
     # Python's doors reach the same storage: ws.storage for any share, ws.share for the workspace's own
     ws = Workspace.from_cli("g", "w")
@@ -116,7 +140,9 @@ def test_a_blob_name_outside_its_container_is_refused(
 ) -> None:
     cli(capsys, "storage", "container", "create", "-n", "data", *ACCOUNT)
     (lab / "a.py").write_text("print(1)\n")
-    _, err = cli(capsys, "storage", "blob", "upload", "-c", "data", "-f", "a.py", "-n", name, *ACCOUNT, status=1)
+    _, err = cli(
+        capsys, "storage", "blob", "upload", "-c", "data", "-f", "a.py", "-n", name, *ACCOUNT, status=1
+    )
     assert "blob name" in err and repr(name) in err
     assert not (lab / "escape.py").exists() and not list(lab.parent.glob("escape.py"))
     listed = json.loads(cli(capsys, "storage", "blob", "list", "-c", "data", *ACCOUNT)[0])
@@ -155,8 +181,14 @@ def test_a_script_or_input_missing_on_a_mount_is_refused_naming_the_path_and_the
             "pyTorchSettings": {"pythonScriptFilePath": written},
             "mountVolumes": {
                 "azureFileShares": [
-                    {"azureFileUrl": "https://acct.file.core.windows.net/scripts", "relativeMountPath": "scripts"},
-                    {"azureFileUrl": "https://acct.file.core.windows.net/other", "relativeMountPath": "other"},
+                    {
+                        "azureFileUrl": "https://acct.file.core.windows.net/scripts",
+                        "relativeMountPath": "scripts",
+                    },
+                    {
+                        "azureFileUrl": "https://acct.file.core.windows.net/other",
+                        "relativeMountPath": "other",
+                    },
                 ]
             },
         }
@@ -178,7 +210,9 @@ def test_a_script_or_input_missing_on_a_mount_is_refused_naming_the_path_and_the
     assert "mount $AZ_BATCHAI_MOUNT_ROOT/external" in err
     cli(capsys, "storage", "directory", "create", "-n", "data", "-s", "other", *ACCOUNT)
     cli(capsys, "job", "create", *RG, "-e", "e", "-n", "j", "-c", "ext", "-f", "job.json")
-    assert Workspace.from_cli("g", "w").get_experiment("e").get_job("j").wait(timeout=120) is JobState.SUCCEEDED
+    assert (
+        Workspace.from_cli("g", "w").get_experiment("e").get_job("j").wait(timeout=120) is JobState.SUCCEEDED
+    )
 
 
 def test_an_old_one_share_registry_keeps_working(lab: Path, capsys: pytest.CaptureFixture[str]) -> None:

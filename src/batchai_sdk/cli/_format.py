@@ -213,7 +213,7 @@ def health_table(result: Any) -> list[Row]:
 
 def job_view(job: Job, group: str) -> dict[str, Any]:
     data = job.to_dict()
-    # where Batch AI put the job's folder (its logs and outputs): here, the job's folder on the workspace share
+    # where Batch AI put the job's folder (its logs and outputs): here, its folder on the workspace share
     data.setdefault("jobOutputDirectoryPathSegment", job.paths.job_dir)
     return {"name": data.pop("name"), "resourceGroup": group or None, "workspace": job.workspace.name, **data}
 

@@ -65,6 +65,7 @@ def register(commands: Commands) -> None:
             "batchai storage share create -n logs --account-name batchaistorage",
             "batchai storage share create -n batchaishare --account-name batchaistorage -w batchaidev",
             "batchai storage share list --account-name batchaistorage",
+            "batchai storage share delete -n logs --account-name batchaistorage",
         ),
     )
     p = ss.command("create", storage_share_create, "create a file share in a storage account")
@@ -120,6 +121,7 @@ def _register_blob(s: Commands) -> None:
         examples=(
             "batchai storage container create -n data --account-name batchaistorage",
             "batchai storage container list --account-name batchaistorage",
+            "batchai storage container delete -n data --account-name batchaistorage",
         ),
     )
     p = sc.command("create", storage_container_create, "create a blob container")
@@ -137,6 +139,7 @@ def _register_blob(s: Commands) -> None:
             "batchai storage blob upload -c data -n mnist/train.gz -f train.gz --account-name batchaistorage",
             "batchai storage blob list -c data --prefix mnist/ --account-name batchaistorage",
             "batchai storage blob download -c data -n mnist/train.gz -f train.gz --account-name A",
+            "batchai storage blob delete -c data -n mnist/train.gz --account-name batchaistorage",
         ),
     )
     p = sb.command("upload", storage_blob_upload, "upload a file as a blob")
