@@ -7,7 +7,8 @@ for every spec the parser produces. Anything malformed, unknown or not supported
 
 Choices where the schema and this SDK differ:
 
-* ``mountVolumes``: the first ``azureFileShares`` entry is the workspace share, seen at its
+* ``mountVolumes``: the ``azureFileShares`` entry naming the workspace's own share (``parse_job_json``'s
+  ``workspace_share=``; without it, the first entry) is the workspace share, seen at its
   ``relativeMountPath`` under ``$AZ_BATCHAI_JOB_MOUNT_ROOT`` (its ``azureFileUrl``, optional here, and
   ``credentials`` are checked and dropped: the workspace mounts its own share); every other entry of the four
   kinds is a typed mount of its own (``mounts.py`` here, ``batchai_sdk.mounts``, docs/storage.md).

@@ -3,9 +3,9 @@
 
 All four kinds are read: ``azureFileShares``, ``azureBlobFileSystems``, ``fileServers`` (the NFS server
 is the last segment of ``fileServer.id``: the file server's name, which must resolve on the nodes) and
-``unmanagedFileSystems``. In a job.json the first ``azureFileShares`` entry is the workspace share, seen
-at its ``relativeMountPath`` (the tutorials mount the share they upload to; here that is the workspace's);
-every other entry is a mount of its own. An ``accountKey`` becomes the mount's secret ``account_key``
+``unmanagedFileSystems``. In a job.json the ``azureFileShares`` entry naming the workspace's own share (the
+first entry where the caller cannot tell) is the workspace share, seen at its ``relativeMountPath``; every
+other entry is a mount of its own. An ``accountKey`` becomes the mount's secret ``account_key``
 (never written back); a Key Vault reference is checked and dropped. Every error names the JSON path.
 """
 

@@ -81,5 +81,9 @@ def group_delete(ctx: Context, args: argparse.Namespace) -> Result | None:
             ctx.note(
                 f"workspace {ws_name!r}: files on the SSH share stay at {entry['options'].get('share_path')}"
             )
+    from .storage import remove_account_storage
+
+    for account in data.get("storageAccounts", {}):
+        remove_account_storage(ctx, account)  # as az group delete took its storage accounts
     ctx.registry.remove_group(name)
     return None

@@ -272,16 +272,25 @@ def storage_account_delete(ctx: Context, args: argparse.Namespace) -> Result | N
     )
     group["storageAccounts"].pop(args.name, None)
     ctx.registry.save_group(group)
+    remove_account_storage(ctx, args.name)
+    return None
+
+
+def remove_account_storage(ctx: Context, account: str) -> None:
+    """The folders of an account's shares and containers (a link to a workspace's share: only the link)."""
     import shutil
 
     for kind in ("afs", "blob"):
-        folder = ctx.registry.home / "storage" / kind / args.name
+        folder = ctx.registry.home / "storage" / kind / account
         for entry in folder.iterdir() if folder.is_dir() else ():
             if entry.is_symlink():
-                entry.unlink()  # a link to a workspace's share: the share stays
+                entry.unlink()
             else:
                 shutil.rmtree(entry, ignore_errors=True)
-    return None
+        try:
+            folder.rmdir()
+        except OSError:
+            pass
 
 
 def _account(ctx: Context, args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
