@@ -140,12 +140,20 @@ def _register_blob(s: Commands) -> None:
             "batchai storage blob list -c data --prefix mnist/ --account-name batchaistorage",
             "batchai storage blob download -c data -n mnist/train.gz -f train.gz --account-name A",
             "batchai storage blob delete -c data -n mnist/train.gz --account-name batchaistorage",
+            "batchai storage blob upload-batch -s mnist_data -d data --destination-path mnist_data "
+            "--account-name batchaistorage",
         ),
     )
     p = sb.command("upload", storage_blob_upload, "upload a file as a blob")
     p.add_argument("--file", "-f", required=True, help="the local file")
     p.add_argument("--name", "-n", required=True, help="the blob's name ('/' makes folders)")
     _container_args(p)
+    p = sb.command("upload-batch", storage_blob_upload_batch, "upload a folder's files as blobs")
+    p.add_argument("--source", "-s", required=True, help="the local folder")
+    p.add_argument("--destination", "-d", required=True, help="the container (or CONTAINER/PATH)")
+    p.add_argument("--destination-path", help="a name prefix for the blobs")
+    p.add_argument("--pattern", help="only files matching this glob (e.g. *.png)")
+    _account_args(p)
     p = sb.command("download", storage_blob_download, "download a blob into a file")
     p.add_argument("--name", "-n", required=True, help="the blob's name")
     p.add_argument("--file", "-f", required=True, help="the local file to write")
@@ -603,6 +611,30 @@ def storage_blob_upload(ctx: Context, args: argparse.Namespace) -> Result | None
         container.mkdir(posixpath.dirname(name))
     container.upload(source, name)
     return Result({"name": name, "size": source.stat().st_size})
+
+
+def storage_blob_upload_batch(ctx: Context, args: argparse.Namespace) -> Result | None:
+    """Every file under ``--source`` as a blob named by its path there (after ``--destination-path``)."""
+    import fnmatch
+
+    _, account = _account(ctx, args)
+    container_name, _, prefix = args.destination.partition("/")
+    container = open_container(ctx, account["name"], validate_share(container_name))
+    prefix = "/".join(p for p in (prefix.strip("/"), (args.destination_path or "").strip("/")) if p)
+    source = Path(args.source).expanduser()
+    if not source.is_dir():
+        raise NotFoundError("local folder", str(source))
+    out = []
+    for path in sorted(p for p in source.rglob("*") if p.is_file()):
+        rel = path.relative_to(source).as_posix()
+        if args.pattern and not fnmatch.fnmatch(rel, args.pattern):
+            continue
+        name = blob_name(f"{prefix}/{rel}" if prefix else rel)
+        if "/" in name:
+            container.mkdir(posixpath.dirname(name))
+        container.upload(path, name)
+        out.append({"Blob": name, "Type": None})
+    return Result(out)
 
 
 def storage_blob_download(ctx: Context, args: argparse.Namespace) -> Result | None:

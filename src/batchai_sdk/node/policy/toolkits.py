@@ -189,8 +189,9 @@ def hostfile_slots(toolkit: str, ranks: Sequence[int]) -> list[int]:
 def task_log_names(ctx: RankContext) -> tuple[str, str] | None:
     """Per-process logs as Batch AI wrote them in stdouterr, beside the merged stdout.txt/stderr.txt:
     TensorFlow's per task (``stdout-wk-0.txt``, ``stderr-ps-0.txt``; worker 0, the master, is ``wk-0``),
-    PyTorch's per process (``stdout-0.txt``: the PyTorch recipe streams it); None for the others."""
-    if ctx.toolkit == "pytorch":
+    PyTorch's and Caffe2's per process (``stdout-0.txt``, ``stderr-0.txt``: the PyTorch and Caffe2 recipes
+    stream them); None for the others."""
+    if ctx.toolkit in ("pytorch", "caffe2"):
         return f"stdout-{ctx.rank}.txt", f"stderr-{ctx.rank}.txt"
     if ctx.toolkit != "tensorflow":
         return None
