@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import threading
 from collections.abc import Callable
@@ -70,6 +71,8 @@ class SpecBodies:
 
 
 SPEC_BODIES = SpecBodies()
+# Measuring (scripts/, the count): each checked body is appended to this file, none refused
+MEASURE = os.environ.get("BATCHAI_FAKE_BATCH_BODIES")
 
 Reply = tuple[int, dict[str, str], Any]
 
@@ -173,7 +176,7 @@ class FakeBatchService:
     injected: list[Injected] = field(default_factory=list)
     # every body an operation of the spec excerpt received: (method, path, definition, errors)
     checked_bodies: list[tuple[str, str, str, list[str]]] = field(default_factory=list)
-    validate: bool = True  # False: take invalid bodies as the service might (measuring only)
+    validate: bool = MEASURE is None  # False: take invalid bodies as the service might (measuring only)
     on_task_added: Callable[[str, dict[str, Any]], None] | None = None
     _lock: threading.RLock = field(default_factory=threading.RLock)
 
@@ -242,6 +245,9 @@ class FakeBatchService:
             checked = SPEC_BODIES.errors(request.method, path, data)
             if checked is not None:
                 self.checked_bodies.append((request.method, path, *checked))
+                if MEASURE:
+                    with open(MEASURE, "a") as out:
+                        out.write(json.dumps({"definition": checked[0], "errors": checked[1]}) + "\n")
                 if checked[1] and self.validate:
                     return batch_error(
                         400,
