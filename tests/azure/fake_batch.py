@@ -18,15 +18,61 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.utils import formatdate
+from pathlib import Path
 from typing import Any
 
 import responses
 from fake_arm import FakeArm, Injected, now, read_request, take_injected
+from jsonschema import Draft4Validator  # type: ignore[import-untyped]
+
+SPEC = Path(__file__).resolve().parents[1] / "data" / "batch_spec" / "definitions-2025-06-01.json"
+
+
+def _closed(schema: Any) -> Any:
+    """Each object definition with ``additionalProperties: false`` unless it says otherwise (oav's rule:
+    a property the spec does not declare is an error)."""
+    if isinstance(schema, dict):
+        out = {k: _closed(v) for k, v in schema.items()}
+        if out.get("type") == "object" and "properties" in out and "additionalProperties" not in out:
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [_closed(v) for v in schema]
+    return schema
+
+
+class SpecBodies:
+    """The request bodies of the operations the spec excerpt lists, checked against its definitions."""
+
+    def __init__(self) -> None:
+        doc = json.loads(SPEC.read_text())
+        self.definitions = _closed(doc["definitions"])
+        self.operations = [
+            (op.split()[0], re.compile("^" + re.sub(r"\{[^}]+\}", "[^/]+", op.split()[1]) + "$"), name)
+            for op, name in doc["operations"].items()
+        ]
+
+    def errors(self, method: str, path: str, body: Any) -> tuple[str, list[str]] | None:
+        """(definition, its errors) for a body the spec defines; None for other requests."""
+        for verb, rx, name in self.operations:
+            if verb == method and rx.match(path):
+                schema = {"$ref": f"#/definitions/{name}", "definitions": self.definitions}
+                found = Draft4Validator(schema).iter_errors(body if body is not None else {})
+                return name, sorted(
+                    f"{'/'.join(str(p) for p in e.absolute_path) or '(body)'}: {e.message}" for e in found
+                )
+        return None
+
+
+SPEC_BODIES = SpecBodies()
+# Measuring (scripts/, the issue's count): each checked body is appended to this file, none refused
+MEASURE = os.environ.get("BATCHAI_FAKE_BATCH_BODIES")
 
 Reply = tuple[int, dict[str, str], Any]
 
@@ -113,7 +159,10 @@ class FakeBatchService:
     account: str = "batchaitest"
     region: str = "eastus"
     addresses: Callable[[str, int], str] = lambda pool, i: f"10.0.0.{4 + i}"
-    answer_ranges_with_206: bool = True
+    # How ranged reads are answered: "spec" (``Tasks_GetTaskFile``: 200 with the bytes ``ocp-range`` asks
+    # for), "206" (a front that honours ``Range`` with 206 Partial Content), "whole" (one that ignores
+    # the range: 200 and the whole file)
+    ranges: str = "spec"
     pools: dict[str, dict[str, Any]] = field(default_factory=dict)
     nodes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -125,6 +174,9 @@ class FakeBatchService:
     range_headers: list[dict[str, str]] = field(default_factory=list)
     auth_headers: list[str | None] = field(default_factory=list)
     injected: list[Injected] = field(default_factory=list)
+    # every body an operation of the spec excerpt received: (method, path, definition, errors)
+    checked_bodies: list[tuple[str, str, str, list[str]]] = field(default_factory=list)
+    validate: bool = MEASURE is None  # False: take invalid bodies as the service might (measuring only)
     on_task_added: Callable[[str, dict[str, Any]], None] | None = None
     _lock: threading.RLock = field(default_factory=threading.RLock)
 
@@ -159,10 +211,18 @@ class FakeBatchService:
         with self._lock:
             entry = self.tasks[job][task]
             info = fields.pop("executionInfo", None)
+            if "state" in fields and fields["state"] != entry.get("state"):  # as the service keeps them
+                entry["previousState"] = entry.get("state")
+                entry["previousStateTransitionTime"] = entry.get("stateTransitionTime")
             entry.update(fields)
             if info is not None:
                 entry["executionInfo"] = {**entry.get("executionInfo", {}), **info}
             entry["stateTransitionTime"] = now()
+            self._end_if_all_complete(job)
+
+    @property
+    def invalid_bodies(self) -> list[tuple[str, str, str, list[str]]]:
+        return [c for c in self.checked_bodies if c[3]]
 
     def job_ids(self) -> list[str]:
         return list(self.jobs)
@@ -182,6 +242,20 @@ class FakeBatchService:
                 return injected
             if not str(request.headers.get("Authorization", "")).startswith("Bearer "):
                 return batch_error(401, "AuthenticationFailed", "Server failed to authenticate the request.")
+            checked = SPEC_BODIES.errors(request.method, path, data)
+            if checked is not None:
+                self.checked_bodies.append((request.method, path, *checked))
+                if MEASURE:
+                    with open(MEASURE, "a") as out:
+                        out.write(json.dumps({"definition": checked[0], "errors": checked[1]}) + "\n")
+                if checked[1] and self.validate:
+                    return batch_error(
+                        400,
+                        "InvalidRequestBody",
+                        f"The specified Request Body is not syntactically valid ({checked[0]}: "
+                        + "; ".join(checked[1])
+                        + ")",
+                    )
             try:
                 return self._route(request, path, query, data)
             except KeyError as exc:
@@ -327,6 +401,7 @@ class FakeBatchService:
                 }
                 self.jobs[data["id"]] = job
                 self.tasks[data["id"]] = {}
+                self._end_if_all_complete(data["id"])
                 return self._accepted(201)
             if method == "GET":
                 wanted = "active" if "state eq 'active'" in query.get("$filter", "") else None
@@ -339,6 +414,14 @@ class FakeBatchService:
         if len(rest) == 1:
             if method == "GET":
                 return self._json(200, job)
+            if method == "PATCH":  # Jobs_UpdateJob: the given properties only
+                if job["state"] != "active":
+                    return batch_error(
+                        409, "JobCompleted", "The specified job is already in a completed state."
+                    )
+                job.update(copy.deepcopy(data))
+                self._end_if_all_complete(job_id)
+                return 200, {"ETag": "0x8D45765A6A2DC04", "Last-Modified": formatdate(usegmt=True)}, ""
             if method == "DELETE":
                 del self.jobs[job_id]
                 self.tasks.pop(job_id, None)
@@ -364,6 +447,16 @@ class FakeBatchService:
         if rest[1] == "tasks":
             return self._tasks(request, method, job_id, rest[2:], data)
         raise KeyError("InvalidUri")
+
+    def _end_if_all_complete(self, job_id: str) -> None:
+        """``onAllTasksComplete: terminatejob``: the job ends once every task has completed; a job with no
+        task counts as complete (the spec's note: set it after adding the tasks)."""
+        job = self.jobs.get(job_id)
+        if job is None or job["state"] != "active" or job.get("onAllTasksComplete") != "terminatejob":
+            return
+        if all(t["state"] == "completed" for t in self.tasks.get(job_id, {}).values()):
+            job["state"] = "completed"
+            job["executionInfo"] = {"terminateReason": "AllTasksComplete", "endTime": now()}
 
     def _tasks(self, request: Any, method: str, job_id: str, rest: list[str], data: Any) -> Reply:
         tasks = self.tasks[job_id]
@@ -432,11 +525,13 @@ class FakeBatchService:
         }
         if method == "HEAD":
             return 200, {**headers, "Content-Length": str(len(data))}, b""
-        wanted = request.headers.get("Range") or request.headers.get("ocp-range")
         self.range_headers.append(
             {k: v for k, v in request.headers.items() if k.lower() in ("range", "ocp-range")}
         )
-        if wanted and self.answer_ranges_with_206:
+        wanted = request.headers.get("ocp-range")
+        if self.ranges == "206":
+            wanted = request.headers.get("Range") or wanted
+        if wanted and self.ranges in ("spec", "206"):
             m = re.fullmatch(r"bytes=(\d+)-(\d*)", wanted)
             assert m, wanted
             start = int(m.group(1))
@@ -444,6 +539,8 @@ class FakeBatchService:
             if start >= len(data):
                 return 416, {"Content-Range": f"bytes */{len(data)}"}, b""
             part = data[start : end + 1]
+            if self.ranges == "spec":
+                return 200, {**headers, "Content-Length": str(len(part))}, part
             return (
                 206,
                 {

@@ -62,6 +62,8 @@ class FakeFilesService:
         for method in ("GET", "PUT", "HEAD", "DELETE"):
             mock.add_callback(method, pattern, callback=self._handle)
 
+    refuse_writes = False  # True: every PUT (a file's creation or range) fails with 500, reads still work
+
     def throttle_next(self, count: int, status: int = 503) -> None:
         """Answer the next ``count`` requests with ``status`` (503 ServerBusy: Azure Files throttling)."""
         with self._lock:
@@ -82,6 +84,8 @@ class FakeFilesService:
             if "authorization" not in headers:
                 self.counters.unauthorized.append(f"{request.method} {url.path}")
                 return self._error(request.method, 403, "AuthenticationFailed", "No Authorization header.")
+            if self.refuse_writes and request.method == "PUT":
+                return self._error(request.method, 500, "InternalError", "The server encountered an error.")
             if self._throttle > 0:
                 self._throttle -= 1
                 self.counters.throttled += 1

@@ -83,7 +83,9 @@ def test_pool_add_has_the_formula_mounts_start_task_and_inter_node_ssh(env: Any)
     }
     assert vm["nodeAgentSKUId"] == "batch.node.ubuntu 22.04"
     assert body["enableInterNodeCommunication"] is True and body["taskSlotsPerNode"] == 1
-    assert body["enableAutoScale"] is True and body["autoScaleEvaluationInterval"] == "PT5M"
+    assert (
+        body["enableAutoScale"] is True and body["autoScaleEvaluationInterval"] == "PT05M00S"
+    )  # azure-batch writes durations so
     assert (
         "$maxNodes = 4;" in body["autoScaleFormula"]
         and "TimeInterval_Second * 900" in body["autoScaleFormula"]
@@ -255,7 +257,9 @@ def test_a_job_is_a_batch_job_with_a_multi_instance_task(env: Any, tmp_path: Pat
     assert job.state is JobState.QUEUED
     (job_id,) = service.job_ids()
     batch_job = service.body_of("POST", r"^/jobs$")
-    assert batch_job["poolInfo"] == {"poolId": "nc"} and batch_job["onAllTasksComplete"] == "terminatejob"
+    # created with noaction (a job with no task counts as complete), made to end with its task once it is in
+    assert batch_job["poolInfo"] == {"poolId": "nc"} and batch_job["onAllTasksComplete"] == "noaction"
+    assert service.body_of("PATCH", rf"^/jobs/{job_id}$") == {"onAllTasksComplete": "terminatejob"}
     assert batch_job["priority"] == 50
     task = service.body_of("POST", rf"^/jobs/{job_id}/tasks$")
     assert task["multiInstanceSettings"]["numberOfInstances"] == 2
@@ -266,8 +270,8 @@ def test_a_job_is_a_batch_job_with_a_multi_instance_task(env: Any, tmp_path: Pat
     assert launch["env"]["AZ_BATCHAI_NUM_GPUS"] == "1"  # Standard_NC4as_T4_v3: one T4
     assert launch["env"]["AZ_BATCHAI_MOUNT_ROOT"] == "/mnt/batch/tasks/fsmounts"  # $AZ_BATCH_NODE_MOUNTS_DIR
     assert launch["ssh_command"][0] == "ssh" and "plm_rsh_agent" in launch["mpirun_argv"]
-    assert task["constraints"] == {"maxTaskRetryCount": 2, "maxWallClockTime": "PT3600S"}
-    assert task["userIdentity"] == {"userName": "batchai"}
+    assert task["constraints"] == {"maxTaskRetryCount": 2, "maxWallClockTime": "PT01H00M00S"}
+    assert task["userIdentity"] == {"username": "batchai"}  # UserIdentity.username in the spec
     settings = {e["name"]: e["value"] for e in task["environmentSettings"]}
     assert settings == {"HF_TOKEN": "hf-s3cret", "BATCHAI_SECRET_NAMES": "HF_TOKEN"}
     record = ws.share.read_json(layout.status_record("cifar", job.name))
@@ -358,19 +362,23 @@ def test_failure_before_the_launcher_quotes_the_task_stderr_read_by_range(env: A
     }
 
 
-def test_task_file_ranges_206_200_and_416(env: Any, tmp_path: Path) -> None:
+def test_task_file_ranges_as_the_spec_206_200_and_416(env: Any, tmp_path: Path) -> None:
     ws, _arm, service, _ = env
     ws.create_cluster("nc", vm_size=T4, nodes=1, idle_seconds_before_scaledown=None)
     service.jobs["j"] = {"id": "j", "state": "active"}
     service.tasks["j"] = {"job": {"id": "job", "state": "running"}}
     service.files[("j", "job", "stdout.txt")] = b"0123456789"
     batch = ws.backend.service
-    assert batch.read_task_file("j", "job", "stdout.txt", 3, 4) == b"3456"  # 206 + Content-Range
+    # Tasks_GetTaskFile: 200 with the bytes ocp-range asks for
+    assert batch.read_task_file("j", "job", "stdout.txt", 3, 4) == b"3456"
+    assert batch.read_task_file("j", "job", "stdout.txt", 8, 4) == b"89"
     assert batch.read_task_file("j", "job", "stdout.txt", 10, 4) == b""  # 416: past the end
-    service.answer_ranges_with_206 = False  # as the Tasks_GetTaskFile example: 200 and the whole file
+    service.ranges = "206"  # a front that honours Range: 206 + Content-Range
+    assert batch.read_task_file("j", "job", "stdout.txt", 3, 4) == b"3456"
+    service.ranges = "whole"  # one that ignores the range: 200 and the whole file
     assert batch.read_task_file("j", "job", "stdout.txt", 3, 4) == b"3456"
     assert batch.task_file_size("j", "job", "stdout.txt") == 10
-    service.answer_ranges_with_206 = True
+    service.ranges = "206"
     # why the SDK's own download is not used: azure-batch 15.1 refuses a 206 answer to its range
     from azure.core.exceptions import HttpResponseError
 
@@ -396,10 +404,10 @@ def test_a_preempted_node_requeues_the_task_and_the_job_keeps_its_identity(env: 
     service.set_node("spot", 1, state="preempted")
     status = ws.backend.cluster_status(ws.get_cluster("spot").spec)
     assert status.node_states[nodes[1]] is NodeState.LEAVING and "preempted" in status.reasons[nodes[1]]
-    service.set_task(job_id, state="active", executionInfo={"requeueCount": 1})
+    service.set_task(job_id, state="active")  # requeueCount counts user requeues only: it stays 0
     assert job.state is JobState.QUEUED
     (attempt,) = job.attempts
-    assert attempt["index"] == 0 and "requeued by Azure Batch" in attempt["cause"]
+    assert attempt["index"] == 0 and "preempted" in attempt["cause"]
     assert attempt["nodes"] == nodes
     service.set_task(job_id, state="running")
     service.set_task(job_id, state="completed", executionInfo={"result": "success", "exitCode": 0})

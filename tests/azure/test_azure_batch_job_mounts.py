@@ -118,7 +118,7 @@ def test_a_storage_two_jobs_use_on_a_node_stays_mounted_until_the_second_release
     }
     a, b = built["job-a"], built["job-b"]
     assert a is not None and b is not None
-    release = {j: m.job["jobReleaseTask"]["commandLine"] for j, m in built.items() if m is not None}
+    release = {j: m.release.command_line for j, m in built.items() if m is not None and m.release}
     script = "\n".join(
         [
             "set -eu",

@@ -22,7 +22,7 @@ from .._staging import node_code as node_code
 from ..exceptions import AlreadyExistsError, BackendError, CapacityError, ValidationError
 from ..launch import node_command, on_node
 from ..node.names import SCHED_SOCKET
-from ..node.protocol import E_CAPACITY, E_EXISTS, E_INVALID, NodesDoc
+from ..node.protocol import E_CAPACITY, E_EXISTS, E_INVALID, NodesDoc, StatusDoc
 from ..share import Share
 from ..vm_sizes import health_floors
 from .base import Activity, Assignment, Backend, ClusterScheduler, JobRequest, LaunchTarget
@@ -37,11 +37,7 @@ def with_cluster_heartbeat(
     """A queued job's record with the cluster's heartbeat when that is newer: the scheduler rewrites a
     queued job's ``status.json`` only when it changes, and beats once for the whole queue in
     ``nodes.json`` (a thousand queued jobs are not a thousand writes every few seconds)."""
-    if (
-        not record
-        or record.get("state") != "queued"
-        or not (record.get("reporter") or record.get("scheduler"))
-    ):
+    if not record or record.get("state") != "queued" or not StatusDoc.from_dict(record).accepted:
         return record
     doc = share.read_json_or_none(layout.nodes_record(cluster)) or {}
     try:

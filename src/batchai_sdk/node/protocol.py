@@ -17,7 +17,7 @@ The tree under a share root (the client's root is ``""``, a node's is where it m
 from __future__ import annotations
 
 import posixpath
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 # ctl: the request's operations (spelled in names.py, which ctl loads without this module's dataclasses)
@@ -158,24 +158,34 @@ class SharePaths:
 
 @dataclass(frozen=True)
 class Reporter:
-    """The process that writes a job's status record (its scheduler, or the Slurm step), and where."""
+    """Who holds a job once a scheduler accepted it, and writes its status record: our scheduler or the
+    Slurm step (``host``/``pid``), or a scheduling service that runs it (``service``: ``azure-batch``,
+    ``slurm``) whose state the client reads back into the record."""
 
     host: str | None = None
     pid: int | None = None
     job_id: int | None = None  # the scheduler's row id (its node-local job folder is named by it)
+    service: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"host": self.host, "pid": self.pid}
         if self.job_id is not None:
             out["job_id"] = self.job_id
+        if self.service is not None:
+            out["service"] = self.service
         return out
 
     @classmethod
     def from_record(cls, data: dict[str, Any]) -> Reporter | None:
-        """From ``reporter``; older records: ``scheduler`` or ``wrapper_host``/``wrapper_pid``."""
+        """From ``reporter``; older records: ``scheduler`` (a dict, or a service's name as Batch and Slurm
+        wrote it) or ``wrapper_host``/``wrapper_pid``."""
         raw = data.get("reporter") or data.get("scheduler")
         if isinstance(raw, dict):
-            return cls(_str(raw.get("host")), _int(raw.get("pid")), _int(raw.get("job_id")))
+            return cls(
+                _str(raw.get("host")), _int(raw.get("pid")), _int(raw.get("job_id")), _str(raw.get("service"))
+            )
+        if isinstance(raw, str) and raw:
+            return cls(service=raw)
         if data.get("wrapper_host") is not None or data.get("wrapper_pid") is not None:
             return cls(_str(data.get("wrapper_host")), _int(data.get("wrapper_pid")))
         return None
@@ -184,7 +194,8 @@ class Reporter:
 @dataclass(frozen=True)
 class StatusDoc:
     """A job's ``status.json``. A client writes the first (``queued``, no reporter); a record with a
-    reporter was written by the job's scheduler: that job was accepted and is no longer its client's."""
+    reporter was written by the job's scheduler, or names the service that has it: that job was accepted
+    and is no longer its client's (``accepted``: the one definition every reader uses)."""
 
     state: str
     creation_time: str | None = None
@@ -215,6 +226,20 @@ class StatusDoc:
                 continue
             out[f.name] = value.to_dict() if isinstance(value, Reporter) else value
         return out
+
+    def updated(self, **changes: Any) -> StatusDoc:
+        """This record with ``changes``: its own fields replaced, any other key kept in ``extra`` (a
+        backend's ids); ``None`` clears either."""
+        own = {f.name for f in fields(self)} - {"extra"}
+        extra = dict(self.extra)
+        for key, value in changes.items():
+            if key not in own:
+                if value is None:
+                    extra.pop(key, None)
+                else:
+                    extra[key] = value
+        kwargs = {k: v for k, v in changes.items() if k in own}
+        return replace(self, extra=extra, **kwargs)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StatusDoc:

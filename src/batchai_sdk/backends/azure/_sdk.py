@@ -22,6 +22,8 @@ _PACKAGES = {
     "azure.storage.fileshare": "azure-storage-file-share",
     "azure.mgmt.batch": "azure-mgmt-batch",
     "azure.batch": "azure-batch",
+    "azure.batch.models": "azure-batch",
+    "azure.mgmt.batch.models": "azure-mgmt-batch",
 }
 
 

@@ -26,6 +26,7 @@ from ..azure.clients import AzureClients
 from ..azure.errors import azure_call, call_or_none
 from ..azure.preflight import QuotaShortError, SkuInfo
 from ..azure.provision import WorkspaceNames, _dict
+from .models import mgmt
 
 BATCH_SERVICE = "BatchService"
 DEDICATED = "dedicatedCoreQuota"
@@ -56,19 +57,19 @@ class BatchAccount:
     properties: Mapping[str, Any]
 
 
-def account_body(names: WorkspaceNames) -> dict[str, Any]:
+def account_body(names: WorkspaceNames) -> mgmt.BatchAccountCreateParameters:
     storage_id = (
         f"/subscriptions/{names.subscription_id}/resourceGroups/{names.resource_group}"
         f"/providers/Microsoft.Storage/storageAccounts/{names.storage_account}"
     )
-    return {
-        "location": names.location,
-        "tags": names.tags(),
-        "properties": {
-            "autoStorage": {"storageAccountId": storage_id},
-            "poolAllocationMode": BATCH_SERVICE,
-        },
-    }
+    return mgmt.BatchAccountCreateParameters(
+        location=names.location,
+        tags=names.tags(),
+        properties=mgmt.BatchAccountCreateProperties(
+            auto_storage=mgmt.AutoStorageBaseProperties(storage_account_id=storage_id),
+            pool_allocation_mode=mgmt.PoolAllocationMode.BATCH_SERVICE,
+        ),
+    )
 
 
 def _account(name: str, raw: Mapping[str, Any]) -> BatchAccount:

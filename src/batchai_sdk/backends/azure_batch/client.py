@@ -5,7 +5,8 @@ quota refusals as ``AzureQuotaError`` with what to do.
 Task files are read with a ranged GET sent through the client's own pipeline (authentication, retries):
 ``download_task_file`` of azure-batch 15.1 sends only ``ocp-range`` and accepts nothing but ``200``, so a
 service or proxy that honours the range with ``206 Partial Content`` would fail it. We send the standard
-``Range`` header too and take ``200`` (whole file: sliced here), ``206`` and ``416`` (past the end).
+``Range`` header too and take ``200`` (``Tasks_GetTaskFile``: the range's bytes; a body longer than the
+range is a whole file, sliced here), ``206`` and ``416`` (past the end).
 
 Resize, delete and terminate are sent as the single REST call (``202 Accepted``) through the client's
 ``_..._internal`` operations: the public ``begin_...`` wrappers start a polling thread that lives until the
@@ -18,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 from urllib.parse import quote
 
@@ -26,6 +28,7 @@ from ..azure import _sdk
 from ..azure.clients import ClientOptions
 from ..azure.errors import json_mapping, scrub, translate
 from ..azure.provision import _dict  # the REST JSON of an SDK model
+from .models import bm
 
 _QUOTA_CODES = {
     "PoolQuotaReached": "the Batch account's pool quota is reached: delete a cluster, or request a larger "
@@ -58,6 +61,11 @@ def batch_error(body: Any) -> tuple[str | None, str | None]:
     ]
     text = str(message or "").split("\n")[0] + (f" ({'; '.join(details)})" if details else "")
     return (str(code) if code else None), (text or None)
+
+
+def _terminate_options(reason: str) -> Any:
+    """``BatchJobTerminateOptions``: azure-batch 15.1 keeps it out of ``azure.batch.models``' exports."""
+    return _sdk.load("azure.batch.models._models").BatchJobTerminateOptions(termination_reason=reason)
 
 
 def quota_error(code: str, message: str, operation: str) -> AzureQuotaError | None:
@@ -131,21 +139,21 @@ class BatchService:
                 return None
             raise
 
-    def create_pool(self, body: Mapping[str, Any]) -> bool:
+    def create_pool(self, body: bm.BatchPoolCreateOptions) -> bool:
         """Add the pool; False when a pool of that id exists already."""
         try:
-            with self.call(f"create pool {body.get('id')}", exists="pool"):
-                self.client.create_pool(dict(body))
+            with self.call(f"create pool {body.id}", exists="pool"):
+                self.client.create_pool(body)
         except AlreadyExistsError:
             return False
         return True
 
     def resize_pool(self, pool_id: str, nodes: int, *, spot: bool) -> None:
-        body = {
-            "targetDedicatedNodes": 0 if spot else nodes,
-            "targetLowPriorityNodes": nodes if spot else 0,
-            "nodeDeallocationOption": "taskcompletion",
-        }
+        body = bm.BatchPoolResizeOptions(
+            target_dedicated_nodes=0 if spot else nodes,
+            target_low_priority_nodes=nodes if spot else 0,
+            node_deallocation_option=bm.BatchNodeDeallocationOption.TASK_COMPLETION,
+        )
         with self.call(f"resize pool {pool_id} to {nodes}"):
             self.client._resize_pool_internal(pool_id, body)
 
@@ -153,8 +161,12 @@ class BatchService:
         with self.call(f"turn autoscale off on pool {pool_id}"):
             self.client.disable_pool_auto_scale(pool_id)
 
-    def enable_autoscale(self, pool_id: str, formula: str, interval: str = "PT5M") -> None:
-        body = {"autoScaleFormula": formula, "autoScaleEvaluationInterval": interval}
+    def enable_autoscale(
+        self, pool_id: str, formula: str, interval: timedelta = timedelta(minutes=5)
+    ) -> None:
+        body = bm.BatchPoolEnableAutoScaleOptions(
+            auto_scale_formula=formula, auto_scale_evaluation_interval=interval
+        )
         with self.call(f"turn autoscale on on pool {pool_id}"):
             self.client.enable_pool_auto_scale(pool_id, body)
 
@@ -171,9 +183,14 @@ class BatchService:
             return [_dict(n) for n in self.client.list_nodes(pool_id)]
 
     # -- jobs and tasks ----------------------------------------------------------------------------------
-    def create_job(self, body: Mapping[str, Any]) -> None:
-        with self.call(f"create Batch job {body.get('id')}", exists="job"):
-            self.client.create_job(dict(body))
+    def create_job(self, body: bm.BatchJobCreateOptions) -> None:
+        with self.call(f"create Batch job {body.id}", exists="job"):
+            self.client.create_job(body)
+
+    def update_job(self, job_id: str, body: bm.BatchJobUpdateOptions) -> None:
+        """PATCH the job's given properties (``Jobs_UpdateJob``)."""
+        with self.call(f"update Batch job {job_id}"):
+            self.client.update_job(job_id, body)
 
     def delete_job(self, job_id: str) -> None:
         try:
@@ -187,7 +204,7 @@ class BatchService:
         """Terminate the job and its running task; False when it is gone or had completed."""
         try:
             with self.call(f"terminate Batch job {job_id}"):
-                self.client._terminate_job_internal(job_id, options={"terminateReason": reason})
+                self.client._terminate_job_internal(job_id, _terminate_options(reason))
         except AzureError as exc:
             if exc.status == 404 or exc.code in ("JobCompleted", "JobNotFound"):
                 return False
@@ -198,9 +215,9 @@ class BatchService:
         with self.call("list the Batch account's active jobs"):
             return [_dict(j) for j in self.client.list_jobs(filter="state eq 'active'")]
 
-    def create_task(self, job_id: str, body: Mapping[str, Any]) -> None:
+    def create_task(self, job_id: str, body: bm.BatchTaskCreateOptions) -> None:
         with self.call(f"add the task of Batch job {job_id}", exists="task"):
-            self.client.create_task(job_id, dict(body))
+            self.client.create_task(job_id, body)
 
     def get_task(self, job_id: str, task_id: str) -> dict[str, Any] | None:
         try:
@@ -253,7 +270,9 @@ class BatchService:
                     status=206,
                 )
             return data[:length]
-        return data[offset : offset + length]  # 200: the whole file
+        # 200 is the spec's answer to ``ocp-range``: the bytes of the range asked for (fewer at the end of
+        # the file). A body longer than the range is the whole file from a server that ignored it.
+        return data[offset : offset + length] if len(data) > length else data
 
     def task_file_size(self, job_id: str, task_id: str, path: str) -> int | None:
         try:

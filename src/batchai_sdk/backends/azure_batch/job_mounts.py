@@ -23,15 +23,23 @@ import posixpath
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from datetime import timedelta
 
 from ...exceptions import ValidationError
 from ...mounts import AzureBlobContainer, AzureFileShare, Mount, describe, storage_key
 from ..ssh import mounts as ssh_mounts
+from .models import bm
 
 STORAGE_ROOT = "/mnt/batch/tasks/shared/batchai-storage"  # $AZ_BATCH_NODE_SHARED_DIR: every task user's
 ENV_PREFIX = "BATCHAI_MOUNT_IN_"
-ADMIN = {"autoUser": {"scope": "pool", "elevationLevel": "admin"}}
+
+
+def _admin() -> bm.UserIdentity:
+    return bm.UserIdentity(
+        auto_user=bm.AutoUserSpecification(
+            scope=bm.AutoUserScope.POOL, elevation_level=bm.ElevationLevel.ADMIN
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -40,7 +48,8 @@ class JobMounts:
 
     coordination: list[str]  # shell lines run first in the coordination command
     env: dict[str, str] = field(repr=False)  # the mount script's input lines, as task environment
-    job: dict[str, Any] = field(default_factory=dict)  # jobPreparationTask + jobReleaseTask
+    preparation: bm.BatchJobPreparationTask | None = None  # Batch runs a release task only after one
+    release: bm.BatchJobReleaseTask | None = None  # unmounts what the job mounted
 
 
 def _with_keys(mounts: Sequence[Mount], keys: Mapping[str, str]) -> list[Mount]:
@@ -118,19 +127,14 @@ def job_mounts(
             f"  fusermount -u {p} 2>/dev/null || umount {p} || umount -l {p}; rmdir {p} 2>/dev/null",
             "fi",
         ]
-    job = {
-        # Batch runs a release task only for a job with a preparation task: this one does nothing
-        "jobPreparationTask": {
-            "id": "batchai-prepare",
-            "commandLine": "/bin/true",
-            "userIdentity": ADMIN,
-            "waitForSuccess": True,
-        },
-        "jobReleaseTask": {
-            "id": "batchai-unmount",
-            "commandLine": f"/bin/bash -c {q(chr(10).join(release))}",
-            "userIdentity": ADMIN,
-            "maxWallClockTime": "PT5M",
-        },
-    }
-    return JobMounts(coordination=lines, env=env, job=job)
+    # Batch runs a release task only for a job with a preparation task: this one does nothing
+    preparation = bm.BatchJobPreparationTask(
+        id="batchai-prepare", command_line="/bin/true", user_identity=_admin(), wait_for_success=True
+    )
+    unmount = bm.BatchJobReleaseTask(
+        id="batchai-unmount",
+        command_line=f"/bin/bash -c {q(chr(10).join(release))}",
+        user_identity=_admin(),
+        max_wall_clock_time=timedelta(minutes=5),
+    )
+    return JobMounts(coordination=lines, env=env, preparation=preparation, release=unmount)

@@ -17,18 +17,20 @@ import posixpath
 import secrets
 import shlex
 from collections.abc import Iterable, Mapping
+from datetime import timedelta
 from typing import Any
 
 from ..._models import ClusterSpec, Node, NodeState, VmPriority
 from ...exceptions import ValidationError
 from ..azure.node_setup import BATCHAI_DIR, NodeEnvironment, _stack_script
 from ..base import ClusterStatus
+from .models import bm
 
 DEFAULT_IMAGE = "microsoft-dsvm:ubuntu-hpc:2204:latest"
 NODE_AGENT_SKU = "batch.node.ubuntu 22.04"
 MOUNTS_DIR = "/mnt/batch/tasks/fsmounts"  # $AZ_BATCH_NODE_MOUNTS_DIR on Linux nodes
 POOL_USER = "batchai"  # the pool's user: Batch sets up passwordless SSH between nodes for it
-EVALUATION_INTERVAL = "PT5M"  # the shortest interval the service allows
+EVALUATION_INTERVAL = timedelta(minutes=5)  # the shortest interval the service allows
 SETUP_LOG = "$AZ_BATCH_NODE_STARTUP_DIR/batchai-node-setup.log"
 SHARE_MOUNT_OPTIONS = "-o vers=3.1.1,dir_mode=0777,file_mode=0777,serverino,mfsymlinks,actimeo=1"
 
@@ -77,14 +79,14 @@ def autoscale_formula(spec: ClusterSpec) -> str:
     )
 
 
-def image_reference(image: str) -> dict[str, str]:
+def image_reference(image: str) -> bm.BatchVmImageReference:
     """``publisher:offer:sku:version`` (marketplace) or an image / gallery resource id."""
     if image.startswith("/subscriptions/"):
-        return {"virtualMachineImageId": image}
+        return bm.BatchVmImageReference(virtual_machine_image_id=image)
     parts = image.split(":")
     if len(parts) != 4 or not all(parts):
         raise ValidationError("image", image, "'publisher:offer:sku:version' or an image resource id")
-    return {"publisher": parts[0], "offer": parts[1], "sku": parts[2], "version": parts[3]}
+    return bm.BatchVmImageReference(publisher=parts[0], offer=parts[1], sku=parts[2], version=parts[3])
 
 
 def start_task_script(spec: ClusterSpec, *, install_stack: bool, extra_mounts: Iterable[str] = ()) -> str:
@@ -124,12 +126,12 @@ def cluster_mounts(spec: ClusterSpec) -> list[Any]:
 
 def mount_configuration(
     mounts: Iterable[Any], *, keys: Mapping[str, str]
-) -> tuple[list[dict[str, Any]], list[str]]:
+) -> tuple[list[bm.MountConfiguration], list[str]]:
     """(``mountConfiguration`` entries, start-task lines) for the cluster's mounts. ``keys``: storage
     account → key for mounts that give none (the workspace's own account). An unmanaged file system
     has no Batch mount type: its mount command runs in the start task, on the same root."""
     q = shlex.quote
-    config: list[dict[str, Any]] = []
+    config: list[bm.MountConfiguration] = []
     lines: list[str] = []
     for mount in mounts:
         kind = _get(mount, "kind")
@@ -144,33 +146,29 @@ def mount_configuration(
             )
         if kind == "azure_file_share":
             host = _get(mount, "host") or f"{account}.file.core.windows.net"
-            config.append(
-                {
-                    "azureFileShareConfiguration": {
-                        "accountName": account,
-                        "azureFileUrl": f"https://{host}/{_get(mount, 'share_name')}",
-                        "accountKey": key,
-                        "relativeMountPath": rel,
-                        "mountOptions": SHARE_MOUNT_OPTIONS,
-                    }
-                }
+            afs = bm.AzureFileShareConfiguration(
+                account_name=account,
+                azure_file_url=f"https://{host}/{_get(mount, 'share_name')}",
+                account_key=str(key),
+                relative_mount_path=rel,
+                mount_options=SHARE_MOUNT_OPTIONS,
             )
+            config.append(bm.MountConfiguration(azure_file_share_configuration=afs))
         elif kind == "azure_blob_container":
-            entry: dict[str, Any] = {
-                "accountName": account,
-                "containerName": _get(mount, "container_name"),
-                "accountKey": key,
-                "relativeMountPath": rel,
-            }
-            if _get(mount, "mount_options"):
-                entry["blobfuseOptions"] = _get(mount, "mount_options")
-            config.append({"azureBlobFileSystemConfiguration": entry})
+            blob = bm.AzureBlobFileSystemConfiguration(
+                account_name=account,
+                container_name=str(_get(mount, "container_name")),
+                account_key=str(key),
+                relative_mount_path=rel,
+                blobfuse_options=_get(mount, "mount_options") or None,
+            )
+            config.append(bm.MountConfiguration(azure_blob_file_system_configuration=blob))
         elif kind == "file_server":
             source = f"{_get(mount, 'server')}:{_get(mount, 'source_directory') or _get(mount, 'export')}"
-            nfs: dict[str, Any] = {"source": source, "relativeMountPath": rel}
-            if _get(mount, "mount_options"):
-                nfs["mountOptions"] = _get(mount, "mount_options")
-            config.append({"nfsMountConfiguration": nfs})
+            nfs = bm.NfsMountConfiguration(
+                source=source, relative_mount_path=rel, mount_options=_get(mount, "mount_options") or None
+            )
+            config.append(bm.MountConfiguration(nfs_mount_configuration=nfs))
         elif kind == "unmanaged_file_system":
             target = posixpath.join(MOUNTS_DIR, rel)
             lines += [
@@ -193,7 +191,7 @@ def pool_body(
     ssh_private_key: str,
     install_stack: bool,
     keys: Mapping[str, str],
-) -> dict[str, Any]:
+) -> bm.BatchPoolCreateOptions:
     """The pool's REST body. ``share``: ``account``, ``share``, ``key`` of the workspace share. Holds the
     storage keys and the pool user's SSH key: never log it."""
     workspace_share = {
@@ -207,55 +205,51 @@ def pool_body(
         [workspace_share, *cluster_mounts(spec)], keys={**keys, share["account"]: share["key"]}
     )
     script = start_task_script(spec, install_stack=install_stack, extra_mounts=mount_lines)
-    body: dict[str, Any] = {
-        "id": pool_id,
-        "displayName": f"batchai cluster {spec.name}",
-        "vmSize": spec.vm_size,
-        "virtualMachineConfiguration": {
-            "imageReference": image_reference(image),
-            "nodeAgentSKUId": node_agent_sku,
-        },
-        "mountConfiguration": mounts,
-        "resizeTimeout": "PT15M",
-        "enableInterNodeCommunication": True,  # multi-instance tasks need it
-        "taskSlotsPerNode": 1,
-        "taskSchedulingPolicy": {"nodeFillType": "spread"},
-        "userAccounts": [
-            {
-                "name": POOL_USER,
+    spot = spec.vm_priority is VmPriority.LOWPRIORITY
+    auto = spec.autoscale is not None
+    return bm.BatchPoolCreateOptions(
+        id=pool_id,
+        display_name=f"batchai cluster {spec.name}",
+        vm_size=spec.vm_size,
+        virtual_machine_configuration=bm.VirtualMachineConfiguration(
+            image_reference=image_reference(image), node_agent_sku_id=node_agent_sku
+        ),
+        mount_configuration=mounts,
+        resize_timeout=timedelta(minutes=15),
+        enable_inter_node_communication=True,  # multi-instance tasks need it
+        task_slots_per_node=1,
+        task_scheduling_policy=bm.BatchTaskSchedulingPolicy(node_fill_type=bm.BatchNodeFillType.SPREAD),
+        user_accounts=[
+            bm.UserAccount(
+                name=POOL_USER,
                 # required by the API, never used: the user logs in by the pool's SSH key only
-                "password": secrets.token_urlsafe(24),
-                "elevationLevel": "admin",
-                "linuxUserConfiguration": {"sshPrivateKey": ssh_private_key},
-            }
+                password=secrets.token_urlsafe(24),
+                elevation_level=bm.ElevationLevel.ADMIN,
+                linux_user_configuration=bm.LinuxUserConfiguration(ssh_private_key=ssh_private_key),
+            )
         ],
-        "startTask": {
-            "commandLine": f"/bin/bash -c {shlex.quote(script)}",
-            "userIdentity": {"autoUser": {"scope": "pool", "elevationLevel": "admin"}},
-            "maxTaskRetryCount": 1,
-            "waitForSuccess": True,
+        start_task=bm.BatchStartTask(
+            command_line=f"/bin/bash -c {shlex.quote(script)}",
+            user_identity=bm.UserIdentity(
+                auto_user=bm.AutoUserSpecification(
+                    scope=bm.AutoUserScope.POOL, elevation_level=bm.ElevationLevel.ADMIN
+                )
+            ),
+            max_task_retry_count=1,
+            wait_for_success=True,
             # setupTask.secrets: in the start task's environment (Batch keeps it with the pool, readable
             # by whoever can read the Batch account; never on the command line)
-            "environmentSettings": [
-                {"name": k, "value": v} for k, v in sorted(spec.node_setup_secrets.items())
+            environment_settings=[
+                bm.EnvironmentSetting(name=k, value=v) for k, v in sorted(spec.node_setup_secrets.items())
             ],
-        },
-        "metadata": [{"name": "batchai-cluster", "value": spec.name}],
-    }
-    if spec.autoscale is not None:
-        body.update(
-            enableAutoScale=True,
-            autoScaleFormula=autoscale_formula(spec),
-            autoScaleEvaluationInterval=EVALUATION_INTERVAL,
-        )
-    else:
-        spot = spec.vm_priority is VmPriority.LOWPRIORITY
-        body.update(
-            enableAutoScale=False,
-            targetDedicatedNodes=0 if spot else spec.nodes,
-            targetLowPriorityNodes=spec.nodes if spot else 0,
-        )
-    return body
+        ),
+        metadata=[bm.BatchMetadataItem(name="batchai-cluster", value=spec.name)],
+        enable_auto_scale=auto,
+        auto_scale_formula=autoscale_formula(spec) if auto else None,
+        auto_scale_evaluation_interval=EVALUATION_INTERVAL if auto else None,
+        target_dedicated_nodes=None if auto else (0 if spot else spec.nodes),
+        target_low_priority_nodes=None if auto else (spec.nodes if spot else 0),
+    )
 
 
 def node_state(raw: str) -> NodeState | None:

@@ -20,6 +20,7 @@ from ... import _layout as layout
 from ..._models import JobState, parse_time, utcnow
 from ..._staging import ensure_node_code
 from ...exceptions import AlreadyExistsError
+from ...node.protocol import Reporter, StatusDoc
 from ...share import join
 from ..base import Assignment, ClusterScheduler, JobRequest
 from . import task as tasks
@@ -31,6 +32,27 @@ if TYPE_CHECKING:
 SUBMIT_GRACE = 120.0  # seconds a submit may take between recording its Batch job and adding the task
 STDERR_TAIL = 2048  # bytes of the task's own stderr.txt quoted in a failure reason
 SCHEDULER = "azure-batch"
+
+
+def _attempt(index: int, record: Mapping[str, Any], cause: str) -> dict[str, Any]:
+    return {
+        "index": index,
+        "end": utcnow().isoformat(),
+        "nodes": list(record.get("nodes") or []),
+        "cause": cause,
+        "exit_code": None,
+        "reason": None,
+    }
+
+
+def _write(share: Any, rel: str, record: dict[str, Any]) -> dict[str, Any]:
+    """The job's status record, written through ``StatusDoc`` (the service has the job: accepted)."""
+    doc = StatusDoc.from_dict(record)
+    if doc.reporter is None:
+        doc = doc.updated(reporter=Reporter(service=SCHEDULER))
+    out = doc.to_dict()
+    share.write_json(rel, out)
+    return out
 
 
 def job_id_for(experiment: str, name: str, created: str | None) -> str:
@@ -73,17 +95,17 @@ class BatchScheduler(ClusterScheduler):
         node_main = posixpath.join(backend.share_root(), ensure_node_code(backend), "__main__.py")
         config_on_node = posixpath.join(backend.share_root(), request.launch_config)
         temp = posixpath.join(backend.node_temp_root, request.experiment, request.name)
+        mounts = job_mounts(
+            request.mounts, cluster_mounts=self.spec.mounts, job_id=job_id, keys=backend.workspace_keys()
+        )
         job = tasks.job_body(
             job_id=job_id,
             pool_id=backend.pool_id(self.spec),
             key=request.key,
             priority=tasks.batch_priority(_job_priority(spec, self.spec.extra.get("job_priority"))),
+            preparation=mounts.preparation if mounts else None,
+            release=mounts.release if mounts else None,  # unmounts the job's own mounts when it ends
         )
-        mounts = job_mounts(
-            request.mounts, cluster_mounts=self.spec.mounts, job_id=job_id, keys=backend.workspace_keys()
-        )
-        if mounts is not None:
-            job.update(mounts.job)  # the release task that unmounts them when the job ends
         task = tasks.task_body(
             node_count=request.node_count,
             application=tasks.application_command(
@@ -105,24 +127,35 @@ class BatchScheduler(ClusterScheduler):
             max_wall_clock_seconds=request.max_wall_clock_seconds,
         )
         status_rel = layout.status_record(request.experiment, request.name)
-        # Intent before effect: the record names the Batch job before it exists, so a client killed
-        # between the job and its task leaves a job that refresh() finds and ends (SUBMIT_GRACE).
-        record.update(batch_job_id=job_id, scheduler=SCHEDULER, batch_submitting=utcnow().isoformat())
-        record.setdefault("state", "queued")
-        share.write_json(status_rel, record)
+        # Intent before effect: the record names the Batch job before it exists, and says the service has
+        # the job (accepted: a client whose submit fails from here on keeps the job's folder). A client
+        # killed between the job and its task leaves a job that refresh() finds and ends (SUBMIT_GRACE).
+        doc = StatusDoc.from_dict(record).updated(
+            state=record.get("state") or "queued",
+            reporter=Reporter(service=SCHEDULER),
+            batch_job_id=job_id,
+            batch_submitting=utcnow().isoformat(),
+        )
+        share.write_json(status_rel, doc.to_dict())
         try:
-            service.create_job(job)
-        except AlreadyExistsError:
-            where = f"Batch account {backend.batch_account} ({job_id})"
-            raise AlreadyExistsError("job", request.name, where) from None
-        try:
-            service.create_task(job_id, task)
+            try:
+                service.create_job(job)
+            except AlreadyExistsError:
+                where = f"Batch account {backend.batch_account} ({job_id})"
+                raise AlreadyExistsError("job", request.name, where) from None
+            try:
+                service.create_task(job_id, task)
+                service.update_job(job_id, tasks.ends_with_its_task())  # now the job ends with its task
+            except BaseException:
+                service.delete_job(job_id)
+                raise
         except BaseException:
-            service.delete_job(job_id)
+            # the service does not have the job: the record says so again (the folder is the client's)
+            share.write_json(status_rel, StatusDoc.from_dict(record).to_dict())
             raise
-        record.pop("batch_submitting", None)
-        record["heartbeat"] = utcnow().isoformat()
-        share.write_json(status_rel, record)
+        share.write_json(
+            status_rel, doc.updated(batch_submitting=None, heartbeat=utcnow().isoformat()).to_dict()
+        )
 
     def _record(self, experiment: str, name: str) -> dict[str, Any] | None:
         return self.backend.share.read_json_or_none(layout.status_record(experiment, name))  # type: ignore[no-any-return]
@@ -136,11 +169,10 @@ class BatchScheduler(ClusterScheduler):
         if not self.backend.service.terminate_job(str(job_id), tasks.TERMINATE_REASON):
             self.refresh(experiment, name)
             return False
-        record = dict(record)
-        record.update(
+        doc = StatusDoc.from_dict(record).updated(
             state="terminated", end_time=utcnow().isoformat(), failure_reason="terminated by the user"
         )
-        self.backend.share.write_json(layout.status_record(experiment, name), record)
+        self.backend.share.write_json(layout.status_record(experiment, name), doc.to_dict())
         return True
 
     def assignments(self) -> Mapping[str, Assignment]:
@@ -189,11 +221,10 @@ class BatchScheduler(ClusterScheduler):
                 service.delete_job(job_id)
                 why = f"its submit was interrupted before the task was added (Batch job {job_id} removed)"
             record.update(state="failed", end_time=now, failure_reason=why)
-            share.write_json(status_rel, record)
-            return record
+            return _write(share, status_rel, record)
         state, code, reason = tasks.job_state(task)
         info = task.get("executionInfo") or {}
-        self._note_requeues(record, task)
+        self._note_requeues(record, task, job_id)
         result = share.read_json_or_none(join(layout.job_run_dir(experiment, name), tasks.RESULT_NAME)) or {}
         record["heartbeat"] = now
         if state is JobState.RUNNING:
@@ -220,27 +251,49 @@ class BatchScheduler(ClusterScheduler):
                 start_time=record.get("start_time") or info.get("startTime"),
                 end_time=info.get("endTime") or now,
             )
-        share.write_json(status_rel, record)
-        return record
+        return _write(share, status_rel, record)
 
-    def _note_requeues(self, record: dict[str, Any], task: Mapping[str, Any]) -> None:
+    def _note_requeues(self, record: dict[str, Any], task: Mapping[str, Any], job_id: str) -> None:
+        """One attempt per time the service put the task back in the queue. ``requeueCount`` counts only
+        the requeues a user asked for, and ``retryCount`` the failed tries it retried; a task whose node
+        was preempted or lost comes back ``active`` with neither moved: that is read from the task's
+        state change (running → active) and the nodes' states."""
         seen = int(record.get("batch_requeues") or 0)
-        now = tasks.requeues(task)
-        if now <= seen:
-            return
+        counted = tasks.requeues(task)
         attempts = list(record.get("attempts") or [])
-        for index in range(seen, now):
-            attempts.append(
-                {
-                    "index": index,
-                    "end": utcnow().isoformat(),
-                    "nodes": list(record.get("nodes") or []),
-                    "cause": "requeued by Azure Batch (a node was preempted or lost, or the try failed)",
-                    "exit_code": None,
-                    "reason": None,
-                }
-            )
-        record.update(attempts=attempts, batch_requeues=now)
+        for _ in range(seen, counted):
+            why = "requeued by Azure Batch (a requeue or a retry of a failed try)"
+            attempts.append(_attempt(len(attempts), record, why))
+        requeued_at = str(task.get("stateTransitionTime") or "")
+        back_in_queue = str(task.get("state") or "").lower() == "active" and (
+            str(task.get("previousState") or "").lower() == "running" or record.get("state") == "running"
+        )
+        if back_in_queue and requeued_at and requeued_at != record.get("batch_requeued_at"):
+            if counted <= seen:  # no count moved: the node went away under it
+                attempts.append(_attempt(len(attempts), record, self._requeue_cause(record)))
+            record["batch_requeued_at"] = requeued_at
+            record["nodes"] = []
+        if len(attempts) != len(record.get("attempts") or []):
+            record["attempts"] = attempts
+        record["batch_requeues"] = max(seen, counted)
+
+    def _requeue_cause(self, record: Mapping[str, Any]) -> str:
+        """Why a running task is queued again: its nodes that the pool now shows preempted."""
+        mine = set(record.get("nodes") or ())
+        try:
+            states = {
+                str(n.get("id")): str(n.get("state") or "").lower()
+                for n in self.backend.service.list_nodes(self.backend.pool_id(self.spec))
+            }
+        except Exception:  # the cause is a detail: the attempt is recorded regardless
+            states = {}
+        preempted = sorted(n for n, st in states.items() if st == "preempted" and (not mine or n in mine))
+        if preempted:
+            return f"Spot node preempted ({', '.join(preempted)}): requeued by Azure Batch"
+        gone = sorted(n for n in mine if n not in states or states[n] in ("unusable", "leavingpool"))
+        if gone:
+            return f"node lost ({', '.join(gone)}): requeued by Azure Batch"
+        return "requeued by Azure Batch (its node was preempted or lost)"
 
     def _nodes(self, job_id: str, task: Mapping[str, Any]) -> list[str]:
         nodes = []

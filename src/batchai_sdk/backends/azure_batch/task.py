@@ -27,10 +27,13 @@ import math
 import posixpath
 import shlex
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 from ..._models import JobState
 from ...node.protocol import ASSIGNMENT_RECORD, RESULT_RECORD, SECRETS_RECORD
+from .models import bm
+from .pool import POOL_USER
 
 TASK_ID = "job"
 RESULT_NAME = "batch-result.json"  # the application command's outcome, on the share next to launch.json
@@ -117,9 +120,9 @@ sys.exit(code if 0 <= code < 256 else 128 + (-code % 128))
 )
 
 
-def duration(seconds: float) -> str:
-    """An ISO 8601 duration as Batch takes it (``PT3600S``)."""
-    return f"PT{max(1, math.ceil(seconds))}S"
+def duration(seconds: float) -> timedelta:
+    """A whole number of seconds, at least one (Batch's durations are ISO 8601: ``PT1H``)."""
+    return timedelta(seconds=max(1, math.ceil(seconds)))
 
 
 def coordination_command(
@@ -188,22 +191,40 @@ def batch_priority(value: object) -> int:
 
 
 def job_body(
-    *, job_id: str, pool_id: str, key: str, priority: int = 0, max_wall_clock_seconds: float | None = None
-) -> dict[str, Any]:
-    """The Batch job: on the cluster's pool, ended when its one task completes. Batch AI's
-    ``schedulingPriority`` maps to the job priority (clamped to Batch's -1000..1000)."""
-    body: dict[str, Any] = {
-        "id": job_id,
-        "displayName": f"batchai {key}",
-        "poolInfo": {"poolId": pool_id},
-        "priority": max(-MAX_PRIORITY, min(MAX_PRIORITY, int(priority))),
-        "onAllTasksComplete": "terminatejob",
-        "usesTaskDependencies": False,
-        "metadata": [{"name": "batchai-job", "value": key}],
-    }
-    if max_wall_clock_seconds is not None:
-        body["constraints"] = {"maxWallClockTime": duration(max_wall_clock_seconds), "maxTaskRetryCount": 0}
-    return body
+    *,
+    job_id: str,
+    pool_id: str,
+    key: str,
+    priority: int = 0,
+    max_wall_clock_seconds: float | None = None,
+    preparation: bm.BatchJobPreparationTask | None = None,
+    release: bm.BatchJobReleaseTask | None = None,
+) -> bm.BatchJobCreateOptions:
+    """The Batch job on the cluster's pool. It is created with ``onAllTasksComplete: noaction``: a job
+    with no task yet counts as complete, so ``terminatejob`` set now could end it before its task is in
+    (the spec's advice; Azure/azure-sdk-for-net#8764). ``ends_with_its_task`` turns it on once the task
+    is added. Batch AI's ``schedulingPriority`` maps to the job priority (clamped to -1000..1000)."""
+    return bm.BatchJobCreateOptions(
+        id=job_id,
+        display_name=f"batchai {key}",
+        pool_info=bm.BatchPoolInfo(pool_id=pool_id),
+        priority=max(-MAX_PRIORITY, min(MAX_PRIORITY, int(priority))),
+        all_tasks_complete_mode=bm.BatchAllTasksCompleteMode.NO_ACTION,
+        uses_task_dependencies=False,
+        metadata=[bm.BatchMetadataItem(name="batchai-job", value=key)],
+        constraints=None
+        if max_wall_clock_seconds is None
+        else bm.BatchJobConstraints(
+            max_wall_clock_time=duration(max_wall_clock_seconds), max_task_retry_count=0
+        ),
+        job_preparation_task=preparation,
+        job_release_task=release,
+    )
+
+
+def ends_with_its_task() -> bm.BatchJobUpdateOptions:
+    """The PATCH sent once the job's task is in: the job terminates when its task completes."""
+    return bm.BatchJobUpdateOptions(all_tasks_complete_mode=bm.BatchAllTasksCompleteMode.TERMINATE_JOB)
 
 
 def task_body(
@@ -215,25 +236,28 @@ def task_body(
     secret_names: Sequence[str],
     max_retries: int = 0,
     max_wall_clock_seconds: float | None = None,
-) -> dict[str, Any]:
-    """The multi-instance task (shape of ``Tasks_CreateTaskCollection_Complex``). ``env`` holds the
-    secret values too (Batch's environment settings are the one way into the task; they are visible to
-    holders of the account's keys, as the storage key is)."""
-    constraints: dict[str, Any] = {"maxTaskRetryCount": max(0, int(max_retries))}
-    if max_wall_clock_seconds is not None:
-        constraints["maxWallClockTime"] = duration(max_wall_clock_seconds)
-    settings = [{"name": k, "value": v} for k, v in sorted(env.items())]
-    settings.append({"name": "BATCHAI_SECRET_NAMES", "value": ",".join(sorted(secret_names))})
-    return {
-        "id": TASK_ID,
-        "displayName": "batchai job",
-        "commandLine": application,
-        "environmentSettings": settings,
-        "constraints": constraints,
-        "requiredSlots": 1,
-        "userIdentity": {"userName": "batchai"},
-        "multiInstanceSettings": {"numberOfInstances": node_count, "coordinationCommandLine": coordination},
-    }
+) -> bm.BatchTaskCreateOptions:
+    """The multi-instance task (shape of ``Tasks_CreateTaskCollection_Complex``), run as the pool's user
+    (``UserIdentity.username``): it holds the SSH key the nodes share, which mpirun needs between nodes.
+    ``env`` holds the secret values too (Batch's environment settings are the one way into the task;
+    they are visible to holders of the account's keys, as the storage key is)."""
+    settings = [bm.EnvironmentSetting(name=k, value=v) for k, v in sorted(env.items())]
+    settings.append(bm.EnvironmentSetting(name="BATCHAI_SECRET_NAMES", value=",".join(sorted(secret_names))))
+    return bm.BatchTaskCreateOptions(
+        id=TASK_ID,
+        display_name="batchai job",
+        command_line=application,
+        environment_settings=settings,
+        constraints=bm.BatchTaskConstraints(
+            max_task_retry_count=max(0, int(max_retries)),
+            max_wall_clock_time=None if max_wall_clock_seconds is None else duration(max_wall_clock_seconds),
+        ),
+        required_slots=1,
+        user_identity=bm.UserIdentity(username=POOL_USER),
+        multi_instance_settings=bm.MultiInstanceSettings(
+            number_of_instances=node_count, coordination_command_line=coordination
+        ),
+    )
 
 
 def job_state(task: Mapping[str, Any]) -> tuple[JobState, int | None, str | None]:

@@ -20,6 +20,7 @@ from ... import _layout as layout
 from ..._models import ClusterSpec, JobState, utcnow
 from ..._staging import ensure_node_code
 from ...exceptions import AlreadyExistsError, ValidationError
+from ...node.protocol import Reporter, StatusDoc
 from ...share import join
 from ..base import Assignment, ClusterScheduler, JobRequest
 from . import states
@@ -28,6 +29,8 @@ from .script import SbatchRequest, parse_job_name, sbatch_script, slurm_job_name
 
 if TYPE_CHECKING:
     from .backend import SlurmBackend
+
+SCHEDULER = "slurm"  # the service that has a submitted job (status.json's reporter)
 
 SCRIPT_NAME = "job.sbatch"
 
@@ -121,9 +124,10 @@ class SlurmScheduler(ClusterScheduler):
             )
         status_rel = layout.status_record(request.experiment, request.name)
         record = dict(share.read_json_or_none(status_rel) or {})
-        record.update(slurm_job_id=job_id, scheduler="slurm", heartbeat=utcnow().isoformat())
-        record.setdefault("state", "queued")
-        share.write_json(status_rel, record)
+        doc = StatusDoc.from_dict(record).updated(
+            slurm_job_id=job_id, reporter=Reporter(service=SCHEDULER), heartbeat=utcnow().isoformat()
+        )  # accepted: Slurm has the job (held until this record is written)
+        share.write_json(status_rel, doc.to_dict())
         backend.commands.release(job_id)
 
     def terminate(self, experiment: str, name: str, *, timeout: float | None = None) -> bool:
@@ -191,8 +195,11 @@ class SlurmScheduler(ClusterScheduler):
                 record["heartbeat"] = utcnow().isoformat()
             else:
                 return record
-        share.write_json(status_rel, record)
-        return record
+        doc = StatusDoc.from_dict(record)
+        if doc.reporter is None:
+            doc = doc.updated(reporter=Reporter(service=SCHEDULER))
+        share.write_json(status_rel, doc.to_dict())
+        return doc.to_dict()
 
 
 def _job_number(job_id: str) -> int:
