@@ -267,12 +267,16 @@ class NSNode:
 
     def processes(self) -> dict[int, str]:
         """pid (as the node numbers it) → command line, of every process on the node."""
+        return {pid: " ".join(argv) for pid, argv in self.argvs().items()}
+
+    def argvs(self) -> dict[int, list[str]]:
+        """pid (as the node numbers it) → its arguments as given (a path with a space stays one)."""
         out = {}
         for entry in os.listdir(self.proc):
             if entry.isdigit():
                 with contextlib.suppress(OSError):
                     raw = (self.proc / entry / "cmdline").read_bytes()
-                    out[int(entry)] = raw.replace(b"\0", b" ").decode(errors="replace").strip()
+                    out[int(entry)] = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
         return out
 
     def tagged(self, tag: str) -> dict[int, str]:
@@ -294,16 +298,16 @@ class NSNode:
         its ssh session on the head node: node/agent/) and its shared SSH connections (the ControlMaster
         an SSH cluster keeps to each node for a while by design, node_setup.MUX_DIR): what jobs left."""
         return [
-            f"{pid} {cmd[:100]}"
-            for pid, cmd in self.processes().items()
+            f"{pid} {' '.join(argv)[:100]}"
+            for pid, argv in self.argvs().items()
             if pid != 1
-            and cmd
-            and not cmd.startswith("sshd")
-            and cmd.split()[3:4] != ["scheduler"]
-            and cmd.split()[3:] != ["launch", "-"]
-            and cmd.split()[3:4] != ["agent"]
-            and not (cmd.startswith("ssh ") and cmd.split()[-2:-1] == ["agent"])
-            and not _ssh_mux(cmd)
+            and argv
+            and not argv[0].startswith("sshd")
+            and argv[3:4] != ["scheduler"]
+            and argv[3:] != ["launch", "-"]
+            and argv[3:4] != ["agent"]
+            and not (argv[0] == "ssh" and " ".join(argv).split()[-2:-1] == ["agent"])
+            and not _ssh_mux(" ".join(argv))
         ]
 
     def host_pid(self, pid: int) -> int:
