@@ -54,12 +54,28 @@ fi
 PIP="$VENV/bin/pip"
 export PATH="$VENV/bin:$PATH"
 
-if ! "$VENV/bin/python" -c "import tensorflow as tf, sys; sys.exit(tf.__version__ != '$TF_VERSION')" 2>/dev/null; then
+# What is installed, read from the packages' metadata in one Python start (importing TensorFlow, Horovod
+# and torch to ask took ~8 s of every ./dev run): "tensorflow-cpu 2.15.1", "horovod 0.28.1", "torch 2.x"
+installed=$("$VENV/bin/python" - <<'PY' 2>/dev/null || true
+import importlib.metadata as md
+for name in ("tensorflow-cpu", "tensorflow", "horovod", "torch"):
+    try:
+        print(name, md.version(name))
+    except md.PackageNotFoundError:
+        pass
+PY
+)
+has() { printf '%s\n' "$installed" | grep -qx "$1"; }
+# Horovod's MPI build is asked of Horovod itself once, then remembered next to the venv
+HVD_STAMP="$VENV/.batchai-horovod-mpi-$HVD_VERSION"
+
+if ! has "tensorflow-cpu $TF_VERSION" && ! has "tensorflow $TF_VERSION"; then
   log "installing tensorflow-cpu==$TF_VERSION"
   "$PIP" install -q "tensorflow-cpu==$TF_VERSION" "cmake>=3.20"
 fi
 
-if ! "$VENV/bin/python" -c "import horovod.tensorflow as h; import horovod, sys; sys.exit(horovod.__version__ != '$HVD_VERSION' or not h.mpi_built())" 2>/dev/null; then
+if ! { has "horovod $HVD_VERSION" && [ -f "$HVD_STAMP" ]; } &&
+  ! "$VENV/bin/python" -c "import horovod.tensorflow as h; import horovod, sys; sys.exit(horovod.__version__ != '$HVD_VERSION' or not h.mpi_built())" 2>/dev/null; then
   mpi_id=$(mpirun --version 2>/dev/null | head -1 | tr -c 'A-Za-z0-9.\n' '_')
   key="$CACHE/tf${TF_VERSION}-$("$VENV/bin/python" -c 'import sys;print("py%d%d"%sys.version_info[:2])')-${mpi_id}"
   mkdir -p "$key"
@@ -74,16 +90,36 @@ if ! "$VENV/bin/python" -c "import horovod.tensorflow as h; import horovod, sys;
   fi
   "$PIP" install -q "$key"/horovod-"$HVD_VERSION"-*.whl
 fi
+[ -f "$HVD_STAMP" ] || touch "$HVD_STAMP"
 
 # PyTorch for pyTorchSettings jobs and batchai_sdk.train.cifar10_torch (the `torch` extra), from the index
 # pip is configured with; about a minute. Skipped when torch imports.
-if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+if ! printf '%s\n' "$installed" | grep -q '^torch '; then
   log "installing torch (PyTorch DDP jobs)"
   "$PIP" install -q "torch>=2.2"
 fi
 
+# batchai_sdk itself, editable, skipped (pip's resolve takes ~15 s) when it is already installed from this
+# checkout with the same pyproject.toml and extras: the stamp holds what the last install was made from
 if [ -f "$ROOT/pyproject.toml" ]; then
-  log "installing batchai_sdk (editable) with extras ${BATCHAI_EXTRAS:-train,torch,azure,dev}"
-  "$PIP" install -q -e "$ROOT[${BATCHAI_EXTRAS:-train,torch,azure,dev}]"
+  EXTRAS=${BATCHAI_EXTRAS:-train,torch,azure,dev}
+  STAMP="$VENV/.batchai_sdk-editable"
+  want="$ROOT [$EXTRAS] $(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)"
+  if [ "$(cat "$STAMP" 2>/dev/null)" = "$want" ] && "$VENV/bin/python" - "$ROOT" <<'PY' 2>/dev/null
+import importlib.metadata as md, json, sys
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+url = json.loads(md.distribution("batchai_sdk").read_text("direct_url.json") or "{}")
+here = url.get("dir_info", {}).get("editable") and Path(unquote(urlparse(url["url"]).path)) == Path(sys.argv[1])
+sys.exit(0 if here else 1)
+PY
+  then
+    log "batchai_sdk already installed (editable) from $ROOT"
+  else
+    log "installing batchai_sdk (editable) with extras $EXTRAS"
+    "$PIP" install -q -e "$ROOT[$EXTRAS]"
+    printf '%s' "$want" > "$STAMP"
+  fi
 fi
 log "ready: $VENV"

@@ -15,8 +15,9 @@ Layout, all made by the fixture and removed by it (also the leftovers of a run t
 * per node a named network namespace with one end of a veth pair (``eth0``) and ``lo``; in it
   ``unshare --pid --fork --mount-proc --uts --mount`` runs a small init (``python3 -S``) as PID 1 that
   sets the hostname, mounts a private tmpfs on ``/tmp``, binds the shared folder back at its own path
-  (the test session's temp folder: the share, scripts and client files, as an NFS home would be),
-  binds an ``/etc/hosts`` naming every node, starts ``sshd`` and reaps orphans.
+  (the test session's temp folder: the share, scripts and client files, as an NFS home would be), and
+  so the checkout and its venv when they lie under ``/tmp`` (``visible_folders``), binds an
+  ``/etc/hosts`` naming every node, starts ``sshd`` and reaps orphans.
 
 A slot (its addresses and names) is taken with a lock file, so two test runs at once never share one
 and a run that died is cleaned up by the next one that takes its slot.
@@ -46,10 +47,12 @@ SLOT_SIZE = 32  # a /27 per slot: 8 slots, up to 29 nodes each
 SLOTS = 256 // SLOT_SIZE
 NODE_STATE_DIR = "/tmp/batchai-node"  # private to each node (its own /tmp)
 
-# PID 1 of a node. argv: hostname, shared folder, hosts file, sshd config, sshd log.
+# PID 1 of a node. argv: hostname, hosts file, sshd config, sshd log, then the folders it keeps visible
+# under its private /tmp (the shared folder, and the checkout and its venv where they lie under /tmp).
 INIT = r"""
 import ctypes, os, signal, socket, subprocess, sys, time
-hostname, shared, hosts, config, log = sys.argv[1:6]
+hostname, hosts, config, log = sys.argv[1:5]
+keep = sys.argv[5:]
 libc = ctypes.CDLL(None, use_errno=True)
 MS_BIND, MS_REC = 4096, 16384
 def mount(source, target, fstype, flags, data=None):
@@ -59,10 +62,12 @@ def mount(source, target, fstype, flags, data=None):
         raise OSError(err, f"mount {source} on {target}: {os.strerror(err)}")
 socket.sethostname(hostname)
 mount(hosts, "/etc/hosts", None, MS_BIND)
-os.chdir(shared)  # keeps the shared folder reachable once /tmp is covered
+held = [os.open(path, os.O_PATH | os.O_DIRECTORY) for path in keep]  # reachable once /tmp is covered
 mount("tmpfs", "/tmp", "tmpfs", 0, "mode=1777")
-os.makedirs(shared, exist_ok=True)
-mount(".", shared, None, MS_BIND | MS_REC)  # "." is the folder under the tmpfs
+for path, fd in zip(keep, held):
+    os.makedirs(path, exist_ok=True)
+    mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)  # the folder under the tmpfs
+    os.close(fd)
 os.chdir("/")
 signal.signal(signal.SIGTERM, lambda *_: os._exit(0))  # PID 1 ignores signals it does not handle
 with open(log, "ab") as out:
@@ -176,8 +181,8 @@ class NSNode:
         argv = [
             "nsenter", f"--net=/run/netns/{self.netns}", "--",
             "unshare", "--pid", "--fork", "--mount-proc", "--uts", "--mount", "--propagation", "private", "--",
-            sys.executable, "-S", str(self.cluster.init_script), self.name, str(self.cluster.shared), str(self.cluster.hosts_file),
-            str(config), str(self.directory / "sshd.log"),
+            sys.executable, "-S", str(self.cluster.init_script), self.name, str(self.cluster.hosts_file),
+            str(config), str(self.directory / "sshd.log"), *map(str, self.cluster.visible),
         ]  # fmt: skip
         # nsenter joins only the network namespace: unlike `ip netns exec` it keeps this machine's /sys
         # and its cgroup mounts, which slurmd needs
@@ -262,12 +267,16 @@ class NSNode:
 
     def processes(self) -> dict[int, str]:
         """pid (as the node numbers it) → command line, of every process on the node."""
+        return {pid: " ".join(argv) for pid, argv in self.argvs().items()}
+
+    def argvs(self) -> dict[int, list[str]]:
+        """pid (as the node numbers it) → its arguments as given (a path with a space stays one)."""
         out = {}
         for entry in os.listdir(self.proc):
             if entry.isdigit():
                 with contextlib.suppress(OSError):
                     raw = (self.proc / entry / "cmdline").read_bytes()
-                    out[int(entry)] = raw.replace(b"\0", b" ").decode(errors="replace").strip()
+                    out[int(entry)] = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
         return out
 
     def tagged(self, tag: str) -> dict[int, str]:
@@ -289,16 +298,16 @@ class NSNode:
         its ssh session on the head node: node/agent/) and its shared SSH connections (the ControlMaster
         an SSH cluster keeps to each node for a while by design, node_setup.MUX_DIR): what jobs left."""
         return [
-            f"{pid} {cmd[:100]}"
-            for pid, cmd in self.processes().items()
+            f"{pid} {' '.join(argv)[:100]}"
+            for pid, argv in self.argvs().items()
             if pid != 1
-            and cmd
-            and not cmd.startswith("sshd")
-            and cmd.split()[3:4] != ["scheduler"]
-            and cmd.split()[3:] != ["launch", "-"]
-            and cmd.split()[3:4] != ["agent"]
-            and not (cmd.startswith("ssh ") and cmd.split()[-2:-1] == ["agent"])
-            and not _ssh_mux(cmd)
+            and argv
+            and not argv[0].startswith("sshd")
+            and argv[3:4] != ["scheduler"]
+            and argv[3:] != ["launch", "-"]
+            and argv[3:4] != ["agent"]
+            and not (argv[0] == "ssh" and " ".join(argv).split()[-2:-1] == ["agent"])
+            and not _ssh_mux(" ".join(argv))
         ]
 
     def host_pid(self, pid: int) -> int:
@@ -402,6 +411,13 @@ class NSNodes:
     def addresses(self) -> list[str]:
         return [n.address for n in self.nodes.values()]
 
+    @property
+    def visible(self) -> list[Path]:
+        """The folders every node sees at their own paths despite its private /tmp: the shared folder,
+        and this checkout and the Python running the tests (venv and base) where they lie under /tmp
+        (a clone under /tmp is where people try things)."""
+        return visible_folders(self.shared)
+
     def __getitem__(self, name: str) -> NSNode:
         return self.nodes[name]
 
@@ -447,6 +463,24 @@ class NSNodes:
             node._kill()
         _remove_slot(self.slot)
         self.lock.close()
+
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+
+
+def visible_folders(shared: Path) -> list[Path]:
+    """``shared``, plus the checkout, ``sys.prefix`` and ``sys.base_prefix`` where under /tmp; none
+    inside another (a bind of a folder brings what is under it)."""
+    tmp = Path("/tmp").resolve()
+    wanted = [Path(shared).resolve()]
+    for folder in (CHECKOUT, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()):
+        if tmp in folder.parents:
+            wanted.append(folder)
+    kept: list[Path] = []
+    for folder in sorted(set(wanted), key=lambda f: len(f.parts)):
+        if not any(k == folder or k in folder.parents for k in kept):
+            kept.append(folder)
+    return kept
 
 
 def _children(pid: int) -> list[int]:

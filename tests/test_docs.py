@@ -89,6 +89,18 @@ def test_docs_build_strictly(tmp_path: Path) -> None:
     for anchor in ("batchai_sdk.Workspace.create_cluster", "batchai_sdk.Job.stream", "batchai_sdk.NodeError"):
         assert f'id="{anchor}"' in api, f"{anchor} missing from the API reference"
     assert ":::" not in api
+    # Each public name once (no section heading repeating the class's own), and no internals.
+    headings = [
+        html.unescape(re.sub(r"<[^>]+>", "", h)).replace("¶", "").split("(")[0].strip()
+        for h in re.findall(r"<h[23][^>]*>(.*?)</h[23]>", api, re.S)
+    ]
+    assert "Workspace" in headings and "Job" in headings
+    assert sorted({h for h in headings if headings.count(h) > 1}) == [], "headings shown twice"
+    for internal in ("Workspace.backend", "Workspace.deferred_sizes", "Workspace.from_registry_entry"):
+        assert f'id="batchai_sdk.{internal}"' not in api, f"{internal} is internal"
+    # Code is not hidden under the copy button: the block keeps room on its right for it.
+    css = (site / "stylesheets" / "extra.css").read_text(encoding="utf-8")
+    assert re.search(r"\.md-typeset pre > code \{\s*padding-right:", css)
     # ... with their docstrings: members that had none now say what they do.
     text = html.unescape(re.sub(r"<[^>]+>", "", api))
     for said in ("A matplotlib Figure of loss and accuracy per epoch", "Create the experiment"):

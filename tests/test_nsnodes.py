@@ -3,8 +3,10 @@ them, nothing left behind — also after a run that died without cleaning up."""
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -49,10 +51,11 @@ def test_each_node_is_its_own_machine(ns_nodes: NSNodes, tmp_path: Path) -> None
     assert two.run(f"cat {tmp_path / 'seen'}").stdout == "everywhere"
     # a partition: node2 no longer reaches node1; healed, it does
     ssh_port = f"import socket; socket.create_connection(('{one.address}', 22), timeout=2).close()"
-    assert two.run(f'{sys.executable} -c "{ssh_port}"').returncode == 0
+    python = shlex.quote(sys.executable)
+    assert two.run(f'{python} -c "{ssh_port}"').returncode == 0
     one.partition()
     try:
-        assert two.run(f'{sys.executable} -c "{ssh_port}"').returncode != 0
+        assert two.run(f'{python} -c "{ssh_port}"').returncode != 0
     finally:
         one.heal()
 
@@ -88,3 +91,46 @@ def test_a_dead_runs_namespaces_and_links_are_removed_by_the_next(tmp_path: Path
     except NodesUnavailable as exc:
         pytest.skip(f"namespace nodes: {exc}")
     assert made_by(prefix) == ([], [])
+
+
+def test_the_checkout_and_its_python_are_seen_on_every_node(ns_nodes: NSNodes) -> None:
+    """Wherever this checkout lies (under /tmp too, which each node covers with its own), every node
+    runs the tests' Python and imports batchai_sdk from this checkout, as jobs do."""
+    probe = "import batchai_sdk, sys; print(sys.prefix); print(batchai_sdk.__file__)"
+    for node in ns_nodes.nodes.values():
+        ran = node.run(f"cd / && {shlex.quote(sys.executable)} -c {shlex.quote(probe)}")
+        assert ran.returncode == 0, ran.stderr
+        prefix, module = ran.stdout.split("\n")[:2]
+        assert prefix == sys.prefix and Path(module).is_relative_to(Path(__file__).resolve().parents[1])
+
+
+UNDER_TMP = """
+import sys
+sys.path.insert(0, {tests!r})
+from pathlib import Path
+from nsnodes import start_nodes
+with start_nodes(Path({directory!r}), Path({directory!r}), 1) as nodes:
+    print(nodes["node1"].run("ls " + {venv!r}.replace(" ", "' '") + "/bin").stdout, flush=True)
+"""
+
+
+def test_a_python_under_tmp_in_a_folder_with_a_space_is_seen_on_the_nodes(tmp_path: Path) -> None:
+    """Nodes started by a Python whose venv lies under /tmp, in a folder whose name has a space (a clone
+    under /tmp is where people try things), see that venv: each node's private /tmp does not hide it."""
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    with tempfile.TemporaryDirectory(prefix="bai clone ", dir="/tmp") as clone:
+        venv = Path(clone) / ".venv"
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+        code = UNDER_TMP.format(
+            tests=str(Path(__file__).parent), directory=str(tmp_path / "nodes"), venv=str(venv)
+        )
+        ran = subprocess.run(
+            [str(venv / "bin" / "python"), "-c", textwrap.dedent(code)],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        if "NodesUnavailable" in ran.stderr:
+            pytest.skip(f"namespace nodes: {ran.stderr.strip()[-300:]}")
+        assert ran.returncode == 0, ran.stderr[-2000:]
+        assert "python" in ran.stdout.split(), ran.stdout

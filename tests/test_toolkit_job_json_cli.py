@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -282,7 +283,10 @@ def test_tensorflow_settings_two_workers_and_a_parameter_server(
         ),
         pytest.param(
             "customMpiSettings",
-            {"commandLine": f"{sys.executable} {SCRIPT} mpi $AZ_BATCHAI_TASK_INDEX", "processCount": 2},
+            {
+                "commandLine": f"{shlex.quote(sys.executable)} {SCRIPT} mpi $AZ_BATCHAI_TASK_INDEX",
+                "processCount": 2,
+            },
             2,
             ["0", "1"],
             ["mpi", "{index}"],
@@ -290,7 +294,7 @@ def test_tensorflow_settings_two_workers_and_a_parameter_server(
         ),
         pytest.param(
             "customToolkitSettings",
-            {"commandLine": f"{sys.executable} {SCRIPT} once"},
+            {"commandLine": f"{shlex.quote(sys.executable)} {SCRIPT} once"},
             1,
             ["0"],
             ["once"],

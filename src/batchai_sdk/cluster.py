@@ -27,7 +27,14 @@ from ._models import (
 )
 from .backends.base import ClusterStatus
 from .cost import format_cost
-from .exceptions import BatchAIError, BatchAITimeoutError, ClusterBusyError, NotFoundError, ValidationError
+from .exceptions import (
+    BatchAIError,
+    BatchAITimeoutError,
+    ClusterBusyError,
+    NotFoundError,
+    NothingToEvictError,
+    ValidationError,
+)
 from .node.policy.autoscale import DEFAULT_IDLE_SECONDS
 from .node.protocol import simulated_eviction
 from .share import join
@@ -108,8 +115,10 @@ class Cluster:
         the node gets the real Scheduled Events notice (at least 30 s; ``grace_seconds`` does not apply)
         and the VM is then deleted, as in a real eviction."""
         held = self.workspace.backend.scheduler(self.spec).assignments()
-        node = node if node is not None else next(iter(sorted(held)), None)
-        if node is None or node not in held:
+        if node is None and not held:
+            raise NothingToEvictError(self.name)
+        node = node if node is not None else sorted(held)[0]
+        if node not in held:
             busy = ", ".join(sorted(held)) or "none"
             raise ValidationError(
                 "node", node, f"a node of cluster {self.name!r} that runs a job (now: {busy})"

@@ -27,6 +27,19 @@ class ValidationError(BatchAIError, ValueError):
         super().__init__(f"invalid {field}: {shown}; expected {expected}")
 
 
+class NothingToEvictError(ValidationError):
+    """``simulate_eviction()`` without a node on a cluster that runs no job: there is no node to hit."""
+
+    def __init__(self, cluster: str) -> None:
+        self.field, self.value, self.cluster = "node", None, cluster
+        self.expected = "a node that runs a job"
+        BatchAIError.__init__(
+            self,
+            f"cluster {cluster!r} runs no job, so there is no node to evict: submit a job to it first "
+            "(an eviction hits a node while a job runs there)",
+        )
+
+
 class UnsupportedVMSizeError(ValidationError):
     """A VM size Azure no longer offers (retired): ``size``, ``retired`` (ISO date), ``suggestions``."""
 
@@ -39,14 +52,15 @@ class UnsupportedVMSizeError(ValidationError):
 
 
 class NotFoundError(BatchAIError, LookupError):
-    """A named resource (experiment, cluster, job, file) does not exist."""
+    """A named resource (experiment, cluster, job, file) does not exist; ``hint`` says how to make it."""
 
-    def __init__(self, kind: str, name: str, where: str | None = None) -> None:
+    def __init__(self, kind: str, name: str, where: str | None = None, hint: str | None = None) -> None:
         self.kind = kind
         self.name = name
         self.where = where
+        self.hint = hint
         suffix = f" in {where}" if where else ""
-        super().__init__(f"{kind} {name!r} not found{suffix}")
+        super().__init__(f"{kind} {name!r} not found{suffix}" + (f"; {hint}" if hint else ""))
 
 
 class AlreadyExistsError(BatchAIError):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import signal
 import sys
 import textwrap
@@ -107,13 +108,17 @@ def test_a_lost_database_over_ssh_never_shares_a_node(lab: tuple[Workspace, Path
     hold.write_text(textwrap.dedent(HOLD))
     check.write_text(textwrap.dedent(CHECK))
     holders = [
-        exp.create_job(n, cluster=cluster, command_line=f"{sys.executable} {hold} {out}").submit()
+        exp.create_job(
+            n, cluster=cluster, command_line=f"{shlex.quote(sys.executable)} {hold} {out}"
+        ).submit()
         for n in ("a", "b")
     ]
     wait_for(lambda: all((out / f"{n}.json").exists() for n in ("a", "b")), 60, "both jobs to run")
     pids = {n: read_pid_json(out / f"{n}.json") for n in ("a", "b")}
     waiting = [
-        exp.create_job(n, cluster=cluster, command_line=f"{sys.executable} {check} {out}").submit()
+        exp.create_job(
+            n, cluster=cluster, command_line=f"{shlex.quote(sys.executable)} {check} {out}"
+        ).submit()
         for n in ("c", "d")
     ]
     old = scheduler_pid(state)
@@ -156,7 +161,11 @@ def _silent_job(exp: Experiment, cluster: Cluster, tmp_path: Path, name: str) ->
     quiet = tmp_path / "quiet.py"
     quiet.write_text(textwrap.dedent(QUIET))
     job = exp.create_job(
-        name, cluster=cluster, node_count=2, hang_timeout=3, command_line=f"{sys.executable} {quiet} {out}"
+        name,
+        cluster=cluster,
+        node_count=2,
+        hang_timeout=3,
+        command_line=f"{shlex.quote(sys.executable)} {quiet} {out}",
     ).submit()
     return job, out
 

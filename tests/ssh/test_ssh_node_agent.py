@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import signal
 import sys
 import textwrap
@@ -120,7 +121,7 @@ def stopped() -> Iterator[list[int]]:
 
 
 def command(lab: tuple[Workspace, Path], out: Path | None, gate: Path | None = None, code: int = 0) -> str:
-    line = f"{sys.executable} {lab[1] / 'record.py'} {out or os.devnull}"
+    line = f"{shlex.quote(sys.executable)} {lab[1] / 'record.py'} {out or os.devnull}"
     return line + (f" {gate}" if gate else "") + (f" {code}" if code else "")
 
 

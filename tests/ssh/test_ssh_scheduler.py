@@ -14,6 +14,7 @@ import itertools
 import json
 import multiprocessing
 import os
+import shlex
 import signal
 import sys
 import textwrap
@@ -238,7 +239,7 @@ def sleeper_job(
         name,
         cluster=cluster,
         node_count=2,
-        command_line=f"{sys.executable} {script} {out}",
+        command_line=f"{shlex.quote(sys.executable)} {script} {out}",
     ).submit()
     STARTED.append(job)
     wait_for(
@@ -264,7 +265,7 @@ def test_queued_jobs_run_once_each_and_never_share_a_node(
             name,
             cluster=cluster,
             node_count=sizes[name],
-            command_line=f"{sys.executable} {recorder} {out} 0.05",
+            command_line=f"{shlex.quote(sys.executable)} {recorder} {out} 0.05",
         ).submit()
         for name in names
     ]
@@ -385,7 +386,7 @@ def test_a_killed_launcher_leaves_nothing_and_its_nodes_wait_until_empty(
         "after_lost",
         cluster=cluster,
         node_count=2,
-        command_line=f"{sys.executable} {scripts('record.py', RECORDER)} {out} 0 {tag}",
+        command_line=f"{shlex.quote(sys.executable)} {scripts('record.py', RECORDER)} {out} 0 {tag}",
     ).submit()
     STARTED.append(follow)
     launcher = [p for p in procs.tagged_pids(tag) if cmdline(p)[3:4] == [b"launch"]]
@@ -448,7 +449,7 @@ def test_a_custom_toolkit_job_runs_on_the_node_it_was_given(
     out.mkdir()
     recorder = scripts("record.py", RECORDER)
     holder = exp.create_job(
-        "holder", cluster=cluster, command_line=f"{sys.executable} {recorder} {out} 3"
+        "holder", cluster=cluster, command_line=f"{shlex.quote(sys.executable)} {recorder} {out} 3"
     ).submit()  # holds the head node
     STARTED.append(holder)
     wait_for(lambda: holder.state is JobState.RUNNING, what="the first job to start", timeout=60)
@@ -456,7 +457,7 @@ def test_a_custom_toolkit_job_runs_on_the_node_it_was_given(
         "custom",
         cluster=cluster,
         toolkit="custom",
-        command_line=f"OMPI_COMM_WORLD_RANK=0 {sys.executable} {recorder} {out} 0",
+        command_line=f"OMPI_COMM_WORLD_RANK=0 {shlex.quote(sys.executable)} {recorder} {out} 0",
     ).submit()
     STARTED.append(custom)
     assert custom.wait(timeout=60, poll_interval=0.1) is JobState.SUCCEEDED, custom.status.failure_reason

@@ -19,7 +19,9 @@ import argparse
 import logging
 import sys
 import traceback
+import warnings
 from collections.abc import Sequence
+from typing import TextIO
 
 from ..exceptions import BatchAIError
 from ._context import Cancelled, Context, Result, UsageError
@@ -104,6 +106,19 @@ def run(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    """A warning the SDK gives while a command runs, as one line: ``warning: ...``. Python's own form
+    names the caller's file and line, which from the CLI is the console script (``.venv/bin/batchai:6``)."""
+    print(f"warning: {message}", file=file or sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``batchai ...``: returns the exit status (the console script exits with it)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -133,7 +148,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         handler = _setup_logging(args)
-        return run(args)
+        with warnings.catch_warnings():  # restores showwarning for a caller of main() (tests, scripts)
+            warnings.showwarning = _show_warning
+            return run(args)
     except UsageError as exc:
         _error(str(exc))
         return 2

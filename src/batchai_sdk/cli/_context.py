@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._models import validate_name
+from ..exceptions import NotFoundError
 from ._format import TableLayout
 from ._registry import Profile, Registry, batchai_home, validate_group
 
@@ -152,4 +153,11 @@ class Context:
         name = self.experiment_name()
         if create_default and name == DEFAULT_EXPERIMENT:
             return group, ws, ws.create_experiment(name, exist_ok=True)
-        return group, ws, ws.get_experiment(name)
+        try:
+            return group, ws, ws.get_experiment(name)
+        except NotFoundError as exc:
+            if exc.kind != "experiment":
+                raise
+            flags = " ".join(p for p in ("batchai experiment create", self.where(group, ws.name)) if p)
+            make = f"make it with `{flags} -n {shlex.quote(name)}`"
+            raise NotFoundError(exc.kind, exc.name, exc.where, hint=make) from None

@@ -234,7 +234,7 @@ def cluster_simulate_eviction(ctx: Context, args: argparse.Namespace) -> Result 
 
 
 def cluster_check(ctx: Context, args: argparse.Namespace) -> Result | None:
-    group = ctx.group()
+    group = ctx.scope()
     report = ctx.open_workspace(group).get_cluster(args.name).check_nodes(args.level)
     value = {
         "cluster": args.name,
@@ -244,6 +244,8 @@ def cluster_check(ctx: Context, args: argparse.Namespace) -> Result | None:
         "unusable": dict(report.unusable),
         "notes": list(report.notes),
     }
+    for note in report.notes:  # what was not checked, and why: also beside a table
+        ctx.note(note)
     return Result(value, health_table, exit_code=1 if report.unusable else 0)
 
 

@@ -301,16 +301,16 @@ def _command(verb: str, job: Job, where: str) -> str:
     return " ".join(p for p in parts if p)
 
 
-def _end_line(job: Job, where: str) -> tuple[str | None, int]:
-    """How the job ended, for stderr, and the exit status that says it (0: succeeded)."""
+def _end_line(job: Job, where: str, *, shown_stderr: bool = False) -> tuple[str | None, int]:
+    """How the job ended, for stderr, and the exit status that says it (0: succeeded); then the command
+    that shows the full stderr.txt, unless that is what was just printed (``shown_stderr``)."""
     status = job.status
     if status.state is JobState.SUCCEEDED:
         return None, 0
     reason = cli_reason(status.failure_reason) or "no reason recorded"
-    line = (
-        f"job {job.name} {status.state.value}: {reason}\n"
-        f"the full output: {_command('logs', job, where)} --file-name stderr.txt"
-    )
+    line = f"job {job.name} {status.state.value}: {reason}"
+    if not shown_stderr:
+        line += f"\nthe full output: {_command('logs', job, where)} --file-name stderr.txt"
     return line, status.exit_code or 1
 
 
@@ -334,7 +334,7 @@ def _follow(job: Job, where: str, name: str, *, directory: str | None = None, fo
         return Result(None, exit_code=130)
     if not follow and not job.state.ended:
         return Result(None)
-    end, code = _end_line(job, where)
+    end, code = _end_line(job, where, shown_stderr=name == "stderr.txt" and directory in (None, "stdouterr"))
     if end:
         print(end, file=sys.stderr, flush=True)
     return Result(None, exit_code=code)

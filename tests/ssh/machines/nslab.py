@@ -4,6 +4,7 @@ say where they run and then sleep, and the check that mended nodes take a job ag
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import textwrap
 import time
@@ -48,7 +49,11 @@ def sleeper_job(
     script = out / "sleeper.py"
     script.write_text(textwrap.dedent(SLEEPER))
     job = exp.create_job(
-        name, cluster=cluster, node_count=2, command_line=f"{sys.executable} {script} {out}", **options
+        name,
+        cluster=cluster,
+        node_count=2,
+        command_line=f"{shlex.quote(sys.executable)} {script} {out}",
+        **options,
     ).submit()
     STARTED.append(job)
     wait_for(

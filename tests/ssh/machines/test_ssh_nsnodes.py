@@ -11,6 +11,7 @@ refusing them.
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -84,7 +85,7 @@ def test_a_process_a_rank_left_on_the_second_node_is_gone_at_the_jobs_end(
     out.mkdir()
     job = exp.create_job(
         "orphan", cluster=cluster, node_count=2,
-        command_line=f"{sys.executable} {script('orphan.py', ORPHANER)} {out}",
+        command_line=f"{shlex.quote(sys.executable)} {script('orphan.py', ORPHANER)} {out}",
     ).submit()  # fmt: skip
     STARTED.append(job)
     assert job.wait(timeout=120, poll_interval=0.2) is JobState.SUCCEEDED, job.status.failure_reason

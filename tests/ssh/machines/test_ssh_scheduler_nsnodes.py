@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shlex
 import signal
 import sys
 from collections.abc import Callable
@@ -47,7 +48,7 @@ def test_queued_jobs_run_once_each_on_the_node_given_and_never_share_one(
     jobs = [
         exp.create_job(
             name, cluster=cluster, node_count=sizes[name],
-            command_line=f"{sys.executable} {recorder} {out} 0.05",
+            command_line=f"{shlex.quote(sys.executable)} {recorder} {out} 0.05",
         ).submit()
         for name in names
     ]  # fmt: skip
@@ -81,7 +82,7 @@ def test_a_killed_launcher_leaves_nothing_on_either_node_before_the_next_job_sta
     out.mkdir()
     follow = exp.create_job(
         "after_lost", cluster=cluster, node_count=2,
-        command_line=f"{sys.executable} {script('record.py', HOSTNAMED)} {out} 0 {tag}",
+        command_line=f"{shlex.quote(sys.executable)} {script('record.py', HOSTNAMED)} {out} 0 {tag}",
     ).submit()  # fmt: skip
     STARTED.append(follow)
     launcher = [pid for pid, cmd in head.tagged(tag).items() if cmd.split()[3:4] == ["launch"]]

@@ -49,10 +49,14 @@ def node_report(node: str, level: str, gpus: int) -> dict[str, Any]:
     """This node's checks and versions, as JSON-able data."""
     out: list[Check] = []
     versions: dict[str, str | None] = {}
+    notes: list[str] = []
     smi = shutil.which("nvidia-smi")
     if smi is None:
         if gpus > 0:
             out.append(Check(node, "gpu-count", False, f"nvidia-smi not found, {gpus} GPU(s) expected"))
+        else:  # said, not silently left out: a CPU node's report is shorter than a GPU node's
+            skipped = "GPU count, ECC, throttling" + (", DCGM diagnostics" if level == "full" else "")
+            notes.append(f"no GPUs (none expected, no nvidia-smi): {skipped} checks skipped")
     else:
         code, text = _run([smi, f"--query-gpu={GPU_QUERY}", "--format=csv,noheader,nounits"], 20)
         if code != 0:
@@ -72,7 +76,7 @@ def node_report(node: str, level: str, gpus: int) -> dict[str, Any]:
             with open(log, encoding="utf-8", errors="replace") as f:
                 out.extend(nhc_checks(node, f.read()))
             break
-    return {"node": node, "checks": [c.to_dict() for c in out], "versions": versions}
+    return {"node": node, "checks": [c.to_dict() for c in out], "versions": versions, "notes": notes}
 
 
 def allreduce_worker(rank: int, world: int, master: str, port: int, megabytes: float, iters: int) -> int:

@@ -119,6 +119,7 @@ def run_gate(cfg: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]], level: 
             up.append(n)
             checks.extend(Check.from_dict(c) for c in doc.get("checks", []))
             versions[n["id"]] = dict(doc.get("versions") or {})
+            notes.extend(f"{n['id']}: {note}" for note in doc.get("notes") or [])
     checks.extend(versions_agree(versions))
     per_node = 2 if gpus == 0 else gpus  # gloo on CPU: two ranks; NCCL: one rank per GPU (none with one GPU)
     # a rendezvous for "basic"; for "full", enough bytes for the link to reach its speed (nccl-tests
@@ -141,10 +142,10 @@ def run_gate(cfg: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]], level: 
             if not c.ok and measured[c.node] is not None:
                 again, _ = allreduce(runner, [(n["id"], n["address"])] * per_node, mb, iters)
                 measured[c.node] = max(measured[c.node] or 0.0, again or 0.0)
-    if level == "basic":  # a rendezvous that completes is the check; bandwidth is for "full"
-        for k, v in sorted(measured.items()):
-            checks.append(Check(k, "rendezvous", v is not None, "completed" if v is not None else "failed"))
-    else:
+    # a rendezvous that completes is basic's check; "full" keeps that row and adds bandwidth
+    for k, v in sorted(measured.items()):
+        checks.append(Check(k, "rendezvous", v is not None, "completed" if v is not None else "failed"))
+    if level == "full":
         checks.extend(bandwidth_checks("allreduce", measured, health.get("node_busbw"), tolerance))
         links: dict[str, float | None] = {}
         pairs = list(combinations(up, 2)) if len(up) <= 4 else list(zip(up, up[1:] + up[:1], strict=False))
