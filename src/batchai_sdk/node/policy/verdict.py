@@ -20,6 +20,12 @@ from typing import Any
 
 __all__ = ["describe", "place", "rank_records", "verdict"]
 
+# decorators and call plumbing between the user's line and the library function it called
+_GENERIC = frozenset(
+    {"wrapper", "inner", "wrapped", "_wrapper", "_fn", "__call__", "_call_impl", "_wrapped_call_impl",
+     "decorate_context", "<lambda>"}
+)  # fmt: skip
+
 
 def rank_records(paths: Iterable[str | os.PathLike[str]]) -> list[dict[str, Any]]:
     """The ranks' main processes from the nodes' ``stacks-<node>.json`` files (unreadable ones skipped;
@@ -48,8 +54,8 @@ def place(rec: dict[str, Any]) -> tuple[str, str, str]:
     if index is not None:
         f = frames[index]
         where = f"{os.path.basename(str(f.get('file')))}:{f.get('line')}"
-        if index > 0:
-            lib = str(frames[index - 1].get("func", "?")).rsplit(".", 1)[-1]
+        called = [str(g.get("func", "?")).rsplit(".", 1)[-1] for g in reversed(frames[:index])]
+        lib = next((name for name in called if name not in _GENERIC), called[0] if called else "")
     elif frames:
         f = frames[0]
         lib = str(f.get("func", "?")).rsplit(".", 1)[-1]

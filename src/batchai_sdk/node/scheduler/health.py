@@ -23,7 +23,6 @@ from collections.abc import Callable
 from datetime import datetime
 
 from ..agent import client as agent
-from ..common import try_append
 from ..job import stacks
 from ..policy import progress, retries, verdict, watchdog
 from .cluster import Cluster
@@ -176,8 +175,7 @@ class HangWatch:
                     self.store.update(job_id, notice=notice)
                     self.noticed[job_id] = t
                     if line:  # one line in the job's output: whoever follows the stream sees it now
-                        stdout = os.path.join(row["stdouterr"], "stdout.txt")
-                        try_append(stdout, f"{progress.OWN_PREFIX}{notice}")
+                        say_in_output(row["stdouterr"], notice)
                     log(f"{row['key']}: {notice}")
             return
         if t - self.checked.get(job_id, 0.0) < 1.0:
@@ -208,6 +206,19 @@ class HangWatch:
         if not records:
             return None
         return verdict.verdict(records, tracker.step)[:1000]
+
+
+def say_in_output(stdouterr: str, notice: str) -> None:
+    """The notice as one line of the job's ``stdout.txt`` (``[batchai] possibly hung — ...``): whoever
+    follows the job's output sees it as it happens. One write of one line, appended; a full or read-only
+    share is no reason to stop watching."""
+    line = f"{progress.OWN_PREFIX}{notice}\n".encode()
+    with contextlib.suppress(OSError):
+        fd = os.open(os.path.join(stdouterr, "stdout.txt"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
 
 
 def answers(cluster: Cluster, address: str, tags: frozenset[str] = frozenset()) -> frozenset[str] | None:
