@@ -45,7 +45,9 @@ def test_a_silent_job_is_noted_with_its_stacks_and_goes_on(
     status = job.status
     assert status.state is JobState.RUNNING  # observe mode does not end the job
     notice = status.notice or ""
-    assert notice.startswith("no output for ") and ", possibly hung: stacks in stacks-" in notice, notice
+    node = status.nodes[0]
+    assert notice.startswith(f"possibly hung — stuck: rank 0 on {node} is in gated.py:"), notice
+    assert " — no output for " in notice and "; stacks in stacks-" in notice, notice
     assert "the job goes on; set hang_timeout to fail a job silent that long" in notice
     assert job.to_dict()["notice"] == notice and "possibly hung" in job._repr_html_()
     stacks = job.tail(f"stacks-{status.nodes[0]}.txt", 50)
@@ -56,7 +58,9 @@ def test_a_silent_job_is_noted_with_its_stacks_and_goes_on(
 
     (tmp_path / "gate.1").touch()  # it writes again: the notice is withdrawn, the job still runs
     wait_for(lambda: job.status.notice is None, 60, "the notice to go")
-    assert job.tail("stdout.txt") == ["started", "resumed"]
+    out = job.tail("stdout.txt")  # the notice came as one line of the job's output, as it happened
+    assert [line for line in out if not line.startswith("[batchai] ")] == ["started", "resumed"], out
+    assert [line for line in out if line.startswith("[batchai] ")] == [f"[batchai] {notice}"], out
     (tmp_path / "gate.2").touch()
     assert job.wait(timeout=60) is JobState.SUCCEEDED
 

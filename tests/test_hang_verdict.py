@@ -6,6 +6,7 @@ gets no notice."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -66,13 +67,14 @@ def train(script: Script) -> Path:
     return path
 
 
-def start(ws: Workspace, train: Path, mode: str, *, ranks: int = 2, steps: int = 10000, **options: object) -> Job:
+def start(ws: Workspace, train: Path, mode: str, *, ranks: int = 2, steps: int = 10000, gloo_timeout: int = 600,
+          **options: object) -> Job:  # fmt: skip
     pids = train.parent / "pids"
     pids.mkdir(exist_ok=True)
     exp = ws.create_experiment("e")
     cluster = ws.create_cluster("c", nodes=2)
     return exp.create_job(f"{mode}", cluster=cluster, node_count=2, toolkit="pytorch", process_count=ranks,
-                          python_script=str(train), args=[mode, str(steps), "600", str(pids)],
+                          python_script=str(train), args=[mode, str(steps), str(gloo_timeout), str(pids)],
                           toolkit_settings={"communication_backend": "TCP"},
                           hang_notice=options.pop("hang_notice", NOTICE), **options).submit()  # type: ignore[arg-type]  # fmt: skip
 
@@ -166,7 +168,8 @@ def test_a_stopped_rank_is_named_and_hang_timeout_fails_the_job_with_the_verdict
         assert reason.startswith("stuck at step ") and f"rank 1 on {vm1} is stopped" in reason, reason
         assert "no new step for " in reason and "(possible hang); stacks in stacks-" in reason, reason
     finally:
-        os.kill(pid, signal.SIGCONT)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
 
 
 def test_a_whole_stopped_node_is_named(ws: Workspace, train: Path, cleanup: list[Job]) -> None:
@@ -182,7 +185,8 @@ def test_a_whole_stopped_node_is_named(ws: Workspace, train: Path, cleanup: list
         assert f"rank 0 on {job.status.nodes[0]} waits in all_reduce" in notice, notice
     finally:
         for pid in (pids["pid"], pids["shim"]):
-            os.kill(pid, signal.SIGCONT)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
 
 def test_a_collective_skipped_by_one_rank_names_it_and_its_timeout_blames_it_not_the_waiters(
@@ -194,6 +198,19 @@ def test_a_collective_skipped_by_one_rank_names_it_and_its_timeout_blames_it_not
     nodes = job.status.nodes
     assert f"rank 1 on {nodes[0]} waits in barrier at train.py:{BARRIER_LINE}" in notice, notice
     assert f"ranks 0, 2 wait in all_reduce at train.py:{REDUCE_LINE}" in notice, notice
+
+
+def test_a_collective_timeout_is_reported_naming_the_rank_the_stacks_blame_not_the_waiter(
+    ws: Workspace, train: Path, cleanup: list[Job]
+) -> None:
+    job = start(ws, train, "sleep", gloo_timeout=45)  # rank 0's all-reduce gives up after 45 s
+    cleanup.append(job)
+    notice_within(job, NOTICE)
+    assert job.wait(timeout=180) is JobState.FAILED
+    reason = job.status.failure_reason or ""
+    vm1 = job.status.nodes[1]
+    assert reason.startswith(f"stuck at step 5: rank 1 on {vm1} is in train.py:{SLEEP_LINE}"), reason
+    assert " — then the job failed: " in reason, reason
 
 
 def test_a_healthy_job_with_uneven_steps_gets_no_notice(
