@@ -11,6 +11,7 @@ import pytest
 
 from _helpers import wait_for
 from batchai_sdk import Job, JobSpec, JobState, TimeoutError, Workspace
+from batchai_sdk.cli import main
 
 pytestmark = pytest.mark.mpi
 Script = Callable[[str, str], Path]
@@ -38,7 +39,7 @@ def gated_job(ws: Workspace, script: Script, gate: Path, hang_notice: float) -> 
 
 
 def test_a_silent_job_is_noted_with_its_stacks_and_goes_on(
-    ws: Workspace, script: Script, tmp_path: Path
+    ws: Workspace, script: Script, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     job = gated_job(ws, script, tmp_path / "gate", hang_notice=2)
     wait_for(lambda: job.status.notice is not None, 60, "the hang notice")
@@ -55,6 +56,10 @@ def test_a_silent_job_is_noted_with_its_stacks_and_goes_on(
     with pytest.raises(TimeoutError) as err:
         job.wait(timeout=0.5, show_progress=False)
     assert f"(state running; {notice})" in str(err.value)
+    root = str(tmp_path / "ws")  # the ws fixture's folder: the CLI opens the same workspace
+    assert main(["--root", root, "job", "show", "-e", "e", "-n", "gated", "-o", "table"]) == 0
+    table = capsys.readouterr().out
+    assert "Notice" in table and f"stuck: rank 0 on {node} is in gated.py:" in table, table
 
     (tmp_path / "gate.1").touch()  # it writes again: the notice is withdrawn, the job still runs
     wait_for(lambda: job.status.notice is None, 60, "the notice to go")

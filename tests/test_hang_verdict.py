@@ -130,8 +130,10 @@ def seen_everywhere(job: Job, notice: str, blame: str) -> None:
     assert job.status.state is JobState.RUNNING and blame in notice, notice
     assert job.to_dict()["notice"] == notice and blame in job._repr_html_()
     wait_for(lambda: any(blame in line for line in job.tail("stdout.txt", 30)), 30, "the verdict in stdout")
-    streamed = [line for line in job.tail("stdout.txt", 200) if line.startswith("[batchai] ")]
-    assert len(streamed) == 1 and blame in streamed[0], streamed
+    ours = [line for line in job.tail("stdout.txt", 200) if line.startswith("[batchai] ")]
+    assert ours == [f"[batchai] {notice}"], ours  # once, as it happened
+    streamed = next(line for line in job.stream(timeout=60) if line.startswith("[batchai] "))
+    assert blame in streamed, streamed
 
 
 def test_a_rank_sleeping_in_the_loop_is_named_while_the_others_wait_in_the_all_reduce(
