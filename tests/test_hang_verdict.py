@@ -81,7 +81,7 @@ def start(ws: Workspace, train: Path, mode: str, *, ranks: int = 2, steps: int =
 
 def rank_pids(job: Job, rank: int) -> dict[str, int]:
     """The rank's own pid and its shim's, as the script wrote them to the job's shared temp folder."""
-    path = Path(job.spec.python_script).parent / "pids" / f"rank-{rank}.json"
+    path = Path(job.spec.python_script or ".").parent / "pids" / f"rank-{rank}.json"
     found: dict[str, int] = {}
 
     def read() -> bool:
