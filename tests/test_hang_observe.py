@@ -11,6 +11,7 @@ import pytest
 
 from _helpers import wait_for
 from batchai_sdk import Job, JobSpec, JobState, TimeoutError, Workspace
+from batchai_sdk.cli import main
 
 pytestmark = pytest.mark.mpi
 Script = Callable[[str, str], Path]
@@ -38,14 +39,16 @@ def gated_job(ws: Workspace, script: Script, gate: Path, hang_notice: float) -> 
 
 
 def test_a_silent_job_is_noted_with_its_stacks_and_goes_on(
-    ws: Workspace, script: Script, tmp_path: Path
+    ws: Workspace, script: Script, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     job = gated_job(ws, script, tmp_path / "gate", hang_notice=2)
     wait_for(lambda: job.status.notice is not None, 60, "the hang notice")
     status = job.status
     assert status.state is JobState.RUNNING  # observe mode does not end the job
     notice = status.notice or ""
-    assert notice.startswith("no output for ") and ", possibly hung: stacks in stacks-" in notice, notice
+    node = status.nodes[0]
+    assert notice.startswith(f"possibly hung — stuck: rank 0 on {node} is in gated.py:"), notice
+    assert " — no output for " in notice and "; stacks in stacks-" in notice, notice
     assert "the job goes on; set hang_timeout to fail a job silent that long" in notice
     assert job.to_dict()["notice"] == notice and "possibly hung" in job._repr_html_()
     stacks = job.tail(f"stacks-{status.nodes[0]}.txt", 50)
@@ -53,10 +56,16 @@ def test_a_silent_job_is_noted_with_its_stacks_and_goes_on(
     with pytest.raises(TimeoutError) as err:
         job.wait(timeout=0.5, show_progress=False)
     assert f"(state running; {notice})" in str(err.value)
+    root = str(tmp_path / "ws")  # the ws fixture's folder: the CLI opens the same workspace
+    assert main(["--root", root, "job", "show", "-e", "e", "-n", "gated", "-o", "table"]) == 0
+    table = capsys.readouterr().out
+    assert "Notice" in table and f"stuck: rank 0 on {node} is in gated.py:" in table, table
 
     (tmp_path / "gate.1").touch()  # it writes again: the notice is withdrawn, the job still runs
     wait_for(lambda: job.status.notice is None, 60, "the notice to go")
-    assert job.tail("stdout.txt") == ["started", "resumed"]
+    out = job.tail("stdout.txt")  # the notice came as one line of the job's output, as it happened
+    assert [line for line in out if not line.startswith("[batchai] ")] == ["started", "resumed"], out
+    assert [line for line in out if line.startswith("[batchai] ")] == [f"[batchai] {notice}"], out
     (tmp_path / "gate.2").touch()
     assert job.wait(timeout=60) is JobState.SUCCEEDED
 

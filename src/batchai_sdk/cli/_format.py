@@ -17,6 +17,7 @@ import jmespath.exceptions
 
 from .._display import human_span
 from .._models import FileInfo
+from ..node.policy.watchdog import verdict_of
 
 if TYPE_CHECKING:
     from ..cluster import Cluster
@@ -219,7 +220,8 @@ def job_view(job: Job, group: str) -> dict[str, Any]:
 
 
 def job_table(result: Any) -> list[Row]:
-    return [
+    items = _items(result)
+    rows: list[Row] = [
         {
             "Name": j.get("name"),
             "Resource Group": j.get("resourceGroup"),
@@ -229,8 +231,12 @@ def job_table(result: Any) -> list[Row]:
             "State": j.get("executionState"),
             "Exit code": j.get("exitCode"),
         }
-        for j in _items(result)
+        for j in items
     ]
+    if any(j.get("notice") for j in items):  # a job possibly hung: the verdict, which rank and where
+        for row, j in zip(rows, items, strict=True):
+            row["Notice"] = verdict_of(j.get("notice")) or j.get("notice") or ""
+    return rows
 
 
 def file_view(info: FileInfo) -> dict[str, Any]:

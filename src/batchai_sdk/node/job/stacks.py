@@ -17,6 +17,7 @@ non-Python processes of the job are left out.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -28,6 +29,7 @@ import time
 from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from ..common import TAG_VAR
 from .procs import tagged_pids
@@ -144,6 +146,133 @@ def _faulthandler_signal(pid: int) -> str:
     )
 
 
+_RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK", "HOROVOD_RANK", "SLURM_PROCID")
+_NODE_MAIN_TAIL = os.path.join("node", "__main__.py")
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = _read(_PROC / str(pid) / "environ") or b""
+    out: dict[str, str] = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.decode(errors="replace").partition("=")
+        if sep:
+            out[key] = value
+    return out
+
+
+def _status_field(pid: int, name: str) -> str:
+    for line in (_read(_PROC / str(pid) / "status") or b"").decode(errors="replace").splitlines():
+        if line.startswith(name + ":"):
+            return line.split(":", 1)[1].strip()
+    return ""
+
+
+def process_info(pid: int) -> dict[str, Any]:
+    """Who process ``pid`` is in the job: its rank and node (from the variables the launcher gave it), its
+    parent, whether it is stopped (SIGSTOP, a debugger) and whether it is one of the SDK's own processes
+    (the launcher, the rank shims: their argv runs the node package's ``__main__.py``)."""
+    env = _environ(pid)
+    rank = next((int(env[v]) for v in _RANK_VARIABLES if env.get(v, "").strip().isdigit()), None)
+    nodes = [n for n in env.get("BATCHAI_RANK_NODES", "").split(",")]
+    node = nodes[rank] if rank is not None and rank < len(nodes) and nodes[rank] else None
+    argv = [a.decode(errors="replace") for a in (_read(_PROC / str(pid) / "cmdline") or b"").split(b"\0")]
+    state = _status_field(pid, "State")
+    return {
+        "pid": pid,
+        "ppid": int(_status_field(pid, "PPid") or 0),
+        "rank": rank,
+        "node": node,
+        "stopped": state.startswith(("T", "t")),
+        "sdk": any(a.endswith(_NODE_MAIN_TAIL) for a in argv[:4]),
+    }
+
+
+def _source_line(path: str, line: int) -> str:
+    """The text of ``path``'s line ``line`` (stripped), or ""; read on the node, where the file is."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for no, text in enumerate(f, 1):
+                if no == line:
+                    return text.strip()[:120]
+    except OSError:
+        pass
+    return ""
+
+
+def is_user_file(path: str) -> bool:
+    """Whether a frame's file is the user's: not the standard library, an installed package or the SDK."""
+    norm = path.replace("\\", "/")
+    if norm.startswith("<") or "/site-packages/" in norm or "/dist-packages/" in norm:
+        return False
+    return not ("/batchai_sdk/" in norm or re.search(r"/lib/python\d[\d.]*/", norm))
+
+
+def _py_spy_json(py_spy: str, pid: int, timeout: float, stopped: bool) -> tuple[list[dict[str, Any]], str]:
+    """The threads of ``pid`` from ``py-spy dump --json`` (frames innermost first), or [] and why not."""
+    argv = [py_spy, "dump", "--json", "--full-filenames", "--pid", str(pid)]
+    if stopped:  # py-spy cannot pause a stopped process: read it as it stands
+        argv.insert(2, "--nonblocking")
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=max(1.0, timeout), check=False)
+    except subprocess.TimeoutExpired:
+        return [], f"py-spy dump timed out after {max(1.0, timeout):.0f} s"
+    except OSError as exc:
+        return [], f"py-spy could not run: {exc}"
+    try:
+        raw = json.loads(done.stdout) if done.returncode == 0 else None
+    except ValueError:
+        raw = None
+    if not isinstance(raw, list):
+        return [], f"py-spy dump exited {done.returncode}: {(done.stderr or done.stdout).strip()[:300]}"
+    threads: list[dict[str, Any]] = []
+    for t in raw:
+        frames: list[dict[str, Any]] = [
+            {
+                "func": str(f.get("name", "?")),
+                "file": str(f.get("filename", "?")),
+                "line": int(f.get("line") or 0),
+                "user": is_user_file(str(f.get("filename", ""))),
+            }
+            for f in t.get("frames") or []
+        ]
+        for f in frames:
+            if f["user"]:
+                f["code"] = _source_line(f["file"], f["line"])
+        threads.append({"name": str(t.get("thread_name") or t.get("os_thread_id")), "frames": frames})
+    # the main thread first, then the threads running the user's code, then the rest
+    threads.sort(key=lambda t: (t["name"] != "MainThread", not any(f["user"] for f in t["frames"])))
+    return threads, ""
+
+
+def _frame_text(f: dict[str, Any]) -> str:
+    code = f"    {f['code']}" if f.get("code") else ""
+    return f"{os.path.basename(f['file'])}:{f['line']} {f['func']}{code}"
+
+
+def _rank_lines(rec: dict[str, Any]) -> list[str]:
+    """One process's stacks for the text file: its threads with the user's frames first, the library frames
+    below them counted and named by their innermost one, the threads without any user frame folded."""
+    out: list[str] = []
+    folded = []
+    for t in rec["threads"]:
+        user = [f for f in t["frames"] if f["user"]]
+        if not user and t["name"] != "MainThread":
+            folded.append(t["name"])
+            continue
+        out.append(f'  thread "{t["name"]}":')
+        out += [f"    {_frame_text(f)}" for f in user]
+        lib = [f for f in t["frames"] if not f["user"]]
+        if lib:
+            inner = lib[0]
+            out.append(
+                f"    ({len(lib)} frame(s) in libraries, innermost {inner['func']} "
+                f"({os.path.basename(inner['file'])}:{inner['line']}))"
+            )
+    if folded:
+        out.append(f"  ({len(folded)} thread(s) without your code folded: {', '.join(folded[:12])})")
+    return out
+
+
 def collect_stacks(
     pids: Iterable[int],
     out_path: str | os.PathLike[str],
@@ -152,41 +281,79 @@ def collect_stacks(
     py_spy: str | None = AUTO,
     node: str | None = None,
 ) -> str:
-    """Write the Python stacks of ``pids`` to ``out_path`` (normally ``<stdouterr>/stacks-<node>.txt``).
+    """Write the Python stacks of ``pids`` to ``out_path`` (normally ``<stdouterr>/stacks-<node>.txt``) and
+    the same as data beside it (``stacks-<node>.json``: one record per process, for the cross-rank verdict).
 
-    ``py_spy`` is the py-spy executable; ``"auto"`` looks for it (``find_py_spy``), None never uses it.
-    ``timeout`` bounds the whole collection (seconds); processes not reached in time are listed as such.
-    Returns ``out_path`` as a string. The file is written whole at the end (write to a temporary name, then
-    rename), so a reader never sees half of it.
+    Each process is labelled with its rank and node; processes the launcher placed on another node (the
+    local backend runs every node on one machine) are left to that node's file; the SDK's own processes
+    (launcher, rank shims) are folded into one line. ``py_spy`` is the py-spy executable; ``"auto"`` looks
+    for it (``find_py_spy``), None never uses it. ``timeout`` bounds the whole collection (seconds);
+    processes not reached in time are listed as such. Returns ``out_path`` as a string. The files are
+    written whole at the end (write to a temporary name, then rename), so a reader never sees half of one.
     """
     deadline = time.monotonic() + timeout
     tool = find_py_spy() if py_spy == AUTO else py_spy
-    pid_list = list(pids)
+    infos = [process_info(pid) for pid in pids]
+    if node:
+        infos = [i for i in infos if i["node"] in (None, node)]
+    sdk = [i for i in infos if i["sdk"]]
+    infos = [i for i in infos if not i["sdk"]]
+    rank_pids = {i["pid"] for i in infos if i["rank"] is not None}
+    for i in infos:  # a rank's helper processes (data loader workers) are its children of the same rank
+        i["helper"] = i["ppid"] in rank_pids
+    infos.sort(key=lambda i: (i["rank"] is None, i["rank"] or 0, i["helper"], i["pid"]))
     host = node or socket.gethostname()
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     method = f"py-spy dump ({tool})" if tool else "faulthandler signal SIGUSR1 (py-spy is not installed)"
-    lines = [f"# Python stacks on {host} at {now}", f"# method: {method}", f"# processes: {len(pid_list)}"]
-    if not pid_list:
+    lines = [f"# Python stacks on {host} at {now}", f"# method: {method}", f"# processes: {len(infos)}"]
+    if sdk:
+        lines.append(f"# the SDK's own processes folded: pids {', '.join(str(i['pid']) for i in sdk)}")
+    if not infos:
         lines.append("# no Python process of the job was found on this node")
-    for pid in pid_list:
-        lines += ["", f"=== pid {pid}: {_cmdline(pid) or '(ended)'}"]
+    records: list[dict[str, Any]] = []
+    for info in infos:
+        pid = info["pid"]
+        who = f"rank {info['rank']}" if info["rank"] is not None else "a process"
+        where = info["node"] or host
+        flags = ", stopped (SIGSTOP or a debugger)" if info["stopped"] else ""
+        flags += ", a helper process of its rank" if info["helper"] else ""
+        lines += ["", f"=== {who} on {where} (pid {pid}{flags}): {_cmdline(pid) or '(ended)'}"]
+        rec = {**info, "node": where, "threads": [], "error": ""}
+        records.append(rec)
         left = deadline - time.monotonic()
         if left <= 0:
-            lines.append(f"skipped: the {timeout:g} s allowed for collecting stacks ran out")
+            rec["error"] = f"skipped: the {timeout:g} s allowed for collecting stacks ran out"
+            lines.append(rec["error"])
             continue
         if tool:
-            ok, text = _py_spy_dump(tool, pid, left)
-            if ok:
-                lines.append(text)
+            rec["threads"], rec["error"] = _py_spy_json(tool, pid, left, info["stopped"])
+            if rec["threads"]:
+                lines += _rank_lines(rec)
                 continue
-            lines.append(text)
+            if not rec["error"].startswith("py-spy dump exited"):
+                lines.append(rec["error"])
+            else:  # an older py-spy without --json: its text
+                ok, text = _py_spy_dump(tool, pid, left)
+                lines.append(text)
+                if ok:
+                    continue
             lines.append("falling back to the faulthandler signal:")
+        if info["stopped"]:
+            rec["error"] = "stopped: no stacks without py-spy"
+            lines.append(rec["error"])
+            continue
         lines.append(_faulthandler_signal(pid))
+        rec["error"] = rec["error"] or "stacks in stderr.txt (faulthandler)"
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    part = out.with_name(out.name + ".part")
-    part.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    os.replace(part, out)
+    data = out.with_suffix(".json")
+    for path, text in (
+        (data, json.dumps({"node": host, "processes": records})),
+        (out, "\n".join(lines) + "\n"),
+    ):
+        part = path.with_name(path.name + ".part")
+        part.write_text(text, encoding="utf-8")
+        os.replace(part, path)
     return str(out)
 
 

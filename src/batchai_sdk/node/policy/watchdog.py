@@ -31,6 +31,7 @@ __all__ = [
     "hang_verdict",
     "job_log_files",
     "last_output_time",
+    "verdict_of",
 ]
 
 LOG_PATTERNS = ("stdout.txt", "stderr.txt", "execution-*.log")
@@ -91,24 +92,48 @@ class OutputTracker:
         return self._last
 
 
-def hang_reason(silent_seconds: float, stack_files: Sequence[str] = ()) -> str:
-    """``no output for N s (possible hang); stacks in <files>`` — the failure reason of a hung job."""
+VERDICT_MARK = "possibly hung — "  # a notice's verdict runs from here to the next " — "
+
+
+def hang_reason(
+    silent_seconds: float, stack_files: Sequence[str] = (), *, verdict: str | None = None, steps: bool = False
+) -> str:
+    """``no output for N s (possible hang); stacks in <files>`` — the failure reason of a hung job; with
+    the cross-rank ``verdict`` first: ``<verdict> — no new step for N s (possible hang); stacks in ...``."""
     where = ", ".join(stack_files) if stack_files else "none (no stack files could be written)"
-    return f"no output for {int(silent_seconds)} s (possible hang); stacks in {where}"
+    what = "no new step" if steps else "no output"
+    first = f"{verdict} — " if verdict else ""
+    return f"{first}{what} for {int(silent_seconds)} s (possible hang); stacks in {where}"
 
 
 def hang_notice(
-    silent_seconds: float, stack_files: Sequence[str] = (), hang_timeout: float | None = None
+    silent_seconds: float,
+    stack_files: Sequence[str] = (),
+    hang_timeout: float | None = None,
+    *,
+    verdict: str | None = None,
+    steps: bool = False,
 ) -> str:
     """Observe mode's note in a running job's status: ``no output for 10 min, possibly hung: stacks in
-    <files>``, then what happens next (nothing, or the end at ``hang_timeout``)."""
+    <files>``, then what happens next (nothing, or the end at ``hang_timeout``). With the cross-rank
+    ``verdict``: ``possibly hung — <verdict> — no new step for 1 min 5 s; stacks in <files>; ...``."""
     where = ", ".join(stack_files) if stack_files else "none (no stack files could be written)"
+    what = "no new step" if steps else "no output"
     then = (
         f"it is failed after {_span(hang_timeout)} of silence (hang_timeout)"
         if hang_timeout
         else "the job goes on; set hang_timeout to fail a job silent that long"
     )
-    return f"no output for {_span(silent_seconds)}, possibly hung: stacks in {where}; {then}"
+    if verdict:
+        return f"{VERDICT_MARK}{verdict} — {what} for {_span(silent_seconds)}; stacks in {where}; {then}"
+    return f"{what} for {_span(silent_seconds)}, possibly hung: stacks in {where}; {then}"
+
+
+def verdict_of(notice: str | None) -> str | None:
+    """The cross-rank verdict a notice holds (``hang_notice(verdict=...)``), or None."""
+    if not notice or not notice.startswith(VERDICT_MARK):
+        return None
+    return notice[len(VERDICT_MARK) :].split(" — ", 1)[0] or None
 
 
 def _span(seconds: float) -> str:

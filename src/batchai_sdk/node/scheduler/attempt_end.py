@@ -19,7 +19,7 @@ from typing import Any
 
 from ..common import load_or_none, now
 from ..job import procs
-from ..policy import retries
+from ..policy import retries, watchdog
 from ..protocol import PHASE_RECORD, RESULT_RECORD, SharePaths, is_eviction_file
 from . import health
 from .cluster import Cluster
@@ -100,6 +100,9 @@ class AttemptEnds:
             reason = result.get("reason")
             if result.get("exit_code") is None:
                 reason = reason or "the job ended before its ranks ran"
+            blamed = watchdog.verdict_of(row["notice"])
+            if blamed and result.get("exit_code") != 0:  # e.g. a collective's own timeout: name who hung
+                reason = f"{blamed} — then the job failed: {reason}"
         self.clean(row, json.dumps([cause, reason]), result.get("exit_code"))
 
     def clean(self, row: sqlite3.Row, reason: str, exit_code: int | None) -> None:

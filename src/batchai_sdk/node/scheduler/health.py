@@ -24,7 +24,7 @@ from datetime import datetime
 
 from ..agent import client as agent
 from ..job import stacks
-from ..policy import retries, watchdog
+from ..policy import progress, retries, verdict, watchdog
 from .cluster import Cluster
 from .log import log
 from .store import ACTIVE, Store
@@ -131,14 +131,14 @@ class HangWatch:
         self.store = store
         self.pool_exec = pool_exec
         self.stop = stop
-        self.trackers: dict[int, watchdog.OutputTracker] = {}
+        self.trackers: dict[int, progress.ProgressTracker] = {}
         self.hangs: dict[int, concurrent.futures.Future[tuple[list[str], list[str]]]] = {}
         self.checked: dict[int, float] = {}  # job id → when its output was last looked at
         self.noticed: dict[int, float] = {}  # job id → when its "possibly hung" notice was published
 
     def started(self, job_id: int) -> None:
         """A launcher started: its job's silence is counted from now."""
-        self.trackers[job_id] = watchdog.OutputTracker()
+        self.trackers[job_id] = progress.ProgressTracker()
 
     def forget(self, job_id: int) -> None:
         """The attempt ended and the job is queued again: the next attempt is watched afresh."""
@@ -146,47 +146,79 @@ class HangWatch:
         self.noticed.pop(job_id, None)
 
     def check(self, row: sqlite3.Row, t: float) -> None:
-        """No output from any rank for a while: every node's stacks are collected, then the job ends (silent
-        for ``hang`` seconds) or, in observe mode (silent for ``hang_notice`` seconds), its status says it may
-        hang and where the stacks are; that notice goes once the job writes again."""
+        """No progress from the job for a while (no new step once it reports steps, else no output that is
+        not a stall warning; policy/progress.py): every node's stacks are collected and read into one
+        cross-rank verdict, then the job ends (``hang`` seconds) or, in observe mode (the notice's limit),
+        its status, its stdout and its stream say it may hang and which rank differs; that notice goes once
+        the job progresses again."""
         job_id = row["id"]
+        tracker = self.trackers.setdefault(job_id, progress.ProgressTracker())
         if job_id in self.hangs:
             fut = self.hangs[job_id]
             if fut.done():
                 del self.hangs[job_id]
                 files, stopped = fut.result()
-                silent = t - max(self.trackers[job_id].last_change or row["started"], row["started"])
+                silent = t - max(tracker.last_progress or row["started"], row["started"])
                 if stopped:  # the silence is a node's: name it (a lost node, retried as one)
                     lost = "; ".join(f"node {n} stopped answering" for n in stopped)
                     log(f"{row['key']}: {lost}; stopping the job")
                     reason = f"{lost} (no output from the job for {int(silent)} s)"
                     self.stop(row, "failed", reason, retries.EndCause.NODE_LOST.value)
                     return
+                line = self.read_verdict(row, tracker, files)
+                steps = tracker.stepping
                 if row["hang"] and silent >= row["hang"]:
-                    self.stop(row, "failed", watchdog.hang_reason(silent, files), retries.EndCause.HANG.value)
+                    reason = watchdog.hang_reason(silent, files, verdict=line, steps=steps)
+                    self.stop(row, "failed", reason, retries.EndCause.HANG.value)
                 else:
-                    self.store.update(job_id, notice=watchdog.hang_notice(silent, files, row["hang"]))
+                    notice = watchdog.hang_notice(silent, files, row["hang"], verdict=line, steps=steps)
+                    self.store.update(job_id, notice=notice)
                     self.noticed[job_id] = t
+                    if line:  # one line in the job's output: whoever follows the stream sees it now
+                        say_in_output(row["stdouterr"], notice)
+                    log(f"{row['key']}: {notice}")
             return
         if t - self.checked.get(job_id, 0.0) < 1.0:
             return
         self.checked[job_id] = t
-        tracker = self.trackers.setdefault(job_id, watchdog.OutputTracker())
-        last = tracker.observe(watchdog.job_log_files(row["stdouterr"]), t)
+        last = tracker.observe(row["stdouterr"], t)
         if row["notice"] and last is not None and last > self.noticed.get(job_id, 0.0):
-            self.store.update(job_id, notice=None)  # it wrote again: not hung after all
+            self.store.update(job_id, notice=None)  # it progressed again: not hung after all
             self.noticed.pop(job_id, None)
-            log(f"{row['key']}: output again; the hang notice is withdrawn")
+            log(f"{row['key']}: progress again; the hang notice is withdrawn")
             return
         fails = watchdog.hang_verdict(last, row["started"], t, row["hang"]) is not None
-        observed = not row["notice"] and watchdog.hang_verdict(last, row["started"], t, row["hang_notice"])
+        limit = tracker.limit(row["hang_notice"])
+        observed = not row["notice"] and watchdog.hang_verdict(last, row["started"], t, limit)
         if fails or observed:
-            limit = row["hang"] if fails else row["hang_notice"]
             what = "collecting stacks" if fails else "collecting stacks (observe mode: the job goes on)"
-            log(f"{row['key']}: no output for {limit:g} s; {what}")
+            rule = "no new step" if tracker.stepping else "no output"
+            log(f"{row['key']}: {rule} for {row['hang'] if fails else limit:g} s; {what}")
             self.hangs[job_id] = self.pool_exec.submit(
                 collect_stacks, self.cluster, row["tag"], json.loads(row["nodes"]), row["stdouterr"]
             )
+
+    @staticmethod
+    def read_verdict(row: sqlite3.Row, tracker: progress.ProgressTracker, files: list[str]) -> str | None:
+        """The cross-rank verdict from the nodes' ``stacks-<node>.json`` (None: no rank's stacks)."""
+        paths = [os.path.join(row["stdouterr"], os.path.splitext(f)[0] + ".json") for f in files]
+        records = verdict.rank_records(paths)
+        if not records:
+            return None
+        return verdict.verdict(records, tracker.step)[:1000]
+
+
+def say_in_output(stdouterr: str, notice: str) -> None:
+    """The notice as one line of the job's ``stdout.txt`` (``[batchai] possibly hung — ...``): whoever
+    follows the job's output sees it as it happens. One write of one line, appended; a full or read-only
+    share is no reason to stop watching."""
+    line = f"{progress.OWN_PREFIX}{notice}\n".encode()
+    with contextlib.suppress(OSError):
+        fd = os.open(os.path.join(stdouterr, "stdout.txt"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
 
 
 def answers(cluster: Cluster, address: str, tags: frozenset[str] = frozenset()) -> frozenset[str] | None:

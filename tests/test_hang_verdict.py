@@ -1,0 +1,229 @@
+"""Hang verdicts with real ranks (PyTorch over gloo through the cluster scheduler, local nodes): a job that
+reports steps is stuck once no new step comes for max(3 × its median step interval, the floor), however much
+it still prints; the notice names the rank and node that differ from the others (stacks per rank, user frames
+first) and shows in the status, the stream, the views and the failure reason. A healthy job with uneven steps
+gets no notice."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from _helpers import wait_for
+from batchai_sdk import Job, JobState, Workspace
+
+pytest.importorskip("torch")
+pytestmark = [pytest.mark.mpi, pytest.mark.slow]
+Script = Callable[[str, str], Path]
+
+NOTICE = 15.0  # hang_notice: the floor of the steps rule for these tests (60 s by default)
+
+# line numbers matter: the verdicts below name train.py:SLEEP_LINE, :REDUCE_LINE and :BARRIER_LINE
+TRAIN = """\
+import json, os, sys, threading, time
+rank = int(os.environ["RANK"])
+def chatter():  # output that keeps coming while the steps stop: not progress
+    while True:
+        print(f"rank {rank}: prefetching", flush=True)
+        time.sleep(2)
+threading.Thread(target=chatter, daemon=True).start()
+from datetime import timedelta
+import torch, torch.distributed as dist
+from batchai_sdk import log_metric
+dist.init_process_group(backend="gloo", init_method=os.environ["AZ_BATCHAI_PYTORCH_INIT_METHOD"], rank=rank,
+                        world_size=int(os.environ["WORLD_SIZE"]), timeout=timedelta(seconds=float(sys.argv[3])))
+mode, steps = sys.argv[1], int(sys.argv[2])
+with open(os.path.join(sys.argv[4], f"rank-{rank}.json"), "w") as f:
+    json.dump({"pid": os.getpid(), "shim": os.getppid()}, f)
+t = torch.ones(1)
+for step in range(1, steps + 1):
+    if mode == "sleep" and rank == 1 and step == 6:
+        time.sleep(3600)
+    if mode == "skip" and rank == 1 and step == 6:
+        dist.barrier()  # instead of the all-reduce: the others wait in that, this rank in the barrier
+    else:
+        dist.all_reduce(t)
+    log_metric(step=step, loss=1.0 / step)
+    time.sleep(0.3 if step % 4 else 2.5)  # uneven steps: a slow batch every fourth
+dist.destroy_process_group()
+time.sleep(0.3)
+"""
+SLEEP_LINE, BARRIER_LINE, REDUCE_LINE = 19, 21, 23
+
+
+@pytest.fixture
+def train(script: Script) -> Path:
+    path = script("train.py", TRAIN)
+    lines = path.read_text().splitlines()
+    assert "time.sleep(3600)" in lines[SLEEP_LINE - 1] and "dist.barrier()" in lines[BARRIER_LINE - 1]
+    assert "dist.all_reduce(t)" in lines[REDUCE_LINE - 1]
+    return path
+
+
+def start(ws: Workspace, train: Path, mode: str, *, ranks: int = 2, steps: int = 10000, gloo_timeout: int = 600,
+          **options: object) -> Job:  # fmt: skip
+    pids = train.parent / "pids"
+    pids.mkdir(exist_ok=True)
+    exp = ws.create_experiment("e")
+    cluster = ws.create_cluster("c", nodes=2)
+    return exp.create_job(f"{mode}", cluster=cluster, node_count=2, toolkit="pytorch", process_count=ranks,
+                          python_script=str(train), args=[mode, str(steps), str(gloo_timeout), str(pids)],
+                          toolkit_settings={"communication_backend": "TCP"},
+                          hang_notice=options.pop("hang_notice", NOTICE), **options).submit()  # type: ignore[arg-type]  # fmt: skip
+
+
+def rank_pids(job: Job, rank: int) -> dict[str, int]:
+    """The rank's own pid and its shim's, as the script wrote them to the job's shared temp folder."""
+    path = Path(job.spec.python_script or ".").parent / "pids" / f"rank-{rank}.json"
+    found: dict[str, int] = {}
+
+    def read() -> bool:
+        try:
+            found.update(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            return False
+        return True
+
+    wait_for(read, 120, f"rank {rank}'s pid")
+    return found
+
+
+def step_of(job: Job) -> int:
+    path = Path(job.workspace.share.root) / job.paths.stdouterr / "metrics.jsonl"  # type: ignore[attr-defined]
+    lines = path.read_text().splitlines() if path.is_file() else []
+    return int(json.loads(lines[-1])["step"]) if lines else 0
+
+
+def notice_within(job: Job, bound: float) -> tuple[str, float]:
+    """Wait for the notice; returns it and the seconds from the last step to it."""
+    wait_for(lambda: step_of(job) >= 1, 180, "the first step")
+    last, seen = step_of(job), time.monotonic()
+    deadline = time.monotonic() + bound + 240
+    while time.monotonic() < deadline:
+        notice = job.status.notice
+        if notice:
+            return notice, time.monotonic() - seen
+        if step_of(job) != last:
+            last, seen = step_of(job), time.monotonic()
+        time.sleep(0.5)
+    raise AssertionError(f"no notice within {bound} s of the last step (state {job.status.state})")
+
+
+@pytest.fixture
+def cleanup() -> Iterator[list[Job]]:
+    jobs: list[Job] = []
+    yield jobs
+    for job in jobs:
+        if not job.state.ended:
+            job.terminate()
+
+
+def seen_everywhere(job: Job, notice: str, blame: str) -> None:
+    """The verdict is in the status, to_dict, the notebook view, the job's stream."""
+    assert job.status.state is JobState.RUNNING and blame in notice, notice
+    assert job.to_dict()["notice"] == notice and blame in job._repr_html_()
+    wait_for(lambda: any(blame in line for line in job.tail("stdout.txt", 30)), 30, "the verdict in stdout")
+    ours = [line for line in job.tail("stdout.txt", 200) if line.startswith("[batchai] ")]
+    assert ours == [f"[batchai] {notice}"], ours  # once, as it happened
+    streamed = next(line for line in job.stream(timeout=60) if line.startswith("[batchai] "))
+    assert blame in streamed, streamed
+
+
+def test_a_rank_sleeping_in_the_loop_is_named_while_the_others_wait_in_the_all_reduce(
+    ws: Workspace, train: Path, cleanup: list[Job]
+) -> None:
+    job = start(ws, train, "sleep")
+    cleanup.append(job)
+    notice, took = notice_within(job, NOTICE)
+    vm1 = job.status.nodes[1]
+    assert notice.startswith("possibly hung — stuck at step 5: "), notice
+    assert f"rank 1 on {vm1} is in train.py:{SLEEP_LINE} (time.sleep(3600))" in notice, notice
+    assert f"rank 0 on {job.status.nodes[0]} waits in all_reduce at train.py:{REDUCE_LINE}" in notice, notice
+    assert "no new step for" in notice and took < NOTICE + 30, (took, notice)
+    seen_everywhere(job, notice, f"rank 1 on {vm1} is in train.py:{SLEEP_LINE}")
+    stacks = job.tail(f"stacks-{vm1}.txt", 60)
+    assert any(f"=== rank 1 on {vm1}" in line for line in stacks), stacks
+    assert not any("=== rank 0" in line for line in stacks), stacks  # rank 0 is in the other node's file
+
+
+def test_a_stopped_rank_is_named_and_hang_timeout_fails_the_job_with_the_verdict(
+    ws: Workspace, train: Path, cleanup: list[Job]
+) -> None:
+    job = start(ws, train, "run", hang_timeout=NOTICE + 10)
+    cleanup.append(job)
+    wait_for(lambda: step_of(job) >= 3, 180, "three steps")
+    pid = rank_pids(job, 1)["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        notice, _ = notice_within(job, NOTICE)
+        vm1 = job.status.nodes[1]
+        assert f"rank 1 on {vm1} is stopped (SIGSTOP or a debugger)" in notice, notice
+        assert job.wait(timeout=120) is JobState.FAILED
+        reason = job.status.failure_reason or ""
+        assert reason.startswith("stuck at step ") and f"rank 1 on {vm1} is stopped" in reason, reason
+        assert "no new step for " in reason and "(possible hang); stacks in stacks-" in reason, reason
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
+def test_a_whole_stopped_node_is_named(ws: Workspace, train: Path, cleanup: list[Job]) -> None:
+    job = start(ws, train, "run")
+    cleanup.append(job)
+    wait_for(lambda: step_of(job) >= 3, 180, "three steps")
+    pids = rank_pids(job, 1)
+    for pid in (pids["shim"], pids["pid"]):  # everything of the job on the second node
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        notice, _ = notice_within(job, NOTICE)
+        assert f"rank 1 on {job.status.nodes[1]} is stopped" in notice, notice
+        assert f"rank 0 on {job.status.nodes[0]} waits in all_reduce" in notice, notice
+    finally:
+        for pid in (pids["pid"], pids["shim"]):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
+def test_a_collective_skipped_by_one_rank_names_it_and_its_timeout_blames_it_not_the_waiters(
+    ws: Workspace, train: Path, cleanup: list[Job]
+) -> None:
+    job = start(ws, train, "skip", ranks=3)
+    cleanup.append(job)
+    notice, _ = notice_within(job, NOTICE)
+    nodes = job.status.nodes
+    assert f"rank 1 on {nodes[0]} waits in barrier at train.py:{BARRIER_LINE}" in notice, notice
+    assert f"ranks 0, 2 wait in all_reduce at train.py:{REDUCE_LINE}" in notice, notice
+
+
+def test_a_collective_timeout_is_reported_naming_the_rank_the_stacks_blame_not_the_waiter(
+    ws: Workspace, train: Path, cleanup: list[Job]
+) -> None:
+    job = start(ws, train, "sleep", gloo_timeout=45)  # rank 0's all-reduce gives up after 45 s
+    cleanup.append(job)
+    notice_within(job, NOTICE)
+    assert job.wait(timeout=180) is JobState.FAILED
+    reason = job.status.failure_reason or ""
+    vm1 = job.status.nodes[1]
+    assert reason.startswith(f"stuck at step 5: rank 1 on {vm1} is in train.py:{SLEEP_LINE}"), reason
+    assert " — then the job failed: " in reason, reason
+
+
+def test_a_healthy_job_with_uneven_steps_gets_no_notice(
+    ws: Workspace, train: Path, cleanup: list[Job]
+) -> None:
+    job = start(ws, train, "run", steps=24)
+    cleanup.append(job)
+    seen: list[str] = []
+    while not job.state.ended:
+        if job.status.notice:
+            seen.append(job.status.notice)
+        time.sleep(0.5)
+    assert job.status.state is JobState.SUCCEEDED, job.status.failure_reason
+    assert seen == [] and not any(line.startswith("[batchai] ") for line in job.tail("stdout.txt", 500))
