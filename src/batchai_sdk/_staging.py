@@ -18,6 +18,7 @@ import importlib.util
 import logging
 import os
 import posixpath
+import uuid
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
@@ -311,6 +312,7 @@ def stage_job(
             share_name=share.name,
             script_on_node=script_on_node,
             node_main=node_main,
+            run_id=uuid.uuid4().hex,
         )
         config["eviction_watch"] = evictable  # Spot / low priority: each node watches for notices
         config["notes"] = job.workspace.backend.guard_host(config)

@@ -242,12 +242,16 @@ class Experiment:
             raise NotFoundError("sweep", name, f"experiment {self.name!r}")
         return Sweep(self, data)
 
-    def results(self) -> list[dict[str, Any]]:
+    def results(self, *, frame: bool = True) -> Any:
         """The experiment's table: one row per job (by name) with its state, duration, cost, hyperparameters
-        (``--name value`` arguments and ``log_params``) and final metrics (whatever it logged)."""
+        (``--name value`` arguments and ``log_params``) and final metrics (whatever it logged). A pandas
+        DataFrame when pandas is installed (as ``Job.metrics()``), else, or with ``frame=False``, a list
+        of dicts."""
         from ._display import result_row
+        from ._metrics import as_table
 
-        return [result_row(job) for job in sorted(self.list_jobs(), key=lambda j: j.name)]
+        rows = [result_row(job) for job in sorted(self.list_jobs(), key=lambda j: j.name)]
+        return as_table(rows) if frame else rows
 
     def get_job(self, name: str) -> Job:
         """The job ``name`` of this experiment; raises ``NotFoundError`` if it has none of that name."""
