@@ -4,6 +4,7 @@ and the metrics views a user reaches from Python and the CLI: real local jobs, r
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from batchai_sdk import JobState, Workspace
+from batchai_sdk.cli import main
 
 pytestmark = pytest.mark.mpi
 Script = Callable[[str, str], Path]
@@ -77,3 +79,59 @@ def test_metrics_are_one_series_with_one_point_per_step_after_three_evictions(
     lines = {line.get_label(): line for line in ax.get_lines()}
     assert list(lines["loss"].get_xdata()) == list(range(1, 13))
     assert [lines[f"restart {n}"].get_xdata()[0] for n in (1, 2, 3)] == [3, 6, 9]  # where each attempt begins
+
+
+# A loss per step and a validation loss per epoch (two steps an epoch): each on its own x.
+MIXED = """
+    import argparse
+    from batchai_sdk import log_metric
+    p = argparse.ArgumentParser(); p.add_argument("--lr", type=float, default=1.0); a = p.parse_args()
+    for step in range(1, 5):
+        log_metric(step, loss=a.lr / step)
+        if step % 2 == 0:
+            log_metric(epoch=step // 2, val_loss=a.lr / step + 0.1)
+"""
+
+
+def test_metrics_from_the_cli_and_plots_on_each_series_own_x(
+    script: Script, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("matplotlib")
+    monkeypatch.setenv("BATCHAI_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    path = str(script("mixed.py", MIXED))
+    where = ["--root", str(tmp_path / "ws"), "-e", "e"]
+    ws = Workspace.local(root=tmp_path / "ws")
+    ws.create_cluster("c", nodes=2)
+    ws.create_experiment("e")
+    assert main(["job", "create", *where, "-n", "j", "-c", "c", "--python-script", path, "--stream"]) == 0
+    capsys.readouterr()
+
+    assert main(["job", "metrics", *where, "-n", "j", "-o", "json", "--plot", "curves.png"]) == 0
+    out, err = capsys.readouterr()
+    records = json.loads(out)
+    assert [(r.get("step"), r.get("epoch")) for r in records] == [
+        (1, None), (2, None), (None, 1), (3, None), (4, None), (None, 2),
+    ]  # fmt: skip
+    assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG" and "curves.png" in err
+    assert main(["job", "metrics", *where, "-n", "j", "-o", "table"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split() == ["step", "attempt", "loss", "epoch", "val_loss"] and len(table) == 8
+
+    fig = ws.get_experiment("e").get_job("j").plot_metrics()
+    (ax,) = [a for a in fig.axes if a.get_visible()]
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert list(lines["training"].get_xdata()) == [1, 2, 3, 4]  # per step, every point kept
+    assert list(lines["validation"].get_xdata()) == [1, 2]  # per epoch
+    assert ax.get_xlabel() == "step / epoch"
+
+    # a sweep's trials overlaid, from Python and from `sweep show --plot`
+    exp = ws.get_experiment("e")
+    sweep = exp.sweep("s", grid={"lr": [1.0, 2.0]}, cluster="c", python_script=path)
+    assert sweep.run(timeout=120, poll_interval=0.2)["state"].tolist() == ["succeeded"] * 2
+    fig = sweep.plot_metrics(["loss"])
+    (ax,) = [a for a in fig.axes if a.get_visible()]
+    assert [line.get_label() for line in ax.get_lines()] == ["s-000 lr=1.0", "s-001 lr=2.0"]
+    assert list(ax.get_lines()[1].get_ydata()) == [2.0, 1.0, 2 / 3, 0.5]
+    assert main(["sweep", "show", *where, "-n", "s", "--plot", "sweep.png", "-o", "none"]) == 0
+    assert (tmp_path / "sweep.png").read_bytes()[:4] == b"\x89PNG"
