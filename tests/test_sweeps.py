@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import batchai_sdk
-from batchai_sdk import EarlyStop, JobState, RerunChangedWarning, ValidationError, Workspace
+from batchai_sdk import EarlyStop, JobState, RerunChangedWarning, SweepDrivenError, ValidationError, Workspace
 from batchai_sdk.cli import main
 from batchai_sdk.tuning import grid_points, parse_param, random_points
 
@@ -354,3 +355,75 @@ def test_early_stop_counts_the_step_key_with_a_grace_and_notes_when_it_could_not
     assert "early stop did not apply" in alone._repr_html_()
     with pytest.raises(ValidationError, match=r"early_stop\.min_trials"):
         EarlyStop("accuracy", "max", min_trials=0)
+
+
+QUICK = """
+    import argparse, time
+    from batchai_sdk import log_metric
+    p = argparse.ArgumentParser(); p.add_argument("--x", type=int); a = p.parse_args()
+    time.sleep(3)
+    log_metric(1, x=a.x)
+"""
+
+DRIVE = """
+import sys
+import time
+from batchai_sdk import Workspace
+Workspace.local(root=sys.argv[1]).get_experiment("tune").get_sweep("one").run(poll_interval=0.2)
+"""
+
+
+def test_one_driver_at_a_time_and_a_dead_driver_is_taken_over(
+    ws: Workspace, script: Script, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    exp = ws.create_experiment("tune")
+    cluster = ws.create_cluster("c", nodes=1)
+    sweep = exp.sweep("one", grid={"x": [1, 2]}, max_concurrent=1, cluster=cluster,
+                      python_script=str(script("quick.py", QUICK)))  # fmt: skip
+    driver = subprocess.Popen([sys.executable, "-c", DRIVE, str(tmp_path / "ws")])
+    try:
+        deadline = time.monotonic() + 60
+        while "one-000" not in sweep.jobs():  # the first driver has submitted its first trial
+            assert time.monotonic() < deadline and driver.poll() is None
+            time.sleep(0.1)
+        # a second driver is told who drives, from Python and from the CLI (one line, no traceback)
+        with pytest.raises(SweepDrivenError, match=rf"is driven by host '.+' pid {driver.pid} \(since"):
+            exp.get_sweep("one").run(timeout=5)
+        code = main(["sweep", "show", "--root", str(tmp_path / "ws"), "-e", "tune", "-n", "one", "--run"])
+        err = capsys.readouterr().err
+        assert code == 1 and f"pid {driver.pid}" in err and "Traceback" not in err, err
+    finally:
+        driver.kill()  # the driver dies holding the sweep
+        driver.wait()
+    started = time.monotonic()
+    rows = exp.get_sweep("one").run(timeout=60, poll_interval=0.2).to_dict("records")
+    assert [r["state"] for r in rows] == ["succeeded", "succeeded"]  # taken over, nothing run twice
+    assert time.monotonic() - started < 30  # at once on its own host, not after the 60 s lease
+    assert len(exp.get_job("one-000").attempts) == 1
+
+
+HANGING = """
+    import argparse, time
+    p = argparse.ArgumentParser(); p.add_argument("--x", type=int); a = p.parse_args()
+    print("started", flush=True)
+    if a.x == 1:
+        time.sleep(600)  # silent: hung
+    print("done", flush=True)
+"""
+
+
+def test_a_silent_trial_is_ended_after_the_trial_hang_timeout_and_frees_its_slot(
+    ws: Workspace, script: Script
+) -> None:
+    exp = ws.create_experiment("tune")
+    cluster = ws.create_cluster("c", nodes=1)
+    sweep = exp.sweep("hang", grid={"x": [1, 2]}, max_concurrent=1, trial_hang_timeout=3, cluster=cluster,
+                      python_script=str(script("hanging.py", HANGING)))  # fmt: skip
+    rows = sweep.run(timeout=90, poll_interval=0.2).to_dict("records")
+    assert [r["state"] for r in rows] == ["failed", "succeeded"]  # the hung one freed its only slot
+    assert "possible hang" in rows[0]["note"]
+    path = str(script("hanging.py", HANGING))
+    assert exp.sweep("d", grid={"x": [1]}, cluster=cluster, python_script=path).trial_hang_timeout == 3600
+    with pytest.raises(ValidationError, match="trial_hang_timeout"):
+        exp.sweep("bad", grid={"x": [1]}, trial_hang_timeout=-1, cluster=cluster, python_script=path)

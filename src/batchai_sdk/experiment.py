@@ -206,6 +206,7 @@ class Experiment:
         seed: int | None = None,
         max_concurrent: int = 2,
         early_stop: EarlyStop | None = None,
+        trial_hang_timeout: float | None = None,
         exist_ok: bool = False,
         **job_options: Any,
     ) -> Sweep:
@@ -214,8 +215,9 @@ class Experiment:
         ``("randint", a, b)``), each with ``--name value`` after ``args``; ``job_options`` are
         ``create_job``'s (``cluster=``, ``python_script=``, ``args=``, ...). Nothing runs until
         ``.run()``, which keeps at most ``max_concurrent`` trials unfinished and, with
-        ``early_stop=EarlyStop("val_loss", "min")``, stops trials worse than the median. See
-        docs/training.md#sweeps."""
+        ``early_stop=EarlyStop("val_loss", "min")``, stops trials worse than the median. A trial without
+        output for ``trial_hang_timeout`` seconds (default ``TRIAL_HANG_TIMEOUT``, an hour; 0: off) is
+        ended and counted failed, freeing its slot. See docs/training.md#sweeps."""
         from .tuning import create_sweep
 
         return create_sweep(
@@ -227,6 +229,7 @@ class Experiment:
             seed=seed,
             max_concurrent=max_concurrent,
             early_stop=early_stop,
+            trial_hang_timeout=trial_hang_timeout,
             exist_ok=exist_ok,
             job_options=job_options,
         )

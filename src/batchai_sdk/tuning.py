@@ -32,22 +32,39 @@ from ._hints import cli_reason
 from ._metrics import as_table, job_results, read_records, scalar, series
 from ._models import JobState, validate_name
 from .cost import Cost
-from .exceptions import AlreadyExistsError, BatchAIError, BatchAITimeoutError, NotFoundError, ValidationError
+from .exceptions import (
+    AlreadyExistsError,
+    BatchAIError,
+    BatchAITimeoutError,
+    NotFoundError,
+    SweepDrivenError,
+    ValidationError,
+)
 from .share import join
 
 if TYPE_CHECKING:
+    from ._sweep_driver import DriverLease
     from .experiment import Experiment
     from .job import Job
 
 log = logging.getLogger("batchai_sdk")
 
-__all__ = ["MIN_TRIALS", "EarlyStop", "Sweep", "grid_points", "parse_param", "random_points"]
+__all__ = [
+    "MIN_TRIALS",
+    "TRIAL_HANG_TIMEOUT",
+    "EarlyStop",
+    "Sweep",
+    "grid_points",
+    "parse_param",
+    "random_points",
+]
 
 _DISTRIBUTIONS = ("uniform", "loguniform", "randint")
 _PARAM_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 
 
 Curve = Sequence[float] | Sequence[tuple[float, float]]  # a trial's values by step: bare, or (step, value)
+TRIAL_HANG_TIMEOUT = 3600.0  # a sweep's default: a trial silent for an hour is ended, counted failed
 MIN_TRIALS = 2  # EarlyStop.min_trials' default: a median of fewer other trials says little
 
 
@@ -246,8 +263,17 @@ class Sweep:
     def _save(self) -> None:
         self.experiment.workspace.share.write_json(sweep_record(self.experiment.name, self.name), self.record)
 
+    @property
+    def trial_hang_timeout(self) -> float | None:
+        """Seconds a trial may go without output before it is ended and counted failed (its slot freed):
+        each trial's ``hang_timeout`` unless the sweep's job options set one; None: off."""
+        value = self.record.get("trial_hang_timeout")
+        return float(value) if value else None
+
     def _job(self, trial: Mapping[str, Any]) -> Job:
         options = dict(self.record["job"])
+        if options.get("hang_timeout") is None and self.trial_hang_timeout:
+            options["hang_timeout"] = self.trial_hang_timeout
         args = [*options.pop("args", [])]
         for key, value in trial["params"].items():
             args += [f"--{key}", _argument(value)]
@@ -269,14 +295,56 @@ class Sweep:
         timeout: float | None = None,
         poll_interval: float = 2.0,
         on_event: Callable[[str], None] | None = None,
+        wait_for_driver: bool = False,
     ) -> Any:
         """Submit the trials, at most ``max_concurrent`` unfinished at once, stop bad ones early, and wait
         for all; returns ``results()``. Raises ``TimeoutError`` after ``timeout`` seconds (the submitted
-        trials go on; ``run()`` again resumes)."""
+        trials go on; ``run()`` again resumes).
+
+        One driver at a time: while another process runs the sweep, ``SweepDrivenError`` says who (host,
+        pid, last heard from), or with ``wait_for_driver`` this call waits and takes over when it stops. A
+        driver that died is taken over at once on its own host, after ``DRIVER_LEASE`` (60 s) without a
+        heartbeat elsewhere."""
         say = on_event or (lambda text: log.info("%s", text))
         deadline = None if timeout is None else time.monotonic() + timeout
+        lease = self._take_driver(wait_for_driver, deadline, poll_interval, say)
+        try:
+            return self._drive(lease, deadline, timeout, poll_interval, say)
+        finally:
+            lease.release()
+
+    def _take_driver(
+        self, wait: bool, deadline: float | None, poll_interval: float, say: Callable[[str], None]
+    ) -> DriverLease:
+        from ._sweep_driver import acquire
+
+        folder = sweep_record(self.experiment.name, self.name)[: -len(".json")] + ".driver"
+        told = False
+        while True:
+            try:
+                return acquire(self.experiment.workspace.share, folder, self.name)
+            except SweepDrivenError as exc:
+                if not wait:
+                    raise
+                if deadline is not None and time.monotonic() > deadline:
+                    what = f"sweep {self.name!r}'s driver ({exc.driver}) to stop"
+                    raise BatchAITimeoutError(what, 0) from None
+                if not told:
+                    say(f"sweep {self.name}: driven by {exc.driver}; waiting to take over")
+                    told = True
+                time.sleep(poll_interval)
+
+    def _drive(
+        self,
+        lease: DriverLease,
+        deadline: float | None,
+        timeout: float | None,
+        poll_interval: float,
+        say: Callable[[str], None],
+    ) -> Any:
         pending = [t for t in self.trials if t["job"] not in self.jobs()]
         while True:
+            lease.beat()
             jobs = self.jobs()
             active = [j for j in jobs.values() if not j.state.ended]
             while pending and len(active) < self.max_concurrent:
@@ -437,6 +505,7 @@ def create_sweep(
     seed: int | None = None,
     max_concurrent: int = 2,
     early_stop: EarlyStop | None = None,
+    trial_hang_timeout: float | None = None,
     exist_ok: bool = False,
     job_options: Mapping[str, Any],
 ) -> Sweep:
@@ -465,6 +534,9 @@ def create_sweep(
         points = random_points(random_space, trials if trials is not None else 10, seed)
     if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int) or max_concurrent < 1:
         raise ValidationError("max_concurrent", max_concurrent, "a number of jobs >= 1")
+    hang = TRIAL_HANG_TIMEOUT if trial_hang_timeout is None else trial_hang_timeout
+    if isinstance(hang, bool) or not isinstance(hang, int | float) or not 0 <= hang < math.inf:
+        raise ValidationError("trial_hang_timeout", hang, "seconds > 0, 0 to turn it off, or None")
     options = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in job_options.items()}
     if options.get("secrets"):
         raise ValidationError(
@@ -497,6 +569,7 @@ def create_sweep(
         "experiment": experiment.name,
         "max_concurrent": max_concurrent,
         "early_stop": early_stop.to_dict() if early_stop else None,
+        "trial_hang_timeout": float(hang),
         "space": {"grid": grid}
         if grid is not None
         else {

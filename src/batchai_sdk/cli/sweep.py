@@ -9,7 +9,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from ..tuning import MIN_TRIALS
+from ..tuning import MIN_TRIALS, TRIAL_HANG_TIMEOUT
 from ._context import Context, Result, UsageError
 from ._format import Row, _items
 from ._job_options import add_job_options, job_options, save_plot
@@ -70,6 +70,12 @@ def register(commands: Commands) -> None:
         metavar="N",
         help=f"other trials that must have reached a step before the rule applies (default {MIN_TRIALS})",
     )
+    p.add_argument(
+        "--trial-hang-timeout",
+        type=non_negative_seconds,
+        metavar="SECONDS",
+        help=f"end a trial silent this long, counted failed (default {TRIAL_HANG_TIMEOUT:g}; 0: off)",
+    )
     p.add_argument("--no-wait", action="store_true", help="create the sweep only; `sweep show --run` runs it")
     p = s.command("show", sweep_show, "show a sweep's trials: parameters, final metrics, why any stopped")
     resource_group_arg(p)
@@ -78,6 +84,16 @@ def register(commands: Commands) -> None:
     p.add_argument("--name", "-n", required=True, help="the sweep")
     p.add_argument("--run", action="store_true", help="go on running it (trials not submitted yet)")
     p.add_argument("--plot", metavar="FILE.png", help="also write the trials' curves, overlaid, to FILE.png")
+
+
+def non_negative_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text}")
+    return value
 
 
 def _early_stop(text: str | None, min_trials: int | None) -> Any:
@@ -113,6 +129,7 @@ def sweep_create(ctx: Context, args: argparse.Namespace) -> Result | None:
         seed=args.seed,
         max_concurrent=args.max_concurrent,
         early_stop=_early_stop(args.early_stop, args.early_stop_min_trials),
+        trial_hang_timeout=args.trial_hang_timeout,
         **job_options(ctx, args, group),
     )
     cost = sweep.estimate_cost()
