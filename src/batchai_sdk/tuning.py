@@ -9,9 +9,13 @@ re-attached, never run twice. Each trial gets its parameters as ``--name value``
 sweep's own ``args``; its script reports metrics with ``batchai_sdk.log_metric`` (or the shipped modules'
 ``metrics.jsonl``).
 
-Early stop is the median stopping rule (Google Vizier's, also Ray Tune's ``MedianStoppingRule``): after
-``grace`` steps, a running trial whose best value so far is worse than the median of the other trials'
-values at the same step is terminated, its state ``terminated`` and the record saying why.
+Early stop is the median stopping rule (Google Vizier's, also Ray Tune's ``MedianStoppingRule``): from
+step ``grace`` on (the records' ``step``), a running trial whose best value so far is worse than the median
+of at least ``min_trials`` other trials' values at the same step is terminated, its state ``terminated``
+and the record saying why; a trial the rule never could compare says so in its row.
+
+One process drives a sweep at a time (``_sweep_driver``: a lease on the share a dead driver loses), and a
+trial silent for ``trial_hang_timeout`` is ended by its job's hang watchdog and counted failed.
 """
 
 from __future__ import annotations
