@@ -104,6 +104,7 @@ class Experiment:
         source_dir: str | os.PathLike[str] | None = None,
         health_check: str | None = None,
         scheduling_priority: str = "normal",
+        install_requirements: bool = True,
     ) -> Job:
         """Describe a job (nothing runs until ``Job.submit``).
 
@@ -128,6 +129,10 @@ class Experiment:
         starts; a node that fails is kept out and the job waits for healthy ones (docs/health.md).
         ``scheduling_priority`` (``"low"``, ``"normal"``, ``"high"``): the cluster's queue starts higher
         priorities first, then first come (Batch AI's ``schedulingPriority``).
+        ``install_requirements``: a ``requirements.txt`` (else ``pyproject.toml``'s dependencies) in
+        ``source_dir`` is installed by the job's preparation into a venv of the job's own on each node
+        (``--system-site-packages``, cached by hash); where it cannot be, submit refuses. False: they are
+        installed already (docs/training.md#dependencies).
         """
 
         if name is None:
@@ -170,6 +175,7 @@ class Experiment:
             health_check=health_check,
             toolkit_settings=toolkit_settings if toolkit_settings is not None else {},
             scheduling_priority=str(scheduling_priority).lower(),
+            install_requirements=install_requirements,
         )
         if exist_ok and self.workspace.share.exists(layout.job_record(self.name, name)):
             job = Job.attach(self, name)

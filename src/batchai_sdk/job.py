@@ -156,6 +156,10 @@ class Job:
             auto = cluster.spec.autoscale is not None
             raise CapacityError(cluster.name, self.spec.node_count, cluster.max_nodes, autoscale=auto)
         self._mount_notes = self._check_cluster_mounts(cluster)
+        from ._requirements import check_requirements
+
+        backend = self.workspace.backend
+        check_requirements(self.spec, backend.installs_requirements, backend.kind)
         if not self.spec.toolkit.runs_command_line and self.spec.python_script:
             return (cluster, *self._script_source())
         return cluster, None, None

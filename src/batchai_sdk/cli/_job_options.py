@@ -1,6 +1,6 @@
 """The options that say what a job runs and how: ONE definition that ``batchai job create`` and ``batchai
 sweep create`` (each trial is a job) both take, so the two cannot drift. A new job option goes here, with
-its value in ``job_options``/``survive_options``; only what is a command's own (``job create
+its value in ``job_options``/``run_options``; only what is a command's own (``job create
 --config-file``/``--stream``, a sweep's ``--param``) stays with the command."""
 
 from __future__ import annotations
@@ -53,6 +53,13 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
         help="a local project folder, uploaded whole (its sibling modules import); --python-script, or "
         "with --config-file the file's script name, is a file in it",
     )
+    p.add_argument(
+        "--no-install-requirements",
+        dest="install_requirements",
+        action="store_false",
+        help="--source-dir's requirements.txt (or pyproject.toml dependencies) is installed already: do not "
+        "install it into the job's own venv on each node (the default)",
+    )
     p.add_argument("--command-line", help="without --config-file: a custom MPI command line")
     p.add_argument("--process-count", type=positive, help="without --config-file: number of ranks")
     p.add_argument("--job-preparation", help="without --config-file: command run once per node first")
@@ -86,8 +93,9 @@ def job_mounts(ctx: Context, args: argparse.Namespace, group: str) -> tuple[list
     return mounts_from_args(args, account=storage_account_for(ctx, args, group), key=key), key
 
 
-def survive_options(args: argparse.Namespace) -> dict[str, Any]:
-    """``create_job``'s keywords for what survives a fault, for the flags given."""
+def run_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``create_job``'s keywords the flags set that a job.json has no field for: what survives a fault
+    (retries, hang timeout) and whether source_dir's requirements are installed."""
     options: dict[str, Any] = {}
     if args.max_retries is not None:
         options["max_retries"] = args.max_retries
@@ -95,6 +103,8 @@ def survive_options(args: argparse.Namespace) -> dict[str, Any]:
         options["retry_on_exit_codes"] = tuple(args.retry_on_exit_code)
     if args.hang_timeout is not None:
         options["hang_timeout"] = args.hang_timeout
+    if not args.install_requirements:
+        options["install_requirements"] = False
     return options
 
 
@@ -118,7 +128,7 @@ def job_options(ctx: Context, args: argparse.Namespace, group: str) -> dict[str,
         process_count=args.process_count,
         job_preparation=args.job_preparation,
         source_dir=args.source_dir,
-        **survive_options(args),
+        **run_options(args),
     )
     if mounts:
         options["mounts"] = mounts

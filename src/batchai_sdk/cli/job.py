@@ -21,9 +21,9 @@ from ._job_options import (
     add_job_options,
     job_mounts,
     job_options,
+    run_options,
     save_plot,
     storage_account_for,
-    survive_options,
 )
 from ._params import Commands, experiment_arg, resource_group_arg, seconds, workspace_arg, yes_arg
 
@@ -178,7 +178,7 @@ def job_create(ctx: Context, args: argparse.Namespace) -> Result | None:
             # the file's script folder (a share path) gives way to the local project: its script, by name
             script = posixpath.basename(spec.python_script)
             spec = spec.replace(source_dir=args.source_dir, python_script=script)
-        spec = spec.replace(**survive_options(args))
+        spec = spec.replace(**run_options(args))
         try:
             job = exp.job_from_spec(spec)
         except ValidationError as exc:  # refusals name the JSON path the file's author wrote
