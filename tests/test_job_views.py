@@ -66,13 +66,19 @@ def test_plot_metrics_draws_loss_and_accuracy(finished_job) -> None:  # type: ig
         assert {1, 2, 3} <= {round(t) for t in ticks}
 
 
-def test_metrics_missing_says_where_it_looked(ws: Workspace, script: Callable[[str, str], Path]) -> None:
+def test_metrics_missing_are_empty_and_the_plot_says_where_it_looked(
+    ws: Workspace, script: Callable[[str, str], Path]
+) -> None:
     exp = ws.create_experiment("e")
     ws.create_cluster("c", vm_size="Standard_NC6", nodes=1)
     job = exp.create_job("none", cluster="c", python_script=str(script("n.py", "print(1)"))).submit()
     job.wait(timeout=60)
+    assert len(job.metrics()) == 0  # nothing logged: an empty table, not an error
     with pytest.raises(NotFoundError, match=r"metrics\.jsonl"):
-        job.metrics()
+        job.metrics("elsewhere/metrics.jsonl")  # a file named by the caller must exist
+    pytest.importorskip("matplotlib")
+    with pytest.raises(NotFoundError, match=r"stdouterr/metrics\.jsonl"):
+        job.plot_metrics()
 
 
 def test_html_reprs_show_state_counts_and_last_lines(finished_job) -> None:  # type: ignore[no-untyped-def]

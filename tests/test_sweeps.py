@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import batchai_sdk
-from batchai_sdk import EarlyStop, JobState, RerunChangedWarning, ValidationError, Workspace
+from batchai_sdk import EarlyStop, JobState, RerunChangedWarning, SweepDrivenError, ValidationError, Workspace
 from batchai_sdk.cli import main
 from batchai_sdk.tuning import grid_points, parse_param, random_points
 
@@ -53,7 +55,7 @@ def test_a_grid_sweep_runs_each_point_within_the_concurrency_limit(ws: Workspace
     assert [t["params"] for t in sweep.trials] == [
         {"lr": 0.1, "batch": 2}, {"lr": 0.1, "batch": 4}, {"lr": 0.5, "batch": 2}, {"lr": 0.5, "batch": 4},
     ]  # fmt: skip
-    rows = sweep.run(timeout=240, poll_interval=0.2)
+    rows = sweep.run(timeout=240, poll_interval=0.2).to_dict("records")  # a DataFrame: pandas is here
 
     assert [r["state"] for r in rows] == ["succeeded"] * 4
     by_job = {r["job"]: r for r in rows}
@@ -74,13 +76,13 @@ def test_a_grid_sweep_runs_each_point_within_the_concurrency_limit(ws: Workspace
     assert table[0].split() == ["job", "state", "lr", "batch", "score", "loss"]
     assert sweep.best("score")["job"] == "grid-003"  # type: ignore[index]
     # the experiment's table: hyperparameters from the arguments and log_params, whatever metrics exist
-    results = {r["job"]: r for r in exp.results()}
+    results = {r["job"]: r for r in exp.results(frame=False)}
     assert results["grid-001"]["lr"] == 0.1 and results["grid-001"]["epochs"] == 3
     assert results["grid-001"]["optimizer"] == "sgd" and results["grid-001"]["cost"] == "$0.00"
     html = exp._repr_html_()
     assert "score" in html and "optimizer" in html and "val_accuracy" not in html
     # run() again: nothing is submitted twice
-    assert exp.get_sweep("grid").run(timeout=30) == rows
+    assert exp.get_sweep("grid").run(timeout=30).to_dict("records") == rows
 
 
 # Steps are logged as the quality says; the bad trial then waits for a file nobody writes: only an early
@@ -110,7 +112,7 @@ def test_early_stop_terminates_a_trial_worse_than_the_median(ws: Workspace, scri
         cluster=cluster,
         python_script=str(script("stoppable.py", STOPPABLE)),
     )
-    rows = {r["job"]: r for r in sweep.run(timeout=100, poll_interval=0.2)}
+    rows = {r["job"]: r for r in sweep.run(timeout=100, poll_interval=0.2).to_dict("records")}
     assert rows["stop-000"]["state"] == rows["stop-001"]["state"] == "succeeded"
     assert rows["stop-002"]["state"] == "terminated"
     assert "stopped early at step 1: accuracy worse than the median" in rows["stop-002"]["note"]
@@ -224,7 +226,7 @@ def test_plots_tables_cost_and_reruns_follow_what_the_job_has(ws: Workspace, scr
     bleu = next(ax for ax in fig.axes if ax.get_title().startswith("bleu"))
     assert [line.get_label() for line in bleu.get_lines()] == ["training", "validation"]
     assert bleu.get_xlabel() == "step"
-    row = exp.results()[0]
+    row = exp.results().iloc[0]
     assert row["size"] == "small" and row["perplexity"] == pytest.approx(10.0) and row["val_bleu"] > 0.26
 
     with warnings.catch_warnings():
@@ -236,3 +238,192 @@ def test_plots_tables_cost_and_reruns_follow_what_the_job_has(ws: Workspace, scr
         exp.create_job("j", cluster=cluster, node_count=2, python_script=path, args=["--size", "large"],
                        exist_ok=True)  # fmt: skip
     assert caught[0].filename == __file__  # the warning points at the caller's line
+
+
+def _cli_workspace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> list[str]:
+    """A group, workspace, experiment `e` and a 2-node cluster `c` made with the CLI; the -g/-w flags."""
+    monkeypatch.setenv("BATCHAI_HOME", str(tmp_path / "home"))
+    g = ["-g", "rg", "-w", "ws"]
+    for argv in (
+        ["group", "create", "--name", "rg", "--location", "eastus"],
+        ["workspace", "create", "-g", "rg", "--workspace", "ws"],
+        ["experiment", "create", *g, "--name", "e"],
+        ["cluster", "create", *g, "--name", "c", "--target", "2"],
+    ):
+        assert main(argv) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    return g
+
+
+def _options(capsys: pytest.CaptureFixture[str], *command: str) -> set[str]:
+    assert main([*command, "--help"]) == 0
+    return set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", capsys.readouterr().out))
+
+
+# A DDP script: without the pytorch toolkit its ranks have no RANK/WORLD_SIZE.
+DDP = """
+    import argparse, os
+    from batchai_sdk import log_metric
+    p = argparse.ArgumentParser(); p.add_argument("--lr", type=float); a = p.parse_args()
+    log_metric(1, world=int(os.environ["WORLD_SIZE"]), rank_seen=int(os.environ["RANK"]), lr_seen=a.lr)
+"""
+
+
+def test_sweep_create_takes_every_job_create_option_and_runs_a_ddp_grid(
+    script: Script, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # one definition: whatever `job create` accepts (but its own --config-file/--stream), `sweep create` does
+    job_options = _options(capsys, "job", "create") - {"--config-file", "--stream", "--help"}
+    assert job_options - _options(capsys, "sweep", "create") == set()
+    assert {"--toolkit", "--source-dir", "--hang-timeout", "--max-retries"} <= job_options
+    g = _cli_workspace(tmp_path, monkeypatch, capsys)
+    proj = script("proj/train.py", DDP).parent
+    code = main(["sweep", "create", *g, "-e", "e", "-n", "ddp", "-c", "c", "--source-dir", str(proj),
+                 "--python-script", "train.py", "--toolkit", "pytorch", "--nodes", "2",
+                 "--param", "lr=0.1,0.2", "-o", "json"])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    rows = json.loads(out)
+    assert [(r["state"], r["world"], r["lr_seen"]) for r in rows] == [
+        ("succeeded", 2, 0.1),
+        ("succeeded", 2, 0.2),
+    ]
+
+
+FAILING = """
+    import argparse
+    p = argparse.ArgumentParser(); p.add_argument("--lr", type=float); a = p.parse_args()
+    raise RuntimeError(f"lr {a.lr} diverged")
+"""
+
+
+def test_a_sweep_whose_every_trial_failed_says_why_and_exits_non_zero(
+    script: Script, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    g = _cli_workspace(tmp_path, monkeypatch, capsys)
+    code = main(["sweep", "create", *g, "-e", "e", "-n", "bad", "-c", "c", "--python-script",
+                 str(script("f.py", FAILING)), "--param", "lr=0.1,0.2", "-o", "table"])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 1, (out, err)
+    assert "sweep bad: every trial failed" in err
+    lines = out.splitlines()
+    assert lines[0].split() == ["job", "state", "lr", "note"]
+    assert "RuntimeError: lr 0.1 diverged" in lines[-2] and "RuntimeError: lr 0.2 diverged" in lines[-1]
+    assert main(["sweep", "show", *g, "-e", "e", "-n", "bad", "-o", "json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert "RuntimeError: lr 0.2 diverged" in shown[1]["note"]
+
+
+# Logs `accuracy` at steps 10, 20, 30 (the step key, not the record count); the bad trial logs 10 and 20
+# and then waits for a file nobody writes: only an early stop ends it before the test's timeout.
+STEPPED = """
+    import argparse, os, time
+    from batchai_sdk import log_metric
+    p = argparse.ArgumentParser(); p.add_argument("--quality", type=float); a = p.parse_args()
+    last = 20 if a.quality < 2 else 30
+    for step in range(10, last + 1, 10):
+        log_metric(step, accuracy=a.quality / 10)
+    if a.quality < 2:
+        deadline = time.time() + 120
+        while time.time() < deadline and not os.path.exists("/nonexistent/gate"):
+            time.sleep(0.2)
+"""
+
+
+def test_early_stop_counts_the_step_key_with_a_grace_and_notes_when_it_could_not_apply(
+    ws: Workspace, script: Script
+) -> None:
+    exp = ws.create_experiment("tune")
+    cluster = ws.create_cluster("c", nodes=3)
+    path = str(script("stepped.py", STEPPED))
+    sweep = exp.sweep("stop", grid={"quality": [5, 6, 1]}, max_concurrent=3, cluster=cluster,
+                      early_stop=EarlyStop("accuracy", "max", grace=20), python_script=path)  # fmt: skip
+    rows = {r["job"]: r for r in sweep.run(timeout=100, poll_interval=0.2).to_dict("records")}
+    assert rows["stop-002"]["state"] == "terminated"
+    assert "stopped early at step 20: accuracy worse than the median" in rows["stop-002"]["note"]
+    assert rows["stop-000"]["state"] == rows["stop-001"]["state"] == "succeeded"
+    # one trial at a time: no other trial had reached a step when each ran, and each row says so
+    alone = exp.sweep("alone", grid={"quality": [5, 6]}, max_concurrent=1, cluster=cluster,
+                      early_stop=EarlyStop("accuracy", "max"), python_script=path)  # fmt: skip
+    notes = [r["note"] for r in alone.run(timeout=100, poll_interval=0.2).to_dict("records")]
+    assert (
+        notes
+        == ["early stop did not apply: fewer than 2 other trial(s) had reached step 30 (min_trials=2)"] * 2
+    )
+    assert "early stop did not apply" in alone._repr_html_()
+    with pytest.raises(ValidationError, match=r"early_stop\.min_trials"):
+        EarlyStop("accuracy", "max", min_trials=0)
+
+
+QUICK = """
+    import argparse, time
+    from batchai_sdk import log_metric
+    p = argparse.ArgumentParser(); p.add_argument("--x", type=int); a = p.parse_args()
+    time.sleep(3)
+    log_metric(1, x=a.x)
+"""
+
+DRIVE = """
+import sys
+import time
+from batchai_sdk import Workspace
+Workspace.local(root=sys.argv[1]).get_experiment("tune").get_sweep("one").run(poll_interval=0.2)
+"""
+
+
+def test_one_driver_at_a_time_and_a_dead_driver_is_taken_over(
+    ws: Workspace, script: Script, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    exp = ws.create_experiment("tune")
+    cluster = ws.create_cluster("c", nodes=1)
+    sweep = exp.sweep("one", grid={"x": [1, 2]}, max_concurrent=1, cluster=cluster,
+                      python_script=str(script("quick.py", QUICK)))  # fmt: skip
+    driver = subprocess.Popen([sys.executable, "-c", DRIVE, str(tmp_path / "ws")])
+    try:
+        deadline = time.monotonic() + 60
+        while "one-000" not in sweep.jobs():  # the first driver has submitted its first trial
+            assert time.monotonic() < deadline and driver.poll() is None
+            time.sleep(0.1)
+        # a second driver is told who drives, from Python and from the CLI (one line, no traceback)
+        with pytest.raises(SweepDrivenError, match=rf"is driven by host '.+' pid {driver.pid} \(since"):
+            exp.get_sweep("one").run(timeout=5)
+        code = main(["sweep", "show", "--root", str(tmp_path / "ws"), "-e", "tune", "-n", "one", "--run"])
+        err = capsys.readouterr().err
+        assert code == 1 and f"pid {driver.pid}" in err and "Traceback" not in err, err
+    finally:
+        driver.kill()  # the driver dies holding the sweep
+        driver.wait()
+    started = time.monotonic()
+    rows = exp.get_sweep("one").run(timeout=60, poll_interval=0.2).to_dict("records")
+    assert [r["state"] for r in rows] == ["succeeded", "succeeded"]  # taken over, nothing run twice
+    assert time.monotonic() - started < 30  # at once on its own host, not after the 60 s lease
+    assert len(exp.get_job("one-000").attempts) == 1
+
+
+HANGING = """
+    import argparse, time
+    p = argparse.ArgumentParser(); p.add_argument("--x", type=int); a = p.parse_args()
+    print("started", flush=True)
+    if a.x == 1:
+        time.sleep(600)  # silent: hung
+    print("done", flush=True)
+"""
+
+
+def test_a_silent_trial_is_ended_after_the_trial_hang_timeout_and_frees_its_slot(
+    ws: Workspace, script: Script
+) -> None:
+    exp = ws.create_experiment("tune")
+    cluster = ws.create_cluster("c", nodes=1)
+    sweep = exp.sweep("hang", grid={"x": [1, 2]}, max_concurrent=1, trial_hang_timeout=3, cluster=cluster,
+                      python_script=str(script("hanging.py", HANGING)))  # fmt: skip
+    rows = sweep.run(timeout=90, poll_interval=0.2).to_dict("records")
+    assert [r["state"] for r in rows] == ["failed", "succeeded"]  # the hung one freed its only slot
+    assert "possible hang" in rows[0]["note"]
+    path = str(script("hanging.py", HANGING))
+    assert exp.sweep("d", grid={"x": [1]}, cluster=cluster, python_script=path).trial_hang_timeout == 3600
+    with pytest.raises(ValidationError, match="trial_hang_timeout"):
+        exp.sweep("bad", grid={"x": [1]}, trial_hang_timeout=-1, cluster=cluster, python_script=path)

@@ -203,7 +203,7 @@ def experiment_html(exp: Experiment) -> str:
     """The experiment's jobs, one row each: state, duration, cost, hyperparameters, final metrics."""
     title = f"Experiment {escape(exp.name)}"
     try:
-        rows = exp.results()
+        rows = exp.results(frame=False)
     except BatchAIError as exc:
         return _table(title, [("error", escape(str(exc)))])
     if not rows:

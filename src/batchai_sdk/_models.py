@@ -411,6 +411,9 @@ class JobSpec:
     # the toolkit's own settings, snake_case (see TOOLKIT_SETTING_KEYS and docs/toolkits.md)
     toolkit_settings: Mapping[str, Any] = field(default_factory=dict)
     scheduling_priority: str = "normal"  # low, normal, high: the cluster's queue order (node/policy/queue.py)
+    # source_dir's requirements.txt / pyproject.toml dependencies installed into the job's own venv on each
+    # node (_requirements.py); False: they are there already
+    install_requirements: bool = True
 
     def __post_init__(self) -> None:
         validate_name(self.name, "job name")
@@ -436,6 +439,8 @@ class JobSpec:
         object.__setattr__(
             self, "toolkit_settings", validate_toolkit_settings(self.toolkit, self.toolkit_settings)
         )
+        if not isinstance(self.install_requirements, bool):
+            raise ValidationError("install_requirements", self.install_requirements, "True or False")
         if self.scheduling_priority not in PRIORITIES:
             raise ValidationError("scheduling_priority", self.scheduling_priority, "low, normal or high")
         self._check_toolkit()

@@ -18,6 +18,7 @@ import importlib.util
 import logging
 import os
 import posixpath
+import uuid
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from . import _layout as layout
 from . import _progress
 from ._models import utcnow
+from ._requirements import check_requirements
 from .exceptions import NotFoundError, ShareError, ValidationError
 from .launch import launch_config, on_node
 from .node.protocol import LAUNCH_CONFIG
@@ -311,8 +313,15 @@ def stage_job(
             share_name=share.name,
             script_on_node=script_on_node,
             node_main=node_main,
+            run_id=uuid.uuid4().hex,
         )
         config["eviction_watch"] = evictable  # Spot / low priority: each node watches for notices
+        requirements = check_requirements(
+            job.spec, job.workspace.backend.installs_requirements, job.workspace.backend.kind
+        )
+        if requirements is not None:  # installed by each node's preparation, into the job's venv
+            where = (config["python"], target.temp_root, config["wd"])
+            config["requirements"] = requirements.node_config(*where)
         config["notes"] = job.workspace.backend.guard_host(config)
         for note in config["notes"]:
             log.warning("job %s: %s", job.name, note)

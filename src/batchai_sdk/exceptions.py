@@ -289,3 +289,14 @@ class NotSupportedError(BatchAIError):
         self.backend = backend
         self.hint = hint
         super().__init__(f"{operation} is not supported by the {backend} backend: {hint}")
+
+
+class SweepDrivenError(BatchAIError):
+    """Another process drives the sweep (``Sweep.run``): one driver at a time. ``driver`` says who (host,
+    pid, since when, last heard from)."""
+
+    def __init__(self, sweep: str, driver: str, hint: str) -> None:
+        self.sweep = sweep
+        self.driver = driver
+        self.hint = hint
+        super().__init__(f"sweep {sweep!r} is driven by {driver}: {hint}")

@@ -104,6 +104,7 @@ class Experiment:
         source_dir: str | os.PathLike[str] | None = None,
         health_check: str | None = None,
         scheduling_priority: str = "normal",
+        install_requirements: bool = True,
     ) -> Job:
         """Describe a job (nothing runs until ``Job.submit``).
 
@@ -128,6 +129,10 @@ class Experiment:
         starts; a node that fails is kept out and the job waits for healthy ones (docs/health.md).
         ``scheduling_priority`` (``"low"``, ``"normal"``, ``"high"``): the cluster's queue starts higher
         priorities first, then first come (Batch AI's ``schedulingPriority``).
+        ``install_requirements``: a ``requirements.txt`` (else ``pyproject.toml``'s dependencies) in
+        ``source_dir`` is installed by the job's preparation into a venv of the job's own on each node
+        (``--system-site-packages``, cached by hash); where it cannot be, submit refuses. False: they are
+        installed already (docs/training.md#dependencies).
         """
 
         if name is None:
@@ -170,6 +175,7 @@ class Experiment:
             health_check=health_check,
             toolkit_settings=toolkit_settings if toolkit_settings is not None else {},
             scheduling_priority=str(scheduling_priority).lower(),
+            install_requirements=install_requirements,
         )
         if exist_ok and self.workspace.share.exists(layout.job_record(self.name, name)):
             job = Job.attach(self, name)
@@ -206,6 +212,7 @@ class Experiment:
         seed: int | None = None,
         max_concurrent: int = 2,
         early_stop: EarlyStop | None = None,
+        trial_hang_timeout: float | None = None,
         exist_ok: bool = False,
         **job_options: Any,
     ) -> Sweep:
@@ -214,8 +221,9 @@ class Experiment:
         ``("randint", a, b)``), each with ``--name value`` after ``args``; ``job_options`` are
         ``create_job``'s (``cluster=``, ``python_script=``, ``args=``, ...). Nothing runs until
         ``.run()``, which keeps at most ``max_concurrent`` trials unfinished and, with
-        ``early_stop=EarlyStop("val_loss", "min")``, stops trials worse than the median. See
-        docs/training.md#sweeps."""
+        ``early_stop=EarlyStop("val_loss", "min")``, stops trials worse than the median. A trial without
+        output for ``trial_hang_timeout`` seconds (default ``TRIAL_HANG_TIMEOUT``, an hour; 0: off) is
+        ended and counted failed, freeing its slot. See docs/training.md#sweeps."""
         from .tuning import create_sweep
 
         return create_sweep(
@@ -227,6 +235,7 @@ class Experiment:
             seed=seed,
             max_concurrent=max_concurrent,
             early_stop=early_stop,
+            trial_hang_timeout=trial_hang_timeout,
             exist_ok=exist_ok,
             job_options=job_options,
         )
@@ -242,12 +251,16 @@ class Experiment:
             raise NotFoundError("sweep", name, f"experiment {self.name!r}")
         return Sweep(self, data)
 
-    def results(self) -> list[dict[str, Any]]:
+    def results(self, *, frame: bool = True) -> Any:
         """The experiment's table: one row per job (by name) with its state, duration, cost, hyperparameters
-        (``--name value`` arguments and ``log_params``) and final metrics (whatever it logged)."""
+        (``--name value`` arguments and ``log_params``) and final metrics (whatever it logged). A pandas
+        DataFrame when pandas is installed (as ``Job.metrics()``), else, or with ``frame=False``, a list
+        of dicts."""
         from ._display import result_row
+        from ._metrics import as_table
 
-        return [result_row(job) for job in sorted(self.list_jobs(), key=lambda j: j.name)]
+        rows = [result_row(job) for job in sorted(self.list_jobs(), key=lambda j: j.name)]
+        return as_table(rows) if frame else rows
 
     def get_job(self, name: str) -> Job:
         """The job ``name`` of this experiment; raises ``NotFoundError`` if it has none of that name."""

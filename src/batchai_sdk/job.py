@@ -159,6 +159,10 @@ class Job:
         self._mount_notes = self._check_cluster_mounts(cluster)
         self._check_storage()
         self._check_named_paths(cluster)
+        from ._requirements import check_requirements
+
+        backend = self.workspace.backend
+        check_requirements(self.spec, backend.installs_requirements, backend.kind)
         if not self.spec.toolkit.runs_command_line and self.spec.python_script:
             return (cluster, *self._script_source())
         return cluster, None, None
@@ -713,16 +717,20 @@ class Job:
 
     # -- training metrics -------------------------------------------------------------------------------
     def metrics(self, path: str | None = None) -> Any:
-        """The training module's per-epoch records (metrics.jsonl): a DataFrame if pandas is installed,
-        else a list of dicts. ``path`` is the share path of metrics.jsonl; by default it is looked for
-        next to the model in the job's ``--dir`` argument, then in the logs and output directories."""
+        """The job's metric records (``log_metric``'s or the training module's metrics.jsonl) as one run:
+        a DataFrame if pandas is installed, else a list of dicts; empty before the first record. A
+        requeued job's attempts are joined, each record's ``attempt`` saying which wrote it, and a step a
+        resumed attempt logged again keeps only its new values (docs/training.md#one-run-per-job).
+        ``path`` is the share path of one metrics.jsonl to read instead; by default it is looked for next
+        to the model in the job's ``--dir`` argument, then in the logs and output directories."""
         from ._metrics import load_metrics
 
         return load_metrics(self, path)
 
     def plot_metrics(self, path: str | None = None) -> Any:
-        """A matplotlib Figure of loss and accuracy per epoch (training and validation), from the training
-        module's ``metrics.jsonl``; ``path`` picks another file. Needs the ``notebook`` extra."""
+        """A matplotlib Figure of ``metrics()``: a panel per metric (``val_<name>`` with ``<name>``), each
+        series on its own x (``step`` or ``epoch``, as logged), a dashed line where each restart's
+        attempt begins; ``path`` picks another file. Needs the ``notebook`` extra."""
         from ._metrics import plot_metrics
 
         return plot_metrics(self, path)

@@ -20,6 +20,7 @@ from .node.policy import toolkits
 from .node.protocol import LAUNCH_CONFIG
 
 __all__ = [
+    "RUN_ID_VARIABLE",
     "job_environment",
     "launch_config",
     "mpirun_argv",
@@ -28,6 +29,8 @@ __all__ = [
     "ranks_per_node",
     "toolkit_settings_for_launch",
 ]
+
+RUN_ID_VARIABLE = "AZ_BATCHAI_JOB_RUN_ID"  # the job's run: the same id in each of its attempts
 
 ALWAYS_EXPORTED = (
     "BATCHAI_RANK_NODES",
@@ -98,10 +101,12 @@ def node_temp_dir(target: LaunchTarget, spec: JobSpec) -> str:
 
 
 def job_environment(
-    spec: JobSpec, target: LaunchTarget, paths: JobPaths, *, share_name: str
+    spec: JobSpec, target: LaunchTarget, paths: JobPaths, *, share_name: str, run_id: str | None = None
 ) -> tuple[dict[str, str], list[str]]:
     """Batch AI's variables plus the job's own (secrets excluded), and the names whose values the node
-    expands (input directories may be written with ``$AZ_BATCHAI_...``)."""
+    expands (input directories may be written with ``$AZ_BATCHAI_...``). ``run_id``: the job's
+    ``AZ_BATCHAI_JOB_RUN_ID``, one per job and the same in every attempt (launch.json is written once, at
+    submit), for a tracker's resume by id (docs/training.md#one-run-per-job)."""
     temp = node_temp_dir(target, spec)
     job_mount_root = target.node_share_root if job_root_is_share(spec) else posixpath.join(temp, "mounts")
     env: dict[str, str] = {
@@ -120,6 +125,8 @@ def job_environment(
         "OMPI_ALLOW_RUN_AS_ROOT": "1",
         "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
     }
+    if run_id is not None:
+        env[RUN_ID_VARIABLE] = run_id
     env.update(mca_environment(target.mpi_args))
     env.update(target.env)
     expand: list[str] = []
@@ -183,10 +190,11 @@ def launch_config(
     share_name: str,
     script_on_node: str | None,
     node_main: str,
+    run_id: str | None = None,
 ) -> dict[str, Any]:
     """The launcher's launch.json. No secret values: only their names, which mpirun exports from the
     launcher's environment (the scheduler keeps the values on the head node)."""
-    env, expand = job_environment(spec, target, paths, share_name=share_name)
+    env, expand = job_environment(spec, target, paths, share_name=share_name, run_id=run_id)
     run_dir = on_node(target, paths.run_dir)
     config_path = posixpath.join(run_dir, LAUNCH_CONFIG)
     hostfile = posixpath.join(run_dir, "hostfile")

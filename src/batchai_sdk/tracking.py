@@ -7,6 +7,8 @@ installed). The file contract is all there is to it (docs/training.md), so any l
 * ``$AZ_BATCHAI_STDOUTERR_DIR/metrics.jsonl``: one JSON object per line, appended; numeric values are metrics,
   ``epoch`` or ``step`` the x axis, ``time`` seconds since the epoch. The shipped training modules write
   the same shape next to ``--dir``.
+  In a job, ``attempt`` is the ``AZ_BATCHAI_JOB_RESTART_COUNT`` that wrote the line: the SDK reads every
+  attempt's lines as one run (a step logged again by a later attempt replaces the earlier one).
 * ``$AZ_BATCHAI_STDOUTERR_DIR/params.json``: one JSON object, the run's hyperparameters.
 
 Only rank 0 writes (the rank is read from Open MPI's, torchrun's, Horovod's or Slurm's variables), so a
@@ -60,8 +62,8 @@ def log_metric(
     all_ranks: bool = False,
     **metrics: float,
 ) -> Path | None:
-    """Append one line ``{"step": step, "time": ..., **metrics}`` to ``metrics.jsonl``; returns its path
-    (None on ranks other than 0 unless ``all_ranks``).
+    """Append one line ``{"step": step, "time": ..., "attempt": ..., **metrics}`` to ``metrics.jsonl``;
+    returns its path (None on ranks other than 0 unless ``all_ranks``).
 
     ``log_metric(epoch, loss=0.31, val_accuracy=0.95)`` — any names, numbers only. ``step`` is the x axis
     of ``Job.plot_metrics()`` (the line number when None)."""
@@ -71,6 +73,9 @@ def log_metric(
     if step is not None:
         record["step"] = _number("step", step)
     record["time"] = round(time.time(), 3)
+    restart = os.environ.get("AZ_BATCHAI_JOB_RESTART_COUNT", "").strip()
+    if restart.isdigit():  # which attempt of a requeued job wrote it: the SDK joins attempts into one run
+        record["attempt"] = int(restart)
     for name, value in metrics.items():
         record[name] = _number(name, value)
     if rank() != 0 and not all_ranks:

@@ -9,9 +9,13 @@ re-attached, never run twice. Each trial gets its parameters as ``--name value``
 sweep's own ``args``; its script reports metrics with ``batchai_sdk.log_metric`` (or the shipped modules'
 ``metrics.jsonl``).
 
-Early stop is the median stopping rule (Google Vizier's, also Ray Tune's ``MedianStoppingRule``): after
-``grace`` steps, a running trial whose best value so far is worse than the median of the other trials'
-values at the same step is terminated, its state ``terminated`` and the record saying why.
+Early stop is the median stopping rule (Google Vizier's, also Ray Tune's ``MedianStoppingRule``): from
+step ``grace`` on (the records' ``step``), a running trial whose best value so far is worse than the median
+of at least ``min_trials`` other trials' values at the same step is terminated, its state ``terminated``
+and the record saying why; a trial the rule never could compare says so in its row.
+
+One process drives a sweep at a time (``_sweep_driver``: a lease on the share a dead driver loses), and a
+trial silent for ``trial_hang_timeout`` is ended by its job's hang watchdog and counted failed.
 """
 
 from __future__ import annotations
@@ -28,60 +32,121 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import _layout as layout
-from ._metrics import job_results, read_records, scalar
-from ._models import validate_name
+from ._hints import cli_reason
+from ._metrics import as_table, job_results, read_records, scalar, series
+from ._models import JobState, validate_name
 from .cost import Cost
-from .exceptions import AlreadyExistsError, BatchAIError, BatchAITimeoutError, NotFoundError, ValidationError
+from .exceptions import (
+    AlreadyExistsError,
+    BatchAIError,
+    BatchAITimeoutError,
+    NotFoundError,
+    SweepDrivenError,
+    ValidationError,
+)
 from .share import join
 
 if TYPE_CHECKING:
+    from ._sweep_driver import DriverLease
     from .experiment import Experiment
     from .job import Job
 
 log = logging.getLogger("batchai_sdk")
 
-__all__ = ["EarlyStop", "Sweep", "grid_points", "parse_param", "random_points"]
+__all__ = [
+    "MIN_TRIALS",
+    "TRIAL_HANG_TIMEOUT",
+    "EarlyStop",
+    "Sweep",
+    "grid_points",
+    "parse_param",
+    "random_points",
+]
 
 _DISTRIBUTIONS = ("uniform", "loguniform", "randint")
 _PARAM_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 
 
+Curve = Sequence[float] | Sequence[tuple[float, float]]  # a trial's values by step: bare, or (step, value)
+TRIAL_HANG_TIMEOUT = 3600.0  # a sweep's default: a trial silent for an hour is ended, counted failed
+MIN_TRIALS = 2  # EarlyStop.min_trials' default: a median of fewer other trials says little
+
+
 @dataclass(frozen=True)
 class EarlyStop:
     """The median stopping rule on ``metric`` (``mode`` "min" for a loss, "max" for an accuracy): from step
-    ``grace`` on, a trial worse than the median of the others at the same step stops."""
+    ``grace`` on, a trial whose best value so far is worse than the median of the other trials' values at
+    the same step stops. The step is the records' ``step`` (``epoch`` without one), else the number of
+    records. The rule applies once at least ``min_trials`` other trials (default 2) have reached that
+    step; a trial that ends before it ever could says so in its row's ``note``."""
 
     metric: str
     mode: str = "max"
     grace: int = 1
+    min_trials: int = MIN_TRIALS
 
     def __post_init__(self) -> None:
+        if not isinstance(self.metric, str) or not self.metric:
+            raise ValidationError("early_stop.metric", self.metric, "a metric's name, e.g. 'val_loss'")
         if self.mode not in ("min", "max"):
             raise ValidationError("early_stop.mode", self.mode, "'min' or 'max'")
         if isinstance(self.grace, bool) or not isinstance(self.grace, int) or self.grace < 1:
             raise ValidationError("early_stop.grace", self.grace, "a whole number of steps >= 1")
+        if isinstance(self.min_trials, bool) or not isinstance(self.min_trials, int) or self.min_trials < 1:
+            raise ValidationError("early_stop.min_trials", self.min_trials, "a number of other trials >= 1")
 
     def to_dict(self) -> dict[str, Any]:
         """The rule as the sweep's record keeps it."""
-        return {"metric": self.metric, "mode": self.mode, "grace": self.grace}
+        return {"metric": self.metric, "mode": self.mode, "grace": self.grace, "min_trials": self.min_trials}
 
     def better(self, a: float, b: float) -> bool:
         """Whether ``a`` is better than ``b`` in this rule's ``mode``."""
         return a < b if self.mode == "min" else a > b
 
-    def should_stop(self, mine: list[float], others: list[list[float]]) -> bool:
-        """``mine``: this trial's values by step; ``others``: the other trials'. Stop when this trial's
-        best so far is worse than the median of the others' values at its latest step."""
-        step = len(mine)
-        if step < self.grace:
-            return False
-        peers = [values[step - 1] for values in others if len(values) >= step]
-        if len(peers) < 2:  # a median of one trial says nothing
-            return False
-        best = min(mine) if self.mode == "min" else max(mine)
-        import statistics
+    def peers(self, step: float, others: Sequence[Curve]) -> list[float]:
+        """The other trials' values at ``step``: of each one that reached it, its last value up to it."""
+        values = []
+        for curve in map(_points, others):
+            if curve and curve[-1][0] >= step:
+                values.append([v for x, v in curve if x <= step][-1] if curve[0][0] <= step else curve[0][1])
+        return values
+
+    def verdict(self, mine: Curve, others: Sequence[Curve]) -> bool | None:
+        """``mine``: this trial's (step, value) points (or values, one a step); ``others``: the other
+        trials'. True: stop it; False: it is no worse than the median; None: the rule cannot apply yet
+        (within the grace, or fewer than ``min_trials`` others at its latest step)."""
+        points = _points(mine)
+        if not points or points[-1][0] < self.grace:
+            return None
+        peers = self.peers(points[-1][0], others)
+        if len(peers) < self.min_trials:
+            return None
+        values = [v for _, v in points]
+        best = min(values) if self.mode == "min" else max(values)
+        import statistics  # deferred: `import batchai_sdk` stays light
 
         return self.better(statistics.median(peers), best)
+
+    def applies(self, mine: Curve, others: Sequence[Curve]) -> bool:
+        """Whether the rule could compare this trial at any of its steps (from ``grace`` on, with at
+        least ``min_trials`` other trials there)."""
+        return any(
+            step >= self.grace and len(self.peers(step, others)) >= self.min_trials
+            for step, _ in _points(mine)
+        )
+
+    def should_stop(self, mine: Curve, others: Sequence[Curve]) -> bool:
+        """Whether ``verdict`` says stop."""
+        return self.verdict(mine, others) is True
+
+
+def _points(curve: Curve) -> list[tuple[float, float]]:
+    """(step, value) points; bare values count their steps from 1."""
+    points: list[tuple[float, float]] = []
+    for i, point in enumerate(curve):
+        p: Any = point
+        points.append((float(p[0]), float(p[1])) if isinstance(p, tuple) else (float(i + 1), float(p)))
+    return points
 
 
 def _check_space(space: Mapping[str, Any], field: str) -> None:
@@ -158,6 +223,14 @@ def sweep_record(experiment: str, name: str) -> str:
     return join(layout.experiment_record(experiment).rsplit("/", 1)[0], "sweeps", f"{name}.json")
 
 
+def _step_text(step: float) -> str:
+    return str(int(step)) if step == int(step) else str(step)
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else text
+
+
 def _argument(value: Any) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
@@ -194,8 +267,17 @@ class Sweep:
     def _save(self) -> None:
         self.experiment.workspace.share.write_json(sweep_record(self.experiment.name, self.name), self.record)
 
+    @property
+    def trial_hang_timeout(self) -> float | None:
+        """Seconds a trial may go without output before it is ended and counted failed (its slot freed):
+        each trial's ``hang_timeout`` unless the sweep's job options set one; None: off."""
+        value = self.record.get("trial_hang_timeout")
+        return float(value) if value else None
+
     def _job(self, trial: Mapping[str, Any]) -> Job:
         options = dict(self.record["job"])
+        if options.get("hang_timeout") is None and self.trial_hang_timeout:
+            options["hang_timeout"] = self.trial_hang_timeout
         args = [*options.pop("args", [])]
         for key, value in trial["params"].items():
             args += [f"--{key}", _argument(value)]
@@ -217,14 +299,56 @@ class Sweep:
         timeout: float | None = None,
         poll_interval: float = 2.0,
         on_event: Callable[[str], None] | None = None,
-    ) -> list[dict[str, Any]]:
+        wait_for_driver: bool = False,
+    ) -> Any:
         """Submit the trials, at most ``max_concurrent`` unfinished at once, stop bad ones early, and wait
         for all; returns ``results()``. Raises ``TimeoutError`` after ``timeout`` seconds (the submitted
-        trials go on; ``run()`` again resumes)."""
+        trials go on; ``run()`` again resumes).
+
+        One driver at a time: while another process runs the sweep, ``SweepDrivenError`` says who (host,
+        pid, last heard from), or with ``wait_for_driver`` this call waits and takes over when it stops. A
+        driver that died is taken over at once on its own host, after ``DRIVER_LEASE`` (60 s) without a
+        heartbeat elsewhere."""
         say = on_event or (lambda text: log.info("%s", text))
         deadline = None if timeout is None else time.monotonic() + timeout
+        lease = self._take_driver(wait_for_driver, deadline, poll_interval, say)
+        try:
+            return self._drive(lease, deadline, timeout, poll_interval, say)
+        finally:
+            lease.release()
+
+    def _take_driver(
+        self, wait: bool, deadline: float | None, poll_interval: float, say: Callable[[str], None]
+    ) -> DriverLease:
+        from ._sweep_driver import acquire
+
+        folder = sweep_record(self.experiment.name, self.name)[: -len(".json")] + ".driver"
+        told = False
+        while True:
+            try:
+                return acquire(self.experiment.workspace.share, folder, self.name)
+            except SweepDrivenError as exc:
+                if not wait:
+                    raise
+                if deadline is not None and time.monotonic() > deadline:
+                    what = f"sweep {self.name!r}'s driver ({exc.driver}) to stop"
+                    raise BatchAITimeoutError(what, 0) from None
+                if not told:
+                    say(f"sweep {self.name}: driven by {exc.driver}; waiting to take over")
+                    told = True
+                time.sleep(poll_interval)
+
+    def _drive(
+        self,
+        lease: DriverLease,
+        deadline: float | None,
+        timeout: float | None,
+        poll_interval: float,
+        say: Callable[[str], None],
+    ) -> Any:
         pending = [t for t in self.trials if t["job"] not in self.jobs()]
         while True:
+            lease.beat()
             jobs = self.jobs()
             active = [j for j in jobs.values() if not j.state.ended]
             while pending and len(active) < self.max_concurrent:
@@ -232,8 +356,8 @@ class Sweep:
                 job = self._job(trial).submit()
                 active.append(job)
                 say(f"sweep {self.name}: submitted {trial['job']} {trial['params']}")
-            if self.early_stop is not None and active:
-                self._stop_bad_trials(active, jobs, say)
+            if self.early_stop is not None:
+                self._apply_early_stop(jobs, say)
             if not pending and all(j.state.ended for j in self.jobs().values()):
                 return self.results()
             if deadline is not None and time.monotonic() > deadline:
@@ -244,55 +368,109 @@ class Sweep:
                 )
             time.sleep(poll_interval)
 
-    def _curve(self, job: Job, metric: str) -> list[float]:
+    def _curve(self, job: Job, metric: str) -> list[tuple[float, float]]:
+        """The trial's (step, value) points of ``metric``: its ``step`` (or ``epoch``), else the record's
+        number."""
         try:
             records = read_records(job)
         except BatchAIError:
             return []
-        values = [r.get(metric) for r in records]
-        return [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+        _, xs, ys, _ = series(records, metric)
+        return [(float(x), y) for x, y in zip(xs, ys, strict=True)]
 
-    def _stop_bad_trials(
-        self, active: list[Job], jobs: Mapping[str, Job], say: Callable[[str], None]
-    ) -> None:
+    def _trial(self, name: str) -> dict[str, Any]:
+        return next(t for t in self.record["trials"] if t["job"] == name)
+
+    def _apply_early_stop(self, jobs: Mapping[str, Job], say: Callable[[str], None]) -> None:
+        """Stop the running trials the rule condemns; note on each trial that ends without the rule ever
+        having applied to it why it could not."""
         rule = self.early_stop
         assert rule is not None
         curves = {name: self._curve(job, rule.metric) for name, job in jobs.items()}
-        for job in active:
-            if job.state.ended or not curves.get(job.name):
+        changed = False
+        for name, job in jobs.items():
+            trial = self._trial(name)
+            if trial.get("stopped") or trial.get("rule_note"):
                 continue
-            others = [c for name, c in curves.items() if name != job.name and c]
-            if rule.should_stop(curves[job.name], others):
-                step = len(curves[job.name])
+            mine = curves.get(name) or []
+            others = [c for other, c in curves.items() if other != name and c]
+            ended = job.state.ended
+            verdict = rule.verdict(mine, others) if mine and not ended else None
+            if not trial.get("rule_applied") and rule.applies(mine, others):
+                trial["rule_applied"] = True
+                changed = True
+            if verdict and not ended:
+                step = _step_text(mine[-1][0])
                 why = f"stopped early at step {step}: {rule.metric} worse than the median of the other trials"
                 job.terminate(wait=False)
-                for trial in self.record["trials"]:
-                    if trial["job"] == job.name:
-                        trial["stopped"] = why
-                self._save()
-                say(f"sweep {self.name}: {job.name} {why}")
+                trial["stopped"] = why
+                changed = True
+                say(f"sweep {self.name}: {name} {why}")
+            elif ended and not trial.get("rule_applied"):
+                trial["rule_note"] = self._why_not_applied(rule, mine, others)
+                changed = True
+        if changed:
+            self._save()
 
-    def results(self) -> list[dict[str, Any]]:
-        """One row per trial: job, state, its parameters, its final metrics, and why it stopped early."""
+    @staticmethod
+    def _why_not_applied(rule: EarlyStop, mine: list[tuple[float, float]], others: list[Any]) -> str:
+        if not mine:
+            return f"early stop did not apply: no {rule.metric} logged"
+        step = mine[-1][0]
+        if step < rule.grace:
+            return f"early stop did not apply: it ended at step {_step_text(step)}, within grace={rule.grace}"
+        return (
+            f"early stop did not apply: fewer than {rule.min_trials} other trial(s) had reached step "
+            f"{_step_text(step)} (min_trials={rule.min_trials})"
+        )
+
+    def results(self, *, frame: bool = True) -> Any:
+        """One row per trial: job, state, its parameters, its final metrics, and a ``note``: why it was
+        stopped early, why it failed, or why early stop could not apply to it. A pandas DataFrame when
+        pandas is installed (``frame=False``: a list of dicts)."""
         jobs = self.jobs()
         rows = []
         for trial in self.trials:
             job = jobs.get(trial["job"])
             row: dict[str, Any] = {"job": trial["job"], "state": job.state.value if job else "not submitted"}
             row.update(trial["params"])
+            note = trial.get("stopped")
             if job is not None:
                 row.update(job_results(job))
-            if trial.get("stopped"):
-                row["note"] = trial["stopped"]
+                status = job.status
+                if status.state is JobState.FAILED and not note:
+                    note = _first_line(cli_reason(status.failure_reason) or "no reason recorded")
+            note = note or trial.get("rule_note")
+            if note:
+                row["note"] = note
             rows.append(row)
-        return rows
+        return as_table(rows) if frame else rows
+
+    def plot_metrics(self, metrics: Sequence[str] | None = None) -> Any:
+        """A matplotlib Figure overlaying the trials: one panel per metric (``metrics``, default every one
+        logged), one line per trial labelled with its parameters, each on its own ``step``/``epoch``."""
+        from ._metrics import plot_trials
+
+        jobs = self.jobs()
+        curves = {}
+        for trial in self.trials:
+            job = jobs.get(trial["job"])
+            if job is None:
+                continue
+            params = " ".join(f"{k}={_argument(v)}" for k, v in trial["params"].items())
+            try:
+                curves[f"{trial['job']} {params}"] = read_records(job)
+            except BatchAIError:
+                curves[f"{trial['job']} {params}"] = []
+        return plot_trials(f"sweep {self.name}", curves, list(metrics) if metrics else None)
 
     def best(self, metric: str, mode: str = "max") -> dict[str, Any] | None:
         """The row of ``results()`` with the best final ``metric`` (None when no trial logged it)."""
-        rows = [r for r in self.results() if isinstance(r.get(metric), float)]
+        rows = [r for r in self.results(frame=False) if isinstance(r.get(metric), float)]
         if not rows:
             return None
-        return (min if mode == "min" else max)(rows, key=lambda r: r[metric])
+        best: dict[str, Any] = (min if mode == "min" else max)(rows, key=lambda r: r[metric])
+        return best
 
     def estimate_cost(self, hours_per_trial: float | None = None) -> Cost | None:
         """What all the trials cost if each runs ``hours_per_trial`` (``Job.estimate_cost``'s default
@@ -304,7 +482,7 @@ class Sweep:
         """``results()`` as aligned text columns, for a terminal."""
         from ._display import format_cell, result_columns
 
-        rows = self.results()
+        rows = self.results(frame=False)
         columns = result_columns(rows)
         cells = [[format_cell(r.get(c)) for c in columns] for r in rows]
         widths = [max([len(c), *(len(row[i]) for row in cells)]) for i, c in enumerate(columns)]
@@ -331,6 +509,7 @@ def create_sweep(
     seed: int | None = None,
     max_concurrent: int = 2,
     early_stop: EarlyStop | None = None,
+    trial_hang_timeout: float | None = None,
     exist_ok: bool = False,
     job_options: Mapping[str, Any],
 ) -> Sweep:
@@ -359,6 +538,9 @@ def create_sweep(
         points = random_points(random_space, trials if trials is not None else 10, seed)
     if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int) or max_concurrent < 1:
         raise ValidationError("max_concurrent", max_concurrent, "a number of jobs >= 1")
+    hang = TRIAL_HANG_TIMEOUT if trial_hang_timeout is None else trial_hang_timeout
+    if isinstance(hang, bool) or not isinstance(hang, int | float) or not 0 <= hang < math.inf:
+        raise ValidationError("trial_hang_timeout", hang, "seconds > 0, 0 to turn it off, or None")
     options = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in job_options.items()}
     if options.get("secrets"):
         raise ValidationError(
@@ -370,6 +552,18 @@ def create_sweep(
     for reserved in ("name", "exist_ok"):
         if reserved in options:
             raise ValidationError(reserved, options[reserved], "not given to a sweep (it names its trials)")
+    if options.get("mounts"):  # kept in the record as data: a storage key would be kept with them
+        from .mounts import mount_to_dict, validate_mounts
+
+        mounts = validate_mounts(options["mounts"])
+        if any(getattr(m, "account_key", None) for m in mounts):
+            raise ValidationError(
+                "mounts",
+                "<hidden>",
+                "no storage key on a sweep (its record keeps every trial's options): mount the storage "
+                "on the cluster (its node setup) instead",
+            )
+        options["mounts"] = [mount_to_dict(m) for m in mounts]
     options["args"] = list(options.get("args") or ())
     cluster = options.get("cluster")
     if cluster is not None and not isinstance(cluster, str):
@@ -379,6 +573,7 @@ def create_sweep(
         "experiment": experiment.name,
         "max_concurrent": max_concurrent,
         "early_stop": early_stop.to_dict() if early_stop else None,
+        "trial_hang_timeout": float(hang),
         "space": {"grid": grid}
         if grid is not None
         else {

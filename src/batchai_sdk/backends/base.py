@@ -152,6 +152,8 @@ class Backend(ABC):
     share: Share
     # The platform's own queue holds a job until nodes exist (Azure Batch): submit picks no nodes.
     queues_for_nodes: ClassVar[bool] = False
+    # whether job preparation on its nodes installs source_dir's requirements (node/job/requirements.py)
+    installs_requirements: ClassVar[bool] = True
     # Job records are brought up to date by the scheduler's refresh() when read (Slurm, Azure Batch).
     status_from_scheduler: ClassVar[bool] = False
     # True where touching the share creates cloud resources (Azure): the workspace then writes nothing until

@@ -331,3 +331,12 @@ def account_table(result: Any) -> list[Row]:
         }
         for a in _items(result)
     ]
+
+
+def metrics_table(result: Any) -> list[Row]:
+    """``batchai job metrics -o table``: one row per record, the columns every record has (time left out)."""
+    from .._display import format_cell, result_columns
+
+    rows = _items(result)
+    columns = [c for c in result_columns(rows) if c != "time"]
+    return [{c: format_cell(r.get(c)) for c in columns} for r in rows]

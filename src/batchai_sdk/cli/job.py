@@ -3,23 +3,29 @@
 from __future__ import annotations
 
 import argparse
-import os
 import posixpath
 import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .._hints import cli_reason
-from .._models import JobState, Toolkit
+from .._models import JobState
 from ..batchai_json import json_field_error, parse_job_json
 from ..exceptions import NotFoundError, ValidationError
 from ..experiment import unique_job_name
 from ..share import join
-from ._context import NO_GROUP, Context, Handler, Result, UsageError
-from ._format import file_table, file_view, job_table, job_view
-from ._mount_flags import add_mount_args, mounts_from_args, storage_key
-from ._params import Commands, experiment_arg, positive, resource_group_arg, seconds, workspace_arg, yes_arg
+from ._context import Context, Handler, Result, UsageError
+from ._format import file_table, file_view, job_table, job_view, metrics_table
+from ._job_options import (
+    add_job_options,
+    job_mounts,
+    job_options,
+    run_options,
+    save_plot,
+    storage_account_for,
+)
+from ._params import Commands, experiment_arg, resource_group_arg, seconds, workspace_arg, yes_arg
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -44,6 +50,8 @@ def register(commands: Commands) -> None:
             "batchai job show -g batchai.horovod -w batchaidev -e cifar -n cifar_dist --output table",
             "batchai job list -g batchai.horovod -w batchaidev -e cifar --output table",
             "batchai job logs -g batchai.horovod -w batchaidev -e cifar -n cifar_dist --follow",
+            "batchai job metrics -g batchai.horovod -w batchaidev -e cifar -n cifar_dist -o table "
+            "--plot curves.png",
             "batchai job wait -g batchai.horovod -w batchaidev -e cifar -n cifar_dist --timeout 3600",
             "batchai job terminate -g batchai.horovod -w batchaidev -e cifar -n cifar_dist --yes",
             "batchai job delete -g batchai.horovod -w batchaidev -e cifar -n cifar_dist --yes",
@@ -64,6 +72,8 @@ def register(commands: Commands) -> None:
     p = _job_command(j, "delete", job_delete, "delete a job with its logs and outputs")
     p.add_argument("--force", action="store_true", help="terminate it first if it has not ended")
     yes_arg(p)
+    p = _job_command(j, "metrics", job_metrics, "a job's metrics (log_metric's records), all attempts")
+    p.add_argument("--plot", metavar="FILE.png", help="also write the job's curves to FILE.png (.svg, .pdf)")
     p = _job_command(j, "logs", job_logs, "print a job's output (stdout.txt); with --follow, until it ends")
     p.add_argument(
         "--follow", "-f", action="store_true", help="keep printing as the job writes, until it ends"
@@ -104,56 +114,11 @@ def _job_command(j: Commands, name: str, handler: Handler, help_text: str) -> ar
 
 def _register_create(j: Commands) -> None:
     p = _job_command(j, "create", job_create, "create and submit a job from a Batch AI job.json (or flags)")
-    p.add_argument("--cluster", "-c", required=True, help="the cluster the job runs on")
     p.add_argument("--config-file", "-f", help="Batch AI 2018-05-01 job.json")
-    p.add_argument("--nodes", type=positive, help="number of nodes; overrides nodeCount of the file")
-    p.add_argument(
-        "--storage-account-name",
-        help="the account of --afs-name/--bfs-name; fills <AZURE_BATCHAI_STORAGE_ACCOUNT> (default: "
-        "$AZURE_BATCHAI_STORAGE_ACCOUNT, else the resource group's only storage account)",
-    )
-    p.add_argument(
-        "--storage-account-key",
-        help="its key; fills <AZURE_BATCHAI_STORAGE_KEY>; never stored (prefer "
-        "$AZURE_BATCHAI_STORAGE_KEY, the default: a flag's value is in your shell history)",
-    )
-    add_mount_args(p, root="AZ_BATCHAI_JOB_MOUNT_ROOT")
-    p.add_argument(
-        "--python-script",
-        help="without --config-file: the script (a local file, a $AZ_BATCHAI_JOB_MOUNT_ROOT/... share "
-        "path or a module name); with --source-dir, a file in that folder",
-    )
-    p.add_argument(
-        "--toolkit",
-        choices=[t.value for t in Toolkit],
-        type=str.lower,
-        help="how --python-script's ranks start (default horovod; pytorch: DDP's variables, "
-        "tensorflow: TF_CONFIG; see docs/toolkits.md)",
-    )
-    p.add_argument(
-        "--script-args",
-        help="the script's arguments, one string; with --config-file, added after the file's commandLineArgs",
-    )
-    p.add_argument(
-        "--source-dir",
-        help="a local project folder, uploaded whole (its sibling modules import); --python-script, or "
-        "with --config-file the file's script name, is a file in it",
-    )
-    p.add_argument("--command-line", help="without --config-file: a custom MPI command line")
-    p.add_argument("--process-count", type=positive, help="without --config-file: number of ranks")
-    p.add_argument("--job-preparation", help="without --config-file: command run once per node first")
+    add_job_options(p)  # every option a sweep's trials take too: one definition (_job_options.py)
     p.add_argument(
         "--stream", action="store_true", help="print the job's output until it ends (as job logs -f)"
     )
-    p.add_argument("--max-retries", type=int, help="requeue after a lost node or a listed exit code")
-    p.add_argument(
-        "--retry-on-exit-code",
-        type=int,
-        action="append",
-        default=None,
-        help="an exit code that requeues (repeat)",
-    )
-    p.add_argument("--hang-timeout", type=seconds, help="end the job when no rank wrote output for this long")
 
 
 def _register_file(jf: Commands) -> None:
@@ -180,19 +145,6 @@ def _register_file(jf: Commands) -> None:
             p.add_argument("--dest", help="file or folder to write (default: the working directory)")
 
 
-def _storage_account_for(ctx: Context, args: argparse.Namespace, group: str) -> str | None:
-    """--storage-account-name, else $AZURE_BATCHAI_STORAGE_ACCOUNT, else the group's only storage account."""
-    if args.storage_account_name:
-        return str(args.storage_account_name)
-    env = os.environ.get("AZURE_BATCHAI_STORAGE_ACCOUNT")
-    if env:
-        return env
-    if group == NO_GROUP:
-        return None
-    accounts = list(ctx.registry.get_group(group).get("storageAccounts", {}))
-    return accounts[0] if len(accounts) == 1 else None
-
-
 def job_create(ctx: Context, args: argparse.Namespace) -> Result | None:
     group, ws, exp = ctx.experiment(create_default=True)
     name = args.name or unique_job_name()
@@ -204,9 +156,8 @@ def job_create(ctx: Context, args: argparse.Namespace) -> Result | None:
         "--toolkit": args.toolkit,
     }
     given = [flag for flag, value in convenience.items() if value is not None]
-    key = storage_key(args, ctx.note)
-    mounts = mounts_from_args(args, account=_storage_account_for(ctx, args, group), key=key)
     if args.config_file:
+        mounts, key = job_mounts(ctx, args, group)
         if given:
             raise UsageError(
                 f"{', '.join(given)} cannot be combined with --config-file (put them in the file)"
@@ -216,7 +167,7 @@ def job_create(ctx: Context, args: argparse.Namespace) -> Result | None:
             name=name,
             experiment=exp.name,
             cluster=args.cluster,
-            storage_account=_storage_account_for(ctx, args, group),
+            storage_account=storage_account_for(ctx, args, group),
             storage_key=key,
             # one storage model: a share is the workspace's own only when it names it (local backend:
             # its storage folder is the workspace share); elsewhere the file's first share, as before
@@ -234,33 +185,13 @@ def job_create(ctx: Context, args: argparse.Namespace) -> Result | None:
             # the file's script folder (a share path) gives way to the local project: its script, by name
             script = posixpath.basename(spec.python_script)
             spec = spec.replace(source_dir=args.source_dir, python_script=script)
-        spec = spec.replace(**_survive_options(args))
+        spec = spec.replace(**run_options(args))
         try:
             job = exp.job_from_spec(spec)
         except ValidationError as exc:  # refusals name the JSON path the file's author wrote
             raise json_field_error(exc) from exc
     else:
-        if args.python_script is None and args.command_line is None:
-            raise UsageError(
-                "give --config-file, or --python-script (with --toolkit; default horovod) or --command-line "
-                "(custom MPI)"
-            )
-        if args.python_script is not None and args.command_line is not None:
-            raise UsageError("give either --python-script or --command-line, not both")
-        job = exp.create_job(
-            name,
-            cluster=args.cluster,
-            node_count=args.nodes or 1,
-            python_script=args.python_script,
-            args=shlex.split(args.script_args or ""),
-            command_line=args.command_line,
-            toolkit=args.toolkit,
-            process_count=args.process_count,
-            job_preparation=args.job_preparation,
-            source_dir=args.source_dir,
-            mounts=mounts,
-            **_survive_options(args),
-        )
+        job = exp.create_job(name, **job_options(ctx, args, group))
     job.submit()
     where = ctx.where(group, job.workspace.name)
     if args.stream:
@@ -272,17 +203,6 @@ def _names_workspace_share(ws: Workspace) -> Callable[[AzureFileShare], bool] | 
     if ws.backend.kind != "local":
         return None
     return lambda mount: ws.backend.names_workspace_share(mount) is True
-
-
-def _survive_options(args: argparse.Namespace) -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    if args.max_retries is not None:
-        options["max_retries"] = args.max_retries
-    if args.retry_on_exit_code:
-        options["retry_on_exit_codes"] = tuple(args.retry_on_exit_code)
-    if args.hang_timeout is not None:
-        options["hang_timeout"] = args.hang_timeout
-    return options
 
 
 def _waiting_line(job: Job) -> str:
@@ -372,6 +292,17 @@ def job_wait(ctx: Context, args: argparse.Namespace) -> Result | None:
 def job_logs(ctx: Context, args: argparse.Namespace) -> Result | None:
     group, job = _job(ctx, args.name)
     return _follow(job, _where(ctx, group, job), args.file_name, follow=args.follow)
+
+
+def job_metrics(ctx: Context, args: argparse.Namespace) -> Result | None:
+    """The records of ``job.metrics()`` (one per line of metrics.jsonl; empty before the first)."""
+    from .._metrics import read_records
+
+    _, job = _job(ctx, args.name)
+    rows = read_records(job)
+    if args.plot:
+        save_plot(ctx, job.plot_metrics(), args.plot)
+    return Result(rows, metrics_table)
 
 
 def job_terminate(ctx: Context, args: argparse.Namespace) -> Result | None:

@@ -6,12 +6,13 @@
 from __future__ import annotations
 
 import argparse
-import shlex
 from collections.abc import Sequence
 from typing import Any
 
+from ..tuning import MIN_TRIALS, TRIAL_HANG_TIMEOUT
 from ._context import Context, Result, UsageError
 from ._format import Row, _items
+from ._job_options import add_job_options, job_options, save_plot
 from ._params import Commands, experiment_arg, positive, resource_group_arg, workspace_arg
 
 SUBCOMMANDS = ("create", "show", "-h", "--help")
@@ -37,16 +38,16 @@ def register(commands: Commands) -> None:
             "batchai sweep show -e cifar -n lr -o table",
         ),
     )
-    p = s.command("create", sweep_create, "create a sweep and run it to the end (or --no-wait)")
+    p = s.command(
+        "create",
+        sweep_create,
+        "create a sweep and run it to the end (or --no-wait); exit status 1 when every trial failed",
+    )
     resource_group_arg(p)
     workspace_arg(p)
     experiment_arg(p)
     p.add_argument("--name", "-n", required=True, help="the sweep (its jobs are NAME-000, NAME-001, ...)")
-    p.add_argument("--cluster", "-c", required=True, help="the cluster the trials run on")
-    p.add_argument("--python-script", required=True, help="the script (a local file, a share path, a module)")
-    p.add_argument("--script-args", help="arguments every trial gets before its parameters")
-    p.add_argument("--source-dir", help="a local folder uploaded with the script")
-    p.add_argument("--nodes", type=positive, default=1, help="nodes per trial (default 1)")
+    add_job_options(p)  # every trial is a job: the options of `job create`, from the same definition
     p.add_argument(
         "--param",
         action="append",
@@ -59,33 +60,63 @@ def register(commands: Commands) -> None:
     p.add_argument("--max-concurrent", type=positive, default=2, help="trials unfinished at once (default 2)")
     p.add_argument(
         "--early-stop",
-        metavar="METRIC:min|max",
-        help="stop a trial whose METRIC is worse than the other trials' median at the same step",
+        metavar="METRIC:min|max[:GRACE]",
+        help="stop a trial whose METRIC is worse than the other trials' median at the same step (its "
+        "`step`, else its record count), from step GRACE on (default 1)",
+    )
+    p.add_argument(
+        "--early-stop-min-trials",
+        type=positive,
+        metavar="N",
+        help=f"other trials that must have reached a step before the rule applies (default {MIN_TRIALS})",
+    )
+    p.add_argument(
+        "--trial-hang-timeout",
+        type=non_negative_seconds,
+        metavar="SECONDS",
+        help=f"end a trial silent this long, counted failed (default {TRIAL_HANG_TIMEOUT:g}; 0: off)",
     )
     p.add_argument("--no-wait", action="store_true", help="create the sweep only; `sweep show --run` runs it")
-    p = s.command("show", sweep_show, "show a sweep's trials: parameters and final metrics")
+    p = s.command("show", sweep_show, "show a sweep's trials: parameters, final metrics, why any stopped")
     resource_group_arg(p)
     workspace_arg(p)
     experiment_arg(p)
     p.add_argument("--name", "-n", required=True, help="the sweep")
     p.add_argument("--run", action="store_true", help="go on running it (trials not submitted yet)")
+    p.add_argument("--plot", metavar="FILE.png", help="also write the trials' curves, overlaid, to FILE.png")
 
 
-def _early_stop(text: str | None) -> Any:
+def non_negative_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text}")
+    return value
+
+
+def _early_stop(text: str | None, min_trials: int | None) -> Any:
     from ..tuning import EarlyStop
 
     if text is None:
+        if min_trials is not None:
+            raise UsageError("--early-stop-min-trials needs --early-stop METRIC:min|max")
         return None
-    metric, _, mode = text.partition(":")
-    if not metric or mode not in ("min", "max"):
-        raise UsageError(f"--early-stop {text!r}: expected METRIC:min or METRIC:max, e.g. val_loss:min")
-    return EarlyStop(metric, mode)
+    metric, _, rest = text.partition(":")
+    mode, _, grace = rest.partition(":")
+    if not metric or mode not in ("min", "max") or (grace and not grace.isdigit()):
+        raise UsageError(
+            f"--early-stop {text!r}: expected METRIC:min or METRIC:max, optionally :GRACE steps, "
+            "e.g. val_loss:min:2"
+        )
+    return EarlyStop(metric, mode, grace=int(grace) if grace else 1, min_trials=min_trials or MIN_TRIALS)
 
 
 def sweep_create(ctx: Context, args: argparse.Namespace) -> Result | None:
     from ..tuning import parse_param
 
-    _, _, exp = ctx.experiment()
+    group, _, exp = ctx.experiment()
     space = dict(parse_param(text) for text in args.param)
     distributions = [n for n, v in space.items() if isinstance(v, tuple)]
     if distributions and args.random is None:
@@ -97,32 +128,34 @@ def sweep_create(ctx: Context, args: argparse.Namespace) -> Result | None:
         trials=args.random,
         seed=args.seed,
         max_concurrent=args.max_concurrent,
-        early_stop=_early_stop(args.early_stop),
-        cluster=args.cluster,
-        python_script=args.python_script,
-        args=shlex.split(args.script_args or ""),
-        source_dir=args.source_dir,
-        node_count=args.nodes,
+        early_stop=_early_stop(args.early_stop, args.early_stop_min_trials),
+        trial_hang_timeout=args.trial_hang_timeout,
+        **job_options(ctx, args, group),
     )
     cost = sweep.estimate_cost()
     if cost is not None:
         ctx.note(f"sweep {sweep.name}: {len(sweep.trials)} trial(s), about {cost} at an hour each")
     if args.no_wait:
-        return Result(sweep.results(), sweep_table)
+        return Result(sweep.results(frame=False), sweep_table)
     return _run(ctx, sweep)
 
 
 def _run(ctx: Context, sweep: Any) -> Result:
     sweep.run(on_event=ctx.note)
-    return Result(sweep.results(), sweep_table)
+    rows = sweep.results(frame=False)
+    if rows and all(r["state"] == "failed" for r in rows):
+        ctx.note(f"sweep {sweep.name}: every trial failed ({rows[0].get('note') or 'no reason recorded'})")
+        return Result(rows, sweep_table, exit_code=1)
+    return Result(rows, sweep_table)
 
 
 def sweep_show(ctx: Context, args: argparse.Namespace) -> Result | None:
     _, _, exp = ctx.experiment()
     sweep = exp.get_sweep(args.name)
-    if args.run:
-        return _run(ctx, sweep)
-    return Result(sweep.results(), sweep_table)
+    result = _run(ctx, sweep) if args.run else Result(sweep.results(frame=False), sweep_table)
+    if args.plot:
+        save_plot(ctx, sweep.plot_metrics(), args.plot)
+    return result
 
 
 def sweep_table(result: Any) -> list[Row]:

@@ -75,12 +75,22 @@ def job_env(cfg: dict[str, Any], secrets: dict[str, str] | None = None) -> dict[
     """The environment of job preparation and ranks: ours + the job's + its secrets, values expanded."""
     env = dict(os.environ)
     env.update(cfg["env"])
+    venv = (cfg.get("requirements") or {}).get("venv")
+    if venv:  # the job's own venv (source_dir's requirements): `python` in a command line is its
+        env["PATH"] = os.path.join(venv, "bin") + os.pathsep + env.get("PATH", os.defpath)
+        env["VIRTUAL_ENV"] = venv
     if secrets:
         env.update(secrets)
     for key in cfg.get("expand_env", []):
         if key in env:
             env[key] = expand(env[key], env)
     return env
+
+
+def script_python(cfg: dict[str, Any]) -> str:
+    """The interpreter of the job's script: its venv's when source_dir had requirements, else the job's."""
+    venv = (cfg.get("requirements") or {}).get("venv")
+    return os.path.join(venv, "bin", "python") if venv else str(cfg["python"])
 
 
 def read_tail(path: str, size: int = 65536) -> list[str]:

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..common import expand, job_env, load, load_or_none, try_append, write_json_atomic
+from ..common import expand, job_env, load, load_or_none, script_python, try_append, write_json_atomic
 from ..policy.toolkits import SHELL
 from ..protocol import eviction_marker, simulated_eviction
 from . import containers
@@ -142,7 +142,7 @@ def container_argv(
 def rank_command(cfg: dict[str, Any]) -> list[str]:
     """The rank's command as written in the job (``$VARS`` unexpanded)."""
     if cfg["toolkit"] == "horovod":
-        return [cfg["python"], cfg["script"], *cfg["args"]]
+        return [script_python(cfg), cfg["script"], *cfg["args"]]
     return [*SHELL, cfg["command_line"]]
 
 
@@ -398,7 +398,7 @@ def framework_context(
         node_count=len(layout),
         node_addresses=addresses,
         master_port=int(env.get("BATCHAI_MASTER_PORT", "29500")),
-        python=cfg["python"],
+        python=script_python(cfg),
         script=cfg.get("script"),
         args=list(cfg.get("args") or []),
         command_line=cfg.get("command_line"),
@@ -442,6 +442,18 @@ def run_prep(
     log = os.path.join(out_dir, f"execution-{node}.log")
     if cfg.get("container_image"):
         pull_image(cfg["container_image"], job_env(cfg), log)  # the engine needs none of the secrets
+    if cfg.get("requirements"):  # source_dir's requirements.txt, into the job's (cached) venv
+        from . import requirements
+
+        try_append(log, f"requirements: into {cfg['requirements']['venv']}")
+        with (
+            open(os.path.join(out_dir, f"stdout-job_prep-{node}.txt"), "ab") as out,
+            open(os.path.join(out_dir, f"stderr-job_prep-{node}.txt"), "ab") as err,
+        ):
+            code = requirements.ensure(cfg["requirements"], cfg["wd"], env, out, err)
+        try_append(log, f"requirements: exit code {code}")
+        if code != 0:
+            return code
     if not cfg.get("job_preparation"):
         return 0
     try_append(log, f"job preparation started on {socket.gethostname()}")

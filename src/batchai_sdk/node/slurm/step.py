@@ -25,7 +25,7 @@ import threading
 import time
 from typing import Any
 
-from ..common import append, expand, load, now, write_json_atomic
+from ..common import append, expand, load, now, script_python, write_json_atomic
 from ..common import job_env as common_job_env
 from ..job.launcher import free_port
 from ..job.rank import FRAMEWORKS, framework_context, make_mount_link
@@ -130,7 +130,7 @@ def run_rank(config_path: str) -> int:
     rank = int(env.get("SLURM_PROCID", "0"))
     node = node_name()
     env["AZ_BATCHAI_TASK_INDEX"] = env.get("SLURM_NODEID", "0")
-    written = [cfg["python"], cfg["script"], *(cfg.get("args") or [])]
+    written = [script_python(cfg), cfg["script"], *(cfg.get("args") or [])]
     if cfg["toolkit"] in FRAMEWORKS:  # the framework's own variables, from Slurm's task layout
         layout = tasks_per_node(env.get("SLURM_TASKS_PER_NODE", "")) or [int(env.get("SLURM_NTASKS", "1"))]
         env.setdefault("BATCHAI_NODE_ADDRESSES", node)

@@ -1,0 +1,105 @@
+"""A ``requirements.txt`` in ``source_dir`` is acted on: installed by the job's preparation into a venv of
+the job's own (``--system-site-packages``, cached by hash on the node), or refused at submit with the
+reason and the switch. Offline: the requirement is a wheel in the project folder (``--no-index
+--find-links wheels``), built here by hand; real pip, real venvs, real local jobs."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from batchai_sdk import JobState, ValidationError, Workspace
+from batchai_sdk.cli import main
+
+pytestmark = pytest.mark.mpi
+
+TRAIN = """\
+import sys
+import tinypkg
+import batchai_sdk  # the node interpreter's own packages stay visible in the job's venv
+print("tinypkg", tinypkg.VALUE, "prefix", sys.prefix)
+"""
+
+
+def _wheel(folder: Path, version: str = "1.0") -> Path:
+    """A pure-Python wheel of one module, ``tinypkg`` (``VALUE = 42``), as pip builds them."""
+    files = {
+        "tinypkg/__init__.py": "VALUE = 42\n",
+        f"tinypkg-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: tinypkg\nVersion: {version}\n",
+        f"tinypkg-{version}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+        "Tag: py3-none-any\n",
+    }
+    record = []
+    for name, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(text.encode())}")
+    record.append(f"tinypkg-{version}.dist-info/RECORD,,")
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"tinypkg-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as whl:
+        for name, text in files.items():
+            whl.writestr(name, text)
+        whl.writestr(f"tinypkg-{version}.dist-info/RECORD", "\n".join(record) + "\n")
+    return path
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "train.py").write_text(TRAIN)
+    _wheel(proj / "wheels")
+    (proj / "requirements.txt").write_text("--no-index\n--find-links wheels\ntinypkg==1.0\n")
+    return proj
+
+
+def test_requirements_are_installed_into_a_cached_venv_of_the_job(ws: Workspace, project: Path) -> None:
+    exp = ws.create_experiment("e")
+    cluster = ws.create_cluster("c", nodes=1)
+    first = exp.create_job("first", cluster=cluster, source_dir=project, python_script="train.py").submit()
+    assert first.wait(timeout=180) is JobState.SUCCEEDED, (
+        first.status.failure_reason,
+        first.tail("stderr.txt"),
+    )
+    words = first.tail()[0].split()
+    assert words[:2] == ["tinypkg", "42"] and "/venvs/" in words[3]  # the job's own venv
+    started = time.monotonic()
+    second = exp.create_job("second", cluster=cluster, source_dir=project, python_script="train.py").submit()
+    assert second.wait(timeout=120) is JobState.SUCCEEDED, second.status.failure_reason
+    assert second.tail()[0] == first.tail()[0]  # the same venv, by the requirements' hash: reused
+    prep = [f.name for f in second.files() if f.name.startswith("stdout-job_prep-")]
+    assert prep and any("requirements: reusing" in line for line in second.tail(prep[0], 5))
+    assert time.monotonic() - started < 60
+
+    # the switch: the requirements are there already (they are not: the script fails on the import)
+    skip = exp.create_job("skip", cluster=cluster, source_dir=project, python_script="train.py",
+                          install_requirements=False).submit()  # fmt: skip
+    assert skip.wait(timeout=120) is JobState.FAILED
+    assert "ModuleNotFoundError: No module named 'tinypkg'" in (skip.status.failure_reason or "")
+
+    # a requirement pip cannot install fails the job's preparation, saying so
+    (project / "requirements.txt").write_text("--no-index\n--find-links wheels\ntinypkg==9.9\n")
+    bad = exp.create_job("bad", cluster=cluster, source_dir=project, python_script="train.py").submit()
+    assert bad.wait(timeout=120) is JobState.FAILED
+    errors = [f.name for f in bad.files() if f.name.startswith("stderr-job_prep-")]
+    assert any("requirements: pip failed" in line for line in bad.tail(errors[0], 5))
+
+
+def test_requirements_a_job_cannot_install_are_refused_at_submit_with_the_switch(
+    ws: Workspace, project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    exp = ws.create_experiment("e")
+    cluster = ws.create_cluster("c", nodes=1)
+    with pytest.raises(ValidationError, match=r"install_requirements.*container.*install_requirements=False"):
+        exp.create_job("boxed", cluster=cluster, source_dir=project, python_script="train.py",
+                       container_image="python:3.11")  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    code = main(["job", "create", "--root", str(tmp_path / "ws"), "-e", "e", "-c", "c", "--source-dir", "proj",
+                 "--python-script", "train.py", "--no-install-requirements", "-o", "none"])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
