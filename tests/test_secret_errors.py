@@ -16,7 +16,12 @@ from batchai_sdk.exceptions import ValidationError
 
 SECRET = "S2V5LW9mLXRoZS1hY2NvdW50LXMzY3IzdA=="
 AFS = {"kind": "azure_file_share", "relative_mount_path": "afs", "account_name": "acct", "share_name": "logs"}
-BLOB = {"kind": "azure_blob_container", "relative_mount_path": "b", "account_name": "acct", "container_name": "data"}
+BLOB = {
+    "kind": "azure_blob_container",
+    "relative_mount_path": "b",
+    "account_name": "acct",
+    "container_name": "data",
+}
 
 
 def shown(err: BaseException) -> list[str]:
