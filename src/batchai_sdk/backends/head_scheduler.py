@@ -22,7 +22,7 @@ from .._staging import node_code as node_code
 from ..exceptions import AlreadyExistsError, BackendError, CapacityError, ValidationError
 from ..launch import node_command, on_node
 from ..node.names import SCHED_SOCKET
-from ..node.protocol import E_CAPACITY, E_EXISTS, E_INVALID, NodesDoc
+from ..node.protocol import E_CAPACITY, E_EXISTS, E_INVALID, E_REQUEST_REUSED, NodesDoc
 from ..share import Share
 from ..vm_sizes import health_floors
 from .base import Activity, Assignment, Backend, ClusterScheduler, JobRequest, LaunchTarget
@@ -213,9 +213,17 @@ class HeadNodeScheduler(ClusterScheduler):
             },
             timeout=timeout,
         )
-        if reply.get("ok"):
+        if reply.get("ok") and reply.get("key") in (None, request.key):  # None: an older scheduler
             return
+        if reply.get("ok"):  # "ok" for another job: this one is not queued
+            raise BackendError(
+                f"the scheduler of cluster {self.spec.name!r} answered for job {reply.get('key')!r}, "
+                f"not {request.key!r}: the job was not queued",
+                code=E_REQUEST_REUSED,
+            )
         error, message = reply.get("error"), str(reply.get("message", reply))
+        if error == E_REQUEST_REUSED:
+            raise BackendError(f"the scheduler of cluster {self.spec.name!r}: {message}", code=error)
         if error == E_EXISTS:
             raise AlreadyExistsError(
                 "job", request.name, f"experiment {request.experiment!r} (already running)"

@@ -55,6 +55,7 @@ PHASE_RECORD = "phase.json"  # the launcher's phase, pid and tag (recovery tells
 
 # ctl: the error codes of a refused request
 E_EXISTS, E_CAPACITY, E_INVALID, E_UNAVAILABLE = "exists", "capacity", "invalid", "unavailable"
+E_REQUEST_REUSED = "request_id_reused"  # a request_id already named a submit with other content
 
 
 def eviction_marker(node: str) -> str:
