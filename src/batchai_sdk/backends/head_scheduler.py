@@ -131,10 +131,19 @@ class HeadNodeScheduler(ClusterScheduler):
             raise BackendError(
                 f"the health check of cluster {self.spec.name!r} gave no report: {result.describe()}"
             ) from exc
-        name = f"{report.get('started', 0):.0f}-{uuid.uuid4().hex[:8]}.json"
-        self.backend.share.write_json(layout.cluster_health_report(self.spec.name, name), report)
-        self.sync_health()  # placement follows the report once the scheduler applied it
+        self.report_health(report, timeout=timeout)
         return report
+
+    def report_health(self, report: Mapping[str, Any], *, timeout: float | None = None) -> None:
+        """Hand a health report to the cluster's scheduler, which signs it, keeps it in the cluster's
+        ``health/`` folder and applies it: the one door for reports that change placement (a file written
+        into that folder directly is ignored: jobs can write there)."""
+        reply = self.call({"op": "health", "report": {**report, "trigger": "admin"}}, timeout=timeout)
+        if not reply.get("ok"):
+            message = str(reply.get("message", reply))
+            if reply.get("error") == E_INVALID:
+                raise ValidationError("report", "...", message)
+            raise BackendError(f"the scheduler of cluster {self.spec.name!r} refused the report: {message}")
 
     def sync_health(self, *, timeout: float = 15.0) -> None:
         """Start the scheduler if it sleeps and wait (bounded) until it has applied every report in the

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 # ctl: the request's operations (spelled in names.py, which ctl loads without this module's dataclasses)
+from .names import OP_HEALTH as OP_HEALTH
 from .names import OP_JOB as OP_JOB
 from .names import OP_NODES as OP_NODES
 from .names import OP_PING as OP_PING

@@ -155,6 +155,8 @@ def check_request(doc: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(doc["no_start"], bool):
             raise invalid("no_start", doc["no_start"], "true or false")
         out["no_start"] = doc["no_start"]
+    if op == "health":  # checked and bounded by health_reports.normalize
+        out["report"] = doc.get("report")
     if op in ("terminate", "job"):
         out["experiment"] = text(doc, "experiment", NAME)
         out["name"] = text(doc, "name", NAME)

@@ -41,6 +41,7 @@ from ..policy.queue import Holding, Waiting, plan, priority_rank
 from ..protocol import (
     ASSIGNMENT_RECORD,
     E_REQUEST_REUSED,
+    OP_HEALTH,
     OP_JOB,
     OP_NODES,
     OP_PING,
@@ -50,7 +51,7 @@ from ..protocol import (
     RESULT_RECORD,
     SECRETS_RECORD,
 )
-from . import api, attempt_end, health, prune, publish, quarantine, recovery, scaling, spares
+from . import api, attempt_end, health, health_reports, prune, publish, quarantine, recovery, scaling, spares
 from .api import RequestError, request_digest
 from .cluster import Cluster
 from .gate import NodeGate
@@ -128,6 +129,10 @@ class Scheduler:
             return {"ok": True, "pid": os.getpid()}
         if op == OP_JOB:
             return self.job_state(request)
+        if op == OP_HEALTH:  # the admin's report: the scheduler signs it, keeps it and applies it
+            self.gate.write(health_reports.check_request_report(request["report"]))
+            self.publish()
+            return {"ok": True}
         raise RequestError("invalid", f"unknown request {op!r}")
 
     def set_cluster(self, cfg: dict[str, Any]) -> None:
