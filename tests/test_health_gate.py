@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from batchai_sdk import HealthReport, JobState, UnhealthyNodesError, ValidationError, Workspace
+from batchai_sdk import Cluster, HealthReport, JobState, UnhealthyNodesError, ValidationError, Workspace
 from batchai_sdk import _layout as layout
 from batchai_sdk.node.gate import checks
 from batchai_sdk.vm_sizes import health_floors
@@ -190,11 +189,9 @@ def _health_folder(ws: Workspace, cluster: str) -> Path:
     return root / layout.cluster_dir(cluster) / "health"  # the documented place (docs/health.md)
 
 
-def _report(folder: Path, level: str, nodes: list[str], unusable: dict[str, str]) -> None:
-    """A report as any health tool may leave it in the cluster's health/ folder (docs/health.md)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    doc = {"level": level, "nodes": nodes, "checks": [], "unusable": unusable, "started": time.time()}
-    (folder / f"{time.time():.0f}-{len(list(folder.iterdir())):08d}.json").write_text(json.dumps(doc))
+def _report(cluster: Cluster, level: str, nodes: list[str], unusable: dict[str, str]) -> None:
+    """A report as a health tool of the admin's hands it over (docs/health.md)."""
+    cluster.apply_health_report({"level": level, "nodes": nodes, "checks": [], "unusable": unusable})
 
 
 @pytest.mark.slow
@@ -202,9 +199,8 @@ def test_a_failed_node_is_kept_out_until_a_report_passes_it(ws: Workspace) -> No
     cluster = ws.create_cluster("c", nodes=2)
     exp = ws.create_experiment("e")
     [first, second] = list(cluster.node_states())
-    health = _health_folder(ws, "c")
     why = f"{second} gpu0-ecc uncorrected=3 FAIL"
-    _report(health, "basic", [first, second], {second: why})
+    _report(cluster, "basic", [first, second], {second: why})
     # the scheduler applies the report and places the job on the healthy node only
     job = exp.create_job("one", cluster=cluster, command_line="echo $BATCHAI_JOB_NODES", toolkit="custom")
     job.submit()
@@ -220,8 +216,7 @@ def test_a_failed_node_is_kept_out_until_a_report_passes_it(ws: Workspace) -> No
     assert err.value.failures == {second: why} and err.value.succeeded == [first]
     assert "gpu0-ecc uncorrected=3" in str(err.value)
     # a later report that passes the node lets it take jobs again
-    # (written while no scheduler may run: submit has it applied before it judges the nodes)
-    _report(health, "basic", [second], {})
+    _report(cluster, "basic", [second], {})
     job2 = exp.create_job("two-again", cluster=cluster, node_count=2, command_line="true", toolkit="custom")
     job2.submit()
     assert job2.wait(timeout=120) is JobState.SUCCEEDED

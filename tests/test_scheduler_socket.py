@@ -302,3 +302,20 @@ def test_a_fuzzed_socket_never_kills_the_scheduler(fuzz_daemon: Daemon, data: by
         assert isinstance(reply.get("ok"), bool)
     assert fuzz_daemon.ping() is not None
     assert os.path.exists(fuzz_daemon.state / "sched.db")
+
+
+def test_a_request_id_names_one_request_a_replay_with_other_content_is_refused(daemon: Daemon) -> None:
+    daemon.stage("first", "true")
+    daemon.stage("second", "true")
+    first = daemon.request(submit("first", request_id="r" * 32))
+    assert first is not None and first["ok"]
+    again = daemon.request(submit("first", request_id="r" * 32))  # the same request, resent: idempotent
+    assert again is not None and again["ok"] and again["id"] == first["id"] and again["repeated"]
+    other = daemon.request(submit("second", request_id="r" * 32))  # other content under a used id
+    assert other is not None and not other["ok"], other
+    assert other["error"] == "request_id_reused" and "second" not in other.get("key", "")
+    assert "request_id" in other["message"]
+    assert [key for _, key, _ in daemon.rows()] == ["e/first"]
+    wait_for(lambda: daemon.status("first")["state"] == "succeeded", 60, "the first job")
+    assert daemon.request(submit("second", request_id="s" * 32))["ok"]  # type: ignore[index]
+    wait_for(lambda: daemon.status("second")["state"] == "succeeded", 60, "the second job, sent anew")

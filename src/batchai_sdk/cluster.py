@@ -6,7 +6,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
@@ -291,6 +291,29 @@ class Cluster:
         report = HealthReport.from_dict(scheduler.check_nodes(level, timeout=timeout))
         self._event({"kind": "health_check", "level": level, "unusable": dict(report.unusable)})
         return report
+
+    def apply_health_report(self, report: HealthReport | Mapping[str, Any]) -> None:
+        """Apply a health report of your own (an NHC or DCGM policy's verdict): ``nodes`` checked, and
+        ``unusable`` (node → reason) kept out; a node listed in ``nodes`` only is let in again. It goes
+        through the cluster's scheduler, which signs it: a file written into the cluster's ``health/``
+        folder is not believed (jobs can write there; docs/health.md)."""
+        if isinstance(report, HealthReport):
+            doc: dict[str, Any] = {
+                "level": report.level,
+                "nodes": list(report.nodes),
+                "unusable": dict(report.unusable),
+                "checks": [
+                    {"node": c.node, "name": c.name, "ok": c.ok, "detail": c.detail} for c in report.checks
+                ],
+                "notes": list(report.notes),
+            }
+        elif isinstance(report, Mapping):
+            doc = dict(report)
+        else:
+            raise ValidationError("report", type(report).__name__, "a HealthReport or a report dict")
+        doc.setdefault("started", time.time())
+        self.workspace.backend.scheduler(self._spec).report_health(doc)
+        self._event({"kind": "health_report", "unusable": dict(doc.get("unusable") or {})})
 
     @property
     def node_counts(self) -> NodeCounts:

@@ -7,7 +7,30 @@ Lower-layer errors (paramiko, azure-core, OSError) are translated at the boundar
 from __future__ import annotations
 
 import builtins
+import re
+from collections.abc import Mapping
 from typing import Any
+
+# A field or mapping key with one of these words in its name holds a secret: an error shows "***" for it.
+_SECRET_NAME = re.compile(r"key|secret|passw|token|sas|credential|connection_string|signature", re.IGNORECASE)
+_NAMES_ONLY = ("_names", "secret_environment")  # fields that hold variable names, not values
+
+
+def _secret_name(name: object) -> bool:
+    text = str(name).rsplit(".", 1)[-1].rsplit(":", 1)[-1].strip()
+    return bool(_SECRET_NAME.search(text)) and not text.endswith(_NAMES_ONLY)
+
+
+def masked(value: Any, field: str = "") -> Any:
+    """``value`` as an error may show it: "***" for a secret-named field, and for every secret-named key
+    at any depth of a mapping or list (a mount given as a dict keeps its other fields readable)."""
+    if _secret_name(field) and value is not None:
+        return "***"
+    if isinstance(value, Mapping):
+        return {k: ("***" if _secret_name(k) and v is not None else masked(v)) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(masked(v) for v in value)
+    return value
 
 
 class BatchAIError(Exception):
@@ -19,7 +42,7 @@ class ValidationError(BatchAIError, ValueError):
 
     def __init__(self, field: str, value: Any, expected: str) -> None:
         self.field = field
-        self.value = value
+        self.value = value = masked(value, field)  # never a secret in the message, ``value`` or repr
         self.expected = expected
         shown = repr(value)
         if len(shown) > 80:

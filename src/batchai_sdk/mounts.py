@@ -45,6 +45,11 @@ def _check(value: object, pattern: re.Pattern[str], field_name: str, expected: s
     return value
 
 
+def _check_account_key(value: object) -> None:
+    if value is not None and (not isinstance(value, str) or not value or any(c in value for c in "\0\n\r")):
+        raise ValidationError("account_key", value, "the storage account's key, one line of text")
+
+
 def _check_mount_path(value: object) -> None:
     _check(
         value,
@@ -75,6 +80,7 @@ class AzureFileShare:
             _check(self.host, HOST_RE, "host", "a host name such as myaccount.file.core.windows.net")
         _check(self.file_mode, MODE_RE, "file_mode", "an octal mode such as '0777'")
         _check(self.directory_mode, MODE_RE, "directory_mode", "an octal mode such as '0777'")
+        _check_account_key(self.account_key)
 
     @property
     def file_host(self) -> str:
@@ -98,6 +104,7 @@ class AzureBlobContainer:
         _check_mount_path(self.relative_mount_path)
         _check(self.account_name, ACCOUNT_RE, "account_name", "a storage account name (3-24 a-z, 0-9)")
         _check(self.container_name, SHARE_RE, "container_name", "a container name (3-63 a-z, 0-9, '-')")
+        _check_account_key(self.account_key)
         if self.mount_options is not None:
             _check(self.mount_options, OPTIONS_RE, "mount_options", "comma-separated mount options")
         if self.endpoint is not None and not re.fullmatch(

@@ -22,7 +22,7 @@ from .._staging import node_code as node_code
 from ..exceptions import AlreadyExistsError, BackendError, CapacityError, ValidationError
 from ..launch import node_command, on_node
 from ..node.names import SCHED_SOCKET
-from ..node.protocol import E_CAPACITY, E_EXISTS, E_INVALID, NodesDoc, StatusDoc
+from ..node.protocol import E_CAPACITY, E_EXISTS, E_INVALID, E_REQUEST_REUSED, NodesDoc, StatusDoc
 from ..share import Share
 from ..vm_sizes import health_floors
 from .base import Activity, Assignment, Backend, ClusterScheduler, JobRequest, LaunchTarget
@@ -127,10 +127,19 @@ class HeadNodeScheduler(ClusterScheduler):
             raise BackendError(
                 f"the health check of cluster {self.spec.name!r} gave no report: {result.describe()}"
             ) from exc
-        name = f"{report.get('started', 0):.0f}-{uuid.uuid4().hex[:8]}.json"
-        self.backend.share.write_json(layout.cluster_health_report(self.spec.name, name), report)
-        self.sync_health()  # placement follows the report once the scheduler applied it
+        self.report_health(report, timeout=timeout)
         return report
+
+    def report_health(self, report: Mapping[str, Any], *, timeout: float | None = None) -> None:
+        """Hand a health report to the cluster's scheduler, which signs it, keeps it in the cluster's
+        ``health/`` folder and applies it: the one door for reports that change placement (a file written
+        into that folder directly is ignored: jobs can write there)."""
+        reply = self.call({"op": "health", "report": {**report, "trigger": "admin"}}, timeout=timeout)
+        if not reply.get("ok"):
+            message = str(reply.get("message", reply))
+            if reply.get("error") == E_INVALID:
+                raise ValidationError("report", "...", message)
+            raise BackendError(f"the scheduler of cluster {self.spec.name!r} refused the report: {message}")
 
     def sync_health(self, *, timeout: float = 15.0) -> None:
         """Start the scheduler if it sleeps and wait (bounded) until it has applied every report in the
@@ -209,9 +218,17 @@ class HeadNodeScheduler(ClusterScheduler):
             },
             timeout=timeout,
         )
-        if reply.get("ok"):
+        if reply.get("ok") and reply.get("key") in (None, request.key):  # None: an older scheduler
             return
+        if reply.get("ok"):  # "ok" for another job: this one is not queued
+            raise BackendError(
+                f"the scheduler of cluster {self.spec.name!r} answered for job {reply.get('key')!r}, "
+                f"not {request.key!r}: the job was not queued",
+                code=E_REQUEST_REUSED,
+            )
         error, message = reply.get("error"), str(reply.get("message", reply))
+        if error == E_REQUEST_REUSED:
+            raise BackendError(f"the scheduler of cluster {self.spec.name!r}: {message}", code=error)
         if error == E_EXISTS:
             raise AlreadyExistsError(
                 "job", request.name, f"experiment {request.experiment!r} (already running)"

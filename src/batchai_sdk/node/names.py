@@ -16,7 +16,8 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 # ctl: the request's operations
 OP_SUBMIT, OP_TERMINATE, OP_PING, OP_NODES, OP_JOB = "submit", "terminate", "ping", "nodes", "job"
-OPS = (OP_SUBMIT, OP_TERMINATE, OP_PING, OP_NODES, OP_JOB)
+OP_HEALTH = "health"  # the admin's health report (check_nodes): signed and applied by the scheduler
+OPS = (OP_SUBMIT, OP_TERMINATE, OP_PING, OP_NODES, OP_JOB, OP_HEALTH)
 
 # Batch AI's schedulingPriority as the queue orders it
 PRIORITIES = {"low": -1, "normal": 0, "high": 1}

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 # ctl: the request's operations (spelled in names.py, which ctl loads without this module's dataclasses)
+from .names import OP_HEALTH as OP_HEALTH
 from .names import OP_JOB as OP_JOB
 from .names import OP_NODES as OP_NODES
 from .names import OP_PING as OP_PING
@@ -55,6 +56,7 @@ PHASE_RECORD = "phase.json"  # the launcher's phase, pid and tag (recovery tells
 
 # ctl: the error codes of a refused request
 E_EXISTS, E_CAPACITY, E_INVALID, E_UNAVAILABLE = "exists", "capacity", "invalid", "unavailable"
+E_REQUEST_REUSED = "request_id_reused"  # a request_id already named a submit with other content
 
 
 def eviction_marker(node: str) -> str:

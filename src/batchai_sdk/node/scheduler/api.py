@@ -13,6 +13,7 @@ restart.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -154,6 +155,8 @@ def check_request(doc: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(doc["no_start"], bool):
             raise invalid("no_start", doc["no_start"], "true or false")
         out["no_start"] = doc["no_start"]
+    if op == "health":  # checked and bounded by health_reports.normalize
+        out["report"] = doc.get("report")
     if op in ("terminate", "job"):
         out["experiment"] = text(doc, "experiment", NAME)
         out["name"] = text(doc, "name", NAME)
@@ -184,6 +187,15 @@ def check_request(doc: dict[str, Any]) -> dict[str, Any]:
         raise invalid("scheduling_priority", priority, f"one of {', '.join(PRIORITIES)}")
     out["scheduling_priority"] = priority
     return out
+
+
+def request_digest(request: Mapping[str, Any]) -> str:
+    """What a checked submit asks for, as a digest its ``request_id`` is bound to: every field but the
+    id, the cluster (the client's view, sent with every call) and the secrets' values (their names count;
+    a digest of a secret is not stored)."""
+    content = {k: v for k, v in request.items() if k not in ("op", "request_id", "cluster", "no_start")}
+    content["secrets"] = sorted(request.get("secrets") or {})
+    return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _nodes(value: Any, field: str) -> list[dict[str, Any]]:

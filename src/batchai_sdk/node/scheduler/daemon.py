@@ -40,6 +40,8 @@ from ..policy import retries
 from ..policy.queue import Holding, Waiting, plan, priority_rank
 from ..protocol import (
     ASSIGNMENT_RECORD,
+    E_REQUEST_REUSED,
+    OP_HEALTH,
     OP_JOB,
     OP_NODES,
     OP_PING,
@@ -49,8 +51,8 @@ from ..protocol import (
     RESULT_RECORD,
     SECRETS_RECORD,
 )
-from . import api, attempt_end, health, prune, publish, quarantine, recovery, scaling, spares
-from .api import RequestError
+from . import api, attempt_end, health, health_reports, prune, publish, quarantine, recovery, scaling, spares
+from .api import RequestError, request_digest
 from .cluster import Cluster
 from .gate import NodeGate
 from .log import log
@@ -127,6 +129,10 @@ class Scheduler:
             return {"ok": True, "pid": os.getpid()}
         if op == OP_JOB:
             return self.job_state(request)
+        if op == OP_HEALTH:  # the admin's report: the scheduler signs it, keeps it and applies it
+            self.gate.write(health_reports.check_request_report(request["report"]))
+            self.publish()
+            return {"ok": True}
         raise RequestError("invalid", f"unknown request {op!r}")
 
     def set_cluster(self, cfg: dict[str, Any]) -> None:
@@ -151,9 +157,16 @@ class Scheduler:
                 "capacity", f"the job needs {node_count} node(s); the cluster has {self.cluster.capacity()}"
             )
         request_id = str(request.get("request_id") or uuid.uuid4().hex)
+        digest = request_digest(request)
         again = self.rows("request_id = ?", request_id)
-        if again:
-            return {"ok": True, "id": again[0]["id"], "repeated": True}
+        if again:  # a replay: the same request is answered as before; other content under its id is refused
+            if again[0]["request_digest"] not in (None, digest):
+                raise RequestError(
+                    E_REQUEST_REUSED,
+                    f"request_id {request_id} already named job {again[0]['key']} with other content;"
+                    " this request was not queued (send it with a new request_id)",
+                )
+            return {"ok": True, "id": again[0]["id"], "key": again[0]["key"], "repeated": True}
         wall = request.get("max_wall_clock_seconds")
         codes = request["retry_on_exit_codes"]
         self.db.execute("SAVEPOINT submit")  # the row and its secrets file, or neither
@@ -163,8 +176,8 @@ class Scheduler:
                 self.db.execute("DELETE FROM jobs WHERE id = ?", (rebuilt[0]["id"],))
             cur = self.db.execute(
                 "INSERT INTO jobs (key, experiment, name, request_id, node_count, wall, state, creation_time,"
-                " hang, max_retries, retry_codes, max_cost, price, priority, hang_notice)"
-                " VALUES (?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?)",
+                " hang, max_retries, retry_codes, max_cost, price, priority, hang_notice, request_digest)"
+                " VALUES (?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     f"{experiment}/{name}",
                     experiment,
@@ -180,6 +193,7 @@ class Scheduler:
                     request.get("price"),
                     priority_rank(request.get("scheduling_priority")),
                     request.get("hang_notice"),
+                    digest,
                 ),
             )
             job_id = int(cur.lastrowid or 0)
@@ -201,7 +215,7 @@ class Scheduler:
             self.publish()
         except (sqlite3.Error, OSError) as exc:
             self.fault(exc)
-        return {"ok": True, "id": job_id}
+        return {"ok": True, "id": job_id, "key": f"{experiment}/{name}"}
 
     def job_state(self, request: dict[str, Any]) -> dict[str, Any]:
         """What this scheduler holds of a job, whatever the share shows (a full share stops its writes,

@@ -5,16 +5,19 @@ with its reason until a later check passes it.
 This part owns its state (which nodes passed at which level, which are unusable and why, the check in
 flight); it is given the cluster (its configuration and nodes) and the scheduler's worker threads, and
 the daemon asks it only which nodes are blocked, whether a job's nodes are ready, and whether a check is
-still running. Every report, this scheduler's or one a client wrote with ``check_nodes``, is a
-file under the cluster's ``health/`` folder on the share, and every report found there is applied.
+still running. Every report, this scheduler's or one the admin sent with ``check_nodes``, is a signed file
+under the cluster's ``health/`` folder on the share; a report found there is applied only when this
+scheduler signed it (``health_reports``): a job can write to that folder, and what it writes is ignored.
+A report older than the newest applied for a node does not change it (a pass supersedes older failures
+for good), and a node that failed the join check is checked again with back-off.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import json
 import os
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -23,10 +26,13 @@ from ..common import write_json_atomic
 from ..gate.checks import LEVELS
 from ..gate.run import run_gate
 from ..protocol import HEALTH_DIR, HEALTH_REPORT
+from . import health_reports
+from .api import RequestError
 from .cluster import Cluster
 from .log import log
 
 RANK = {level: i for i, level in enumerate(LEVELS)}
+RETRY_FIRST, RETRY_MAX = 30.0, 1800.0  # a node that failed the join check: checked again in 30 s, 60 s...
 
 
 class NodeGate:
@@ -40,6 +46,10 @@ class NodeGate:
         self.copy_to: str | None = None  # the job folder the running check's report goes to as well
         self.seen: set[str] = set()  # report files already applied (read, or written by this process)
         self.applied = 0  # of the reports now in the folder, how many were applied: a client waits on it
+        self.key = health_reports.load_key(cluster.store.state_dir)
+        self.as_of: dict[str, float] = {}  # node -> the start time of the newest report applied to it
+        self.join_level: str | None = None  # the level of the running check when it is the join check
+        self.retry: dict[str, tuple[float, float]] = {}  # node failed at join -> (when to check, back-off)
 
     @property
     def folder(self) -> str:
@@ -73,6 +83,7 @@ class NodeGate:
         if self.running is not None or not nodes:
             return
         self.copy_to = copy_to
+        self.join_level = None
         self.checking = {n["id"] for n in nodes}
         log(f"health check ({level}) of {', '.join(sorted(self.checking))}")
         chosen = [dict(n) for n in nodes]
@@ -87,22 +98,46 @@ class NodeGate:
             except Exception as exc:  # a bug in the gate must not stop the scheduler; the nodes stay out
                 why = {n: f"{n} health check could not run: {exc}" for n in self.checking}
                 report = {"level": "basic", "nodes": sorted(self.checking), "checks": [], "unusable": why}
+            by_join, self.join_level = self.join_level, None
             self.checking = set()
-            self.write(report)
+            kept = self.write({**report, "trigger": "join"} if by_join is not None else report)
             if self.copy_to is not None:  # the job that asked for the check: its report beside its logs
                 with contextlib.suppress(OSError):
-                    write_json_atomic(os.path.join(self.copy_to, HEALTH_REPORT), report)
+                    write_json_atomic(os.path.join(self.copy_to, HEALTH_REPORT), kept)
                 self.copy_to = None
         self.read_reports()
         level = self.level()
         if level != "off" and self.running is None:
+            t = time.time()
             joined = [
-                n for n in self.cluster.nodes() if n["id"] not in self.passed and n["id"] not in self.unusable
+                n
+                for n in self.cluster.nodes()
+                if n["id"] not in self.passed
+                and (n["id"] not in self.unusable or self.retry.get(n["id"], (float("inf"), 0.0))[0] <= t)
             ]
             self.start(joined, level)
+            if self.running is not None:
+                self.join_level = level
 
-    def write(self, report: dict[str, Any]) -> None:
-        name = f"{report.get('started', 0):.0f}-{uuid.uuid4().hex[:8]}.json"
+    def back_off(self, report: Mapping[str, Any]) -> None:
+        """Nodes the join check failed are checked again later (30 s, doubling to 30 min)."""
+        bad = report.get("unusable") or {}
+        for node in report.get("nodes") or []:
+            if self.as_of.get(node) != float(report.get("started") or 0.0):
+                continue  # a newer report decides this node
+            if node in bad:
+                wait = min(RETRY_MAX, self.retry[node][1] * 2) if node in self.retry else RETRY_FIRST
+                self.retry[node] = (time.time() + wait, wait)
+                log(f"node {node} failed the join check; checking it again in {wait:.0f} s")
+            else:
+                self.retry.pop(node, None)
+
+    def write(self, report: dict[str, Any]) -> dict[str, Any]:
+        """Sign ``report`` (bounded first), keep it in the cluster's ``health/`` folder and apply it."""
+        report = health_reports.normalize(report)
+        report.setdefault("started", time.time())
+        report = health_reports.sign(self.key, report)
+        name = f"{report['started']:.0f}-{uuid.uuid4().hex[:8]}.json"
         try:
             os.makedirs(self.folder, exist_ok=True)
             write_json_atomic(os.path.join(self.folder, name), report)
@@ -111,6 +146,7 @@ class NodeGate:
         self.seen.add(name)
         self.apply(report)
         self.prune()
+        return report
 
     def prune(self, keep: int = 50) -> None:
         """The newest ``keep`` reports stay (their names start with the time)."""
@@ -131,17 +167,27 @@ class NodeGate:
         self.applied = len(present)
         for name in names:
             self.seen.add(name)
+            shown = health_reports.clip(name, 80)
             try:
-                with open(os.path.join(self.folder, name), encoding="utf-8") as f:
-                    report = json.load(f)
-                self.apply(report)
-            except (OSError, ValueError, TypeError, AttributeError) as exc:
-                log(f"health report {name} unreadable: {exc}")
+                report = health_reports.read_bounded(os.path.join(self.folder, name))
+                if not health_reports.signed(self.key, report):
+                    log(f"health report {shown} is not signed by this cluster's scheduler: ignored")
+                    continue
+                self.apply(health_reports.normalize(report))
+            except (OSError, ValueError, TypeError, AttributeError, RecursionError) as exc:
+                log(f"health report {shown} unreadable: {health_reports.clip(exc)}")
+            except RequestError as exc:
+                log(f"health report {shown} refused: {health_reports.clip(exc)}")
 
     def apply(self, report: Mapping[str, Any]) -> None:
-        bad = {str(k): str(v) for k, v in dict(report.get("unusable") or {}).items()}
+        """A signed, bounded report: each node it names follows it, unless a newer report already did."""
+        bad = {str(k): health_reports.clip(v) for k, v in dict(report.get("unusable") or {}).items()}
         rank = RANK.get(str(report.get("level")), 1)
+        started = float(report.get("started") or 0.0)
         for node in [str(n) for n in report.get("nodes") or []]:
+            if started < self.as_of.get(node, 0.0):
+                continue  # older than what this node already follows: a later pass is never undone
+            self.as_of[node] = started
             if node in bad:
                 self.passed.pop(node, None)
                 if self.unusable.get(node) != bad[node]:
@@ -151,3 +197,9 @@ class NodeGate:
                 self.passed[node] = max(self.passed.get(node, 0), rank)
                 if self.unusable.pop(node, None) is not None:
                     self.cluster.event({"kind": "healthy", "node": node}, "health")
+        if report.get("trigger") == "join":
+            self.back_off(report)
+        else:  # the admin's (or a job's) check decides these nodes: no join retry overrides it
+            for node in report.get("nodes") or []:
+                if self.as_of.get(node) == started:
+                    self.retry.pop(node, None)

@@ -42,7 +42,7 @@ CREATE TABLE IF NOT EXISTS jobs (
   hang REAL, max_retries INTEGER NOT NULL DEFAULT 0, retry_codes TEXT NOT NULL DEFAULT '[]',
   attempts TEXT NOT NULL DEFAULT '[]', stdouterr TEXT, stop_cause TEXT, max_cost REAL, price REAL,
   priority INTEGER NOT NULL DEFAULT 0,
-  hang_notice REAL, notice TEXT
+  hang_notice REAL, notice TEXT, request_digest TEXT
 );
 CREATE UNIQUE INDEX IF NOT EXISTS one_active_run ON jobs(key)
   WHERE state IN ('queued', 'running', 'cleaning');
@@ -61,6 +61,7 @@ ADDED_COLUMNS = {  # columns later versions added: a database an older scheduler
     "priority": "INTEGER NOT NULL DEFAULT 0",
     "hang_notice": "REAL",  # observe mode: seconds of silence before the status says "possibly hung"
     "notice": "TEXT",  # that note, published in status.json until the job writes again
+    "request_digest": "TEXT",  # what the request_id named: a replay with other content is refused
 }
 
 
