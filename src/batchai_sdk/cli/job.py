@@ -18,6 +18,7 @@ from ..experiment import unique_job_name
 from ..share import join
 from ._context import NO_GROUP, Context, Handler, Result, UsageError
 from ._format import file_table, file_view, job_table, job_view
+from ._job_options import add_job_run_options, job_run_options
 from ._mount_flags import add_mount_args, mounts_from_args, storage_key
 from ._params import Commands, experiment_arg, positive, resource_group_arg, seconds, workspace_arg, yes_arg
 
@@ -141,15 +142,7 @@ def _register_create(j: Commands) -> None:
     p.add_argument(
         "--stream", action="store_true", help="print the job's output until it ends (as job logs -f)"
     )
-    p.add_argument("--max-retries", type=int, help="requeue after a lost node or a listed exit code")
-    p.add_argument(
-        "--retry-on-exit-code",
-        type=int,
-        action="append",
-        default=None,
-        help="an exit code that requeues (repeat)",
-    )
-    p.add_argument("--hang-timeout", type=seconds, help="end the job when no rank wrote output for this long")
+    add_job_run_options(p)
 
 
 def _register_file(jf: Commands) -> None:
@@ -227,7 +220,7 @@ def job_create(ctx: Context, args: argparse.Namespace) -> Result | None:
             # the file's script folder (a share path) gives way to the local project: its script, by name
             script = posixpath.basename(spec.python_script)
             spec = spec.replace(source_dir=args.source_dir, python_script=script)
-        spec = spec.replace(**_survive_options(args))
+        spec = spec.replace(**job_run_options(args))
         try:
             job = exp.job_from_spec(spec)
         except ValidationError as exc:  # refusals name the JSON path the file's author wrote
@@ -262,13 +255,10 @@ def job_create(ctx: Context, args: argparse.Namespace) -> Result | None:
 
 
 def _survive_options(args: argparse.Namespace) -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    if args.max_retries is not None:
-        options["max_retries"] = args.max_retries
-    if args.retry_on_exit_code:
-        options["retry_on_exit_codes"] = tuple(args.retry_on_exit_code)
-    if args.hang_timeout is not None:
-        options["hang_timeout"] = args.hang_timeout
+    """``create_job``'s keywords of the run options given (``--max-wall-clock-time`` ...)."""
+    options = job_run_options(args)
+    if "max_wall_clock_seconds" in options:
+        options["max_wall_clock_time"] = options.pop("max_wall_clock_seconds")
     return options
 
 
