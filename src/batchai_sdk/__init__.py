@@ -19,6 +19,7 @@ from ._models import (
     JobStatus,
     NodeCounts,
     NodeState,
+    PendingReason,
     Toolkit,
     VmPriority,
 )
@@ -124,6 +125,7 @@ __all__ = [
     "NodeState",
     "NotFoundError",
     "NotSupportedError",
+    "PendingReason",
     "RerunChangedWarning",
     "SSHAuthenticationError",
     "SSHError",

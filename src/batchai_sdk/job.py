@@ -393,7 +393,8 @@ class Job:
         record = self.workspace.share.read_json_or_none(self.paths.status)
         from .backends.head_scheduler import with_cluster_heartbeat
 
-        record = with_cluster_heartbeat(self.workspace.share, self.spec.cluster, record)
+        key = f"{self.experiment.name}/{self.name}"
+        record = with_cluster_heartbeat(self.workspace.share, self.spec.cluster, record, key=key)
         status = JobStatus.from_record(record, timeout=heartbeat_timeout())
         if status.lost:
             status = _lost.confirm_lost(self, status, record or {})
