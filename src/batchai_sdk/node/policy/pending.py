@@ -69,6 +69,9 @@ def estimate(order: Sequence[Waiting], running: Sequence[Running], free: int) ->
     avail, after = free, 0.0
     out: dict[int, float | None] = {}
     for job in order:
+        if after == float("inf"):  # a job ahead waits for one without a limit: so does this one
+            out[job.job_id] = None
+            continue
         t = after
         while releases and releases[0][0] <= t:
             avail += releases.pop(0)[1]

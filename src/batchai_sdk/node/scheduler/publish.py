@@ -83,6 +83,7 @@ class Publisher:
         self.published_as: tuple[object, ...] | None = None  # what the last publish saw
         self.next_beat = 0.0
         self.fault_message: str | None = None  # the head node's disk refusing writes, while it lasts
+        self.pending_error: str | None = None  # why the pending reasons could not be made, logged once
 
     def publish(self) -> None:
         """Write changed job records and node assignments to the share; a failed write is retried later."""
@@ -110,7 +111,7 @@ class Publisher:
             health_reports=self.gate.applied,
             idle_since=last_end,
             head_disk_error=self.fault_message,
-            pending=self.pending(active, held) if queued else {},
+            pending=self.pending_or_none(active, held) if queued else {},
         ).to_dict()
         if doc != self.last_nodes_doc or beat:
             try:
@@ -138,6 +139,20 @@ class Publisher:
             self.errors.pop(row["key"], None)
             db.execute("UPDATE jobs SET published = 1, beat = ? WHERE id = ?", (t, row["id"]))
         self.published_as = self.observed()
+
+    def pending_or_none(
+        self, active: list[sqlite3.Row], held: dict[str, tuple[int, str]]
+    ) -> dict[str, PendingDoc]:
+        """``pending``, or nothing (logged once) should it fail: a reason never stops a submit or a pass."""
+        try:
+            found = self.pending(active, held)
+        except Exception as exc:
+            if self.pending_error != repr(exc):
+                self.pending_error = repr(exc)
+                log(f"cannot tell why jobs wait: {exc!r}")
+            return {}
+        self.pending_error = None
+        return found
 
     def pending(self, active: list[sqlite3.Row], held: dict[str, tuple[int, str]]) -> dict[str, PendingDoc]:
         """Why each queued job waits, and until when (``policy/pending.py``): published with the queue in
