@@ -651,6 +651,7 @@ class PendingReason:
 
     @classmethod
     def from_doc(cls, doc: PendingDoc | None) -> PendingReason | None:
+        """The reason from its record on the share (``node.protocol.PendingDoc``); None for none."""
         if doc is None:
             return None
         try:
