@@ -406,6 +406,8 @@ def test_job_from_flags_failure_is_the_exit_status(tutorial: CLI, tmp_path: Path
         "State",
         "Exit",
         "code",
+        "Waiting",
+        "for",
     ]
     assert table[2].split() == [
         "fails",

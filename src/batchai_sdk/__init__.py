@@ -19,6 +19,7 @@ from ._models import (
     JobStatus,
     NodeCounts,
     NodeState,
+    PendingReason,
     Toolkit,
     VmPriority,
 )
@@ -125,6 +126,7 @@ __all__ = [
     "NodeState",
     "NotFoundError",
     "NotSupportedError",
+    "PendingReason",
     "RerunChangedWarning",
     "SSHAuthenticationError",
     "SSHError",

@@ -108,6 +108,13 @@ def cluster_html(cluster: Cluster) -> str:
         ),
         ("idle for", human_span(idle)),  # "-" while a job runs or waits
     ]
+    try:
+        queue = cluster.queue()
+    except BatchAIError:
+        queue = {}
+    if queue:  # the waiting jobs, why and until when
+        shown = [f"{escape(key)}: {escape(why.line())}" for key, why in list(queue.items())[:10]]
+        rows.append((f"queue ({len(queue)})", "<br>".join(shown)))
     return _table(f"Cluster {escape(cluster.name)}", rows)
 
 
@@ -130,7 +137,8 @@ def waiting_line(st: JobStatus, now: datetime | None = None) -> str:
     if since is None:
         return str(st.state)
     now = now or datetime.now(timezone.utc)
-    return f"{st.state} for {format_duration(max(0.0, (now - _aware(since)).total_seconds()))}"
+    line = f"{st.state} for {format_duration(max(0.0, (now - _aware(since)).total_seconds()))}"
+    return f"{line}: {st.pending.line(now)}" if st.state is JobState.QUEUED and st.pending else line
 
 
 def format_duration(seconds: float | None) -> str:
@@ -249,6 +257,8 @@ def job_html(job: Job, lines: int = 8) -> str:
         rows.append(("failure", f"<span style='color:{_STATE_COLOURS['failed']}'>{line}</span>"))
     elif st.failure_reason:  # an earlier attempt's, while the job is retried
         rows.append(("failure", escape(st.failure_reason)))
+    if st.pending is not None:  # queued: why it waits, and until when
+        rows.append(("waiting", escape(st.pending.line())))
     if st.notice:  # observe mode: silent for a while, possibly hung
         rows.append(
             ("notice", f"<span style='color:{_STATE_COLOURS['resizing']}'>{escape(st.notice)}</span>")

@@ -25,7 +25,7 @@ from .exceptions import BatchAIJsonError, ValidationError
 from .mounts import Mount, mount_to_dict, validate_mounts
 from .node.policy.autoscale import AutoScaleError, AutoScaleSettings, parse_batchai_autoscale
 from .node.policy.queue import PRIORITIES
-from .node.protocol import StatusDoc
+from .node.protocol import PENDING_KINDS, PendingDoc, StatusDoc
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 OUTPUT_ID_RE = re.compile(r"[A-Za-z0-9_]{1,32}")
@@ -632,6 +632,82 @@ def heartbeat_timeout() -> float:
 
 
 @dataclass(frozen=True)
+class PendingReason:
+    """Why a queued job waits and until when (``JobStatus.pending``; docs/pending.md).
+
+    ``kind`` is one of ``PENDING_KINDS``: ``waiting_for_nodes`` (busy; ``position`` in the queue, 1 is next,
+    and the jobs ``ahead``), ``priority``, ``reserved`` (free nodes kept for the job ahead),
+    ``nodes_unhealthy`` / ``nodes_down`` (``nodes`` names each node and why), ``preparing_nodes``,
+    ``scaling_up``, ``cluster_at_zero``, ``quota``, ``mount_unavailable``, ``held``, ``dependency``,
+    ``submitted``, ``other``. ``estimated_start`` comes from the running jobs' wall clock limits (None
+    where a job it waits for has none); ``source`` is the backend's own word (Slurm's Reason).
+    """
+
+    kind: str
+    message: str
+    position: int | None = None
+    ahead: tuple[str, ...] = ()
+    ahead_count: int = 0
+    nodes: Mapping[str, str] = field(default_factory=dict)
+    estimated_start: datetime | None = None
+    source: str | None = None
+
+    KINDS = PENDING_KINDS
+
+    @classmethod
+    def from_doc(cls, doc: PendingDoc | None) -> PendingReason | None:
+        """The reason from its record on the share (``node.protocol.PendingDoc``); None for none."""
+        if doc is None:
+            return None
+        try:
+            start = parse_time(doc.estimated_start)
+        except (TypeError, ValueError):
+            start = None
+        return cls(
+            kind=doc.kind,
+            message=doc.message,
+            position=doc.position,
+            ahead=tuple(doc.ahead),
+            ahead_count=doc.ahead_count,
+            nodes=dict(doc.nodes),
+            estimated_start=start,
+            source=doc.source,
+        )
+
+    def line(self, now: datetime | None = None) -> str:
+        """One line: ``waiting_for_nodes (#2 in the queue): needs 1 node(s) ...; estimated start ...``."""
+        where = f" (#{self.position} in the queue)" if self.position else ""
+        text = f"{self.kind}{where}: {self.message}"
+        if self.estimated_start is not None:
+            left = (self.estimated_start - (now or utcnow())).total_seconds()
+            when = self.estimated_start.strftime("%H:%M:%S UTC")
+            text += f"; estimated start {when}" + (f" (in ~{_span(left)})" if left > 0 else " (any moment)")
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, as ``job show`` prints it."""
+        return {
+            "kind": self.kind,
+            "message": self.message,
+            "position": self.position,
+            "ahead": list(self.ahead),
+            "aheadCount": self.ahead_count,
+            "nodes": dict(self.nodes),
+            "estimatedStart": self.estimated_start.isoformat() if self.estimated_start else None,
+            "source": self.source,
+        }
+
+
+def _span(seconds: float) -> str:
+    s = round(seconds)
+    if s < 120:
+        return f"{s} s"
+    if s < 7200:
+        return f"{s // 60} min"
+    return f"{s // 3600} h {s % 3600 // 60} min"
+
+
+@dataclass(frozen=True)
 class JobStatus:
     """A job's status record on the share (``status.json``, ``node.protocol.StatusDoc``), as read.
 
@@ -652,6 +728,7 @@ class JobStatus:
     reporter_host: str | None = None
     lost: bool = False
     notice: str | None = None  # observe mode: "no output for 10 min, possibly hung: stacks in ..."
+    pending: PendingReason | None = None  # a queued job: why it waits and until when
 
     @property
     def wrapper_pid(self) -> int | None:
@@ -684,6 +761,7 @@ class JobStatus:
             heartbeat=parse_time(doc.heartbeat),
             reporter_host=doc.reporter.host if doc.reporter else None,
             notice=doc.notice,
+            pending=PendingReason.from_doc(doc.pending) if doc.state == "queued" else None,
         )
         if status.state.ended or timeout is None:
             return status
@@ -698,4 +776,4 @@ class JobStatus:
             if status.heartbeat
             else f"the job never started: no scheduler reported on it (submitted at {last.isoformat()})"
         )
-        return dataclasses.replace(status, state=JobState.FAILED, failure_reason=why, lost=True)
+        return dataclasses.replace(status, state=JobState.FAILED, failure_reason=why, lost=True, pending=None)

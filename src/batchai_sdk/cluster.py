@@ -19,6 +19,7 @@ from ._models import (
     ClusterState,
     NodeCounts,
     NodeState,
+    PendingReason,
     autoscale_settings,
     count_nodes,
     utcnow,
@@ -36,7 +37,7 @@ from .exceptions import (
     ValidationError,
 )
 from .node.policy.autoscale import DEFAULT_IDLE_SECONDS
-from .node.protocol import simulated_eviction
+from .node.protocol import NodesDoc, simulated_eviction
 from .share import join
 
 log = logging.getLogger("batchai_sdk")
@@ -442,6 +443,15 @@ class Cluster:
                 time.sleep(poll_interval)
 
     # -- views ------------------------------------------------------------------------------------------
+    def queue(self) -> dict[str, PendingReason]:
+        """The queued jobs (``experiment/name``) in the queue's order, each with why it waits and until
+        when, as the cluster's scheduler last published them ({} where the backend's queue is its own)."""
+        doc = self.workspace.share.read_json_or_none(layout.nodes_record(self.name)) or {}
+        found = NodesDoc.from_dict(doc).pending if isinstance(doc, dict) else {}
+        reasons = {key: PendingReason.from_doc(p) for key, p in found.items()}
+        ordered = sorted(reasons.items(), key=lambda kv: (kv[1].position or 0) if kv[1] else 0)
+        return {key: why for key, why in ordered if why is not None}
+
     def to_dict(self) -> dict[str, Any]:
         """The cluster as ``az batchai cluster show`` prints it (JSON-ready): state, node counts, scale
         settings, cost."""
@@ -474,6 +484,7 @@ class Cluster:
             "costSoFar": format_cost(self.cost_so_far),
             "idleSince": since.isoformat() if since is not None else None,
             "idleSeconds": round((utcnow() - since).total_seconds()) if since is not None else None,
+            "queue": [{"job": key, **why.to_dict()} for key, why in self.queue().items()],
             **mounts,
         }
 

@@ -461,7 +461,8 @@ class Job:
         record = self.workspace.share.read_json_or_none(self.paths.status)
         from .backends.head_scheduler import with_cluster_heartbeat
 
-        record = with_cluster_heartbeat(self.workspace.share, self.spec.cluster, record)
+        key = f"{self.experiment.name}/{self.name}"
+        record = with_cluster_heartbeat(self.workspace.share, self.spec.cluster, record, key=key)
         status = JobStatus.from_record(record, timeout=heartbeat_timeout())
         if status.lost:
             status = _lost.confirm_lost(self, status, record or {})
@@ -679,13 +680,21 @@ class Job:
         directory: str | None = None,
         poll_interval: float = 0.5,
         timeout: float | None = None,
+        status_lines: bool = True,
     ) -> Iterator[str]:
         """Yield the lines of a job file as they are written (without their newline).
 
         With ``follow`` it waits for the file to appear and grow, and ends once the job has ended and
-        the file is drained; each poll reads only the bytes added since the last one.
+        the file is drained; each poll reads only the bytes added since the last one. While the job is
+        queued it first yields why it waits, one ``StatusLine`` (a ``str``: ``[batchai] ...``) each time
+        the reason changes; ``status_lines=False`` leaves them out.
         """
         self._require_submitted()
+        if follow and status_lines:
+            started = time.monotonic()
+            yield from self._pending_lines(poll_interval, timeout)
+            if timeout is not None:
+                timeout = max(0.0, timeout - (time.monotonic() - started))
         share, path = self._locate(name, directory)
         check = (
             (lambda: confined(share, path, self.file_roots(), name))
@@ -698,6 +707,21 @@ class Job:
                 "file", name, f"job {self.name!r}"
             ), poll_interval=poll_interval, timeout=timeout, what=f"job {self.name!r} file {name!r}",
         )  # fmt: skip
+
+    def _pending_lines(self, poll_interval: float, timeout: float | None) -> Iterator[StatusLine]:
+        """While the job is queued: why it waits, each time that changes (``stream``'s status lines)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        last: tuple[object, ...] | None = None
+        while deadline is None or time.monotonic() < deadline:
+            status = self.status
+            if status.state is not JobState.QUEUED:
+                return
+            why = status.pending
+            seen = (why.kind, why.message, why.position, why.estimated_start) if why else None
+            if why is not None and seen != last:
+                last = seen
+                yield StatusLine(f"[batchai] {self.name} is queued: {why.line()}")
+            time.sleep(poll_interval)
 
     def tail(self, name: str = "stdout.txt", lines: int = 20, *, directory: str | None = None) -> list[str]:
         """The last ``lines`` lines of a job file (reads only its end)."""
@@ -753,6 +777,9 @@ class Job:
             "endTime": st.end_time.isoformat() if st.end_time else None,
             "failureReason": st.failure_reason,
             "notice": st.notice,
+            "pending": st.pending.to_dict() if st.pending else None,
+            "schedulingPriority": self.spec.scheduling_priority,
+            "constraints": {"maxWallClockTime": _iso_duration(self.spec.max_wall_clock_seconds)},
             "nodes": list(st.nodes),
             "stdOutErrPath": self.paths.stdouterr,
             "attempts": self.attempts if self.submitted else [],
@@ -767,6 +794,19 @@ class Job:
         from ._display import job_html
 
         return job_html(self)
+
+
+def _iso_duration(seconds: float | None) -> str | None:
+    """``PT1H30M`` (Batch AI's ``constraints.maxWallClockTime``), None without a limit."""
+    from .batchai_json.values import format_duration
+
+    return format_duration(seconds) if seconds else None
+
+
+class StatusLine(str):
+    """A line ``Job.stream`` adds to a job file's lines (why the job waits), not one of the file's."""
+
+    __slots__ = ()
 
 
 def _is_log(name: str) -> bool:

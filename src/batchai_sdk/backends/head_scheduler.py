@@ -32,14 +32,17 @@ DIRECT_TIMEOUT = 60.0  # as ctl waits for the scheduler's reply
 
 
 def with_cluster_heartbeat(
-    share: Share, cluster: str, record: dict[str, Any] | None
+    share: Share, cluster: str, record: dict[str, Any] | None, *, key: str | None = None
 ) -> dict[str, Any] | None:
     """A queued job's record with the cluster's heartbeat when that is newer: the scheduler rewrites a
     queued job's ``status.json`` only when it changes, and beats once for the whole queue in
-    ``nodes.json`` (a thousand queued jobs are not a thousand writes every few seconds)."""
+    ``nodes.json`` (a thousand queued jobs are not a thousand writes every few seconds). With the job's
+    ``key`` (``experiment/name``), also why it waits: the queue's ``pending`` entry for it."""
     if not record or record.get("state") != "queued" or not StatusDoc.from_dict(record).accepted:
         return record
     doc = share.read_json_or_none(layout.nodes_record(cluster)) or {}
+    if key is not None and isinstance(doc.get("pending"), dict) and key in doc["pending"]:
+        record = {**record, "pending": doc["pending"][key]}
     try:
         beat, own = parse_time(doc.get("heartbeat")), parse_time(record.get("heartbeat"))
     except (TypeError, ValueError):

@@ -24,7 +24,8 @@ Choices where the schema and this SDK differ:
   are checked and dropped.
 * ``nodeCount`` defaults to 1 and ``stdOutErrPathPrefix`` is optional (the schema requires both).
 * An extension, beside ``properties``: ``"batchaiSdk": {"hangTimeoutSeconds": 600, "maxRetries": 2,
-  "retryOnExitCodes": [75]}`` sets ``JobSpec.hang_timeout`` (0 turns the watchdog off), ``max_retries`` and
+  "retryOnExitCodes": [75], "hangNoticeSeconds": 300, "healthCheck": "basic"}`` sets ``JobSpec.hang_timeout``
+  (0 turns the watchdog off), ``max_retries``, ``hang_notice``, ``health_check`` and
   ``retry_on_exit_codes``. ``to_job_json`` writes it only when one of them differs from its default, so
   documents without it stay exactly the Batch AI schema.
 """

@@ -12,6 +12,7 @@ from typing import Any
 from .._models import CNTK_LANGUAGES, OUTPUT_ID_RE, TORCH_BACKENDS, JobSpec, Toolkit
 from ..exceptions import BatchAIJsonError, ValidationError
 from ..mounts import AzureFileShare
+from ..node.names import LEVELS
 from ..node.policy.queue import PRIORITIES
 from .mounts import _parse_mount_volumes
 from .older import JOB_PROPERTIES_IGNORED, JOB_PROPERTIES_REFUSED, OUTPUT_DIRECTORY_IGNORED, TOP_IGNORED
@@ -115,6 +116,8 @@ _SPEC_FIELD_PATHS = {
     "hang_timeout": "batchaiSdk.hangTimeoutSeconds",
     "max_retries": "batchaiSdk.maxRetries",
     "retry_on_exit_codes": "batchaiSdk.retryOnExitCodes",
+    "hang_notice": "batchaiSdk.hangNoticeSeconds",
+    "health_check": "batchaiSdk.healthCheck",
 }
 
 
@@ -222,22 +225,30 @@ def _check_cluster(r: _Reader, value: Any, path: str, cluster: str) -> None:
 # the batchaiSdk extension: hang watchdog and retries (docs/survive.md)
 
 SDK_EXTENSION = "batchaiSdk"
-_SDK_KEYS = ("hangTimeoutSeconds", "maxRetries", "retryOnExitCodes")
+_SDK_KEYS = ("hangTimeoutSeconds", "hangNoticeSeconds", "maxRetries", "retryOnExitCodes", "healthCheck")
 
 
 def _parse_sdk_extension(r: _Reader, top: Mapping[str, Any]) -> dict[str, Any]:
-    """``hang_timeout``, ``max_retries``, ``retry_on_exit_codes`` from the top-level ``batchaiSdk`` object."""
+    """``hang_timeout``, ``hang_notice``, ``max_retries``, ``retry_on_exit_codes`` and ``health_check`` from
+    the top-level ``batchaiSdk`` object."""
     if SDK_EXTENSION not in top:
         return {}
     ext = r.obj(top[SDK_EXTENSION], SDK_EXTENSION, _SDK_KEYS)
     fields: dict[str, Any] = {}
-    if "hangTimeoutSeconds" in ext:
-        value = ext["hangTimeoutSeconds"]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
-            _invalid(
-                f"{SDK_EXTENSION}.hangTimeoutSeconds", value, "a number of seconds > 0, or 0 for no watchdog"
-            )
-        fields["hang_timeout"] = float(value)
+    for key, name, off in (
+        ("hangTimeoutSeconds", "hang_timeout", "0 for no watchdog"),
+        ("hangNoticeSeconds", "hang_notice", "0 for no notice"),
+    ):
+        if key in ext:
+            value = ext[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                _invalid(f"{SDK_EXTENSION}.{key}", value, f"a number of seconds > 0, or {off}")
+            fields[name] = float(value)
+    if "healthCheck" in ext:
+        level = r.string(ext["healthCheck"], f"{SDK_EXTENSION}.healthCheck")
+        if level not in LEVELS:
+            _invalid(f"{SDK_EXTENSION}.healthCheck", level, f"one of {', '.join(LEVELS)}")
+        fields["health_check"] = level
     if "maxRetries" in ext:
         value = ext["maxRetries"]
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from .._models import JobSpec, Toolkit, default_hang_timeout
+from .._models import DEFAULT_HANG_NOTICE, JobSpec, Toolkit, default_hang_timeout
 from ..exceptions import ValidationError
 from .job import _SCRIPT_TOOLKITS, _TF_ARGS, SDK_EXTENSION
 from .mounts import _MOUNT_PATH_RE, mount_volumes_json
@@ -19,10 +19,15 @@ def _sdk_extension_json(spec: JobSpec) -> dict[str, Any]:
     if spec.hang_timeout != default_hang_timeout(spec.python_script):
         timeout = spec.hang_timeout or 0.0
         ext["hangTimeoutSeconds"] = int(timeout) if float(timeout).is_integer() else timeout
+    if spec.hang_notice != DEFAULT_HANG_NOTICE:
+        notice = spec.hang_notice or 0.0
+        ext["hangNoticeSeconds"] = int(notice) if float(notice).is_integer() else notice
     if spec.max_retries:
         ext["maxRetries"] = spec.max_retries
     if spec.retry_on_exit_codes:
         ext["retryOnExitCodes"] = list(spec.retry_on_exit_codes)
+    if spec.health_check is not None:
+        ext["healthCheck"] = spec.health_check
     return {SDK_EXTENSION: ext} if ext else {}
 
 

@@ -230,6 +230,7 @@ def job_table(result: Any) -> list[Row]:
             "Nodes": j.get("nodeCount"),
             "State": j.get("executionState"),
             "Exit code": j.get("exitCode"),
+            "Waiting for": _waiting_cell(j.get("pending")),
         }
         for j in items
     ]
@@ -237,6 +238,17 @@ def job_table(result: Any) -> list[Row]:
         for row, j in zip(rows, items, strict=True):
             row["Notice"] = verdict_of(j.get("notice")) or j.get("notice") or ""
     return rows
+
+
+def _waiting_cell(pending: Any) -> str | None:
+    """``waiting_for_nodes #2, ~15:51:33``: a queued job's reason, place and estimated start (UTC)."""
+    if not isinstance(pending, dict) or not pending.get("kind"):
+        return None
+    cell = str(pending["kind"]) + (f" #{pending['position']}" if pending.get("position") else "")
+    start = pending.get("estimatedStart")
+    if isinstance(start, str) and "T" in start:
+        cell += f", ~{start.split('T', 1)[1][:8]}"
+    return cell
 
 
 def file_view(info: FileInfo) -> dict[str, Any]:

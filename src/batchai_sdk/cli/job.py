@@ -14,6 +14,7 @@ from .._models import JobState
 from ..batchai_json import json_field_error, parse_job_json
 from ..exceptions import NotFoundError, ValidationError
 from ..experiment import unique_job_name
+from ..job import StatusLine
 from ..share import join
 from ._context import Context, Handler, Result, UsageError
 from ._format import file_table, file_view, job_table, job_view, metrics_table
@@ -236,8 +237,9 @@ def _end_line(job: Job, where: str, *, shown_stderr: bool = False) -> tuple[str 
 
 def _follow(job: Job, where: str, name: str, *, directory: str | None = None, follow: bool = True) -> Result:
     """Print a job file as it grows; say what a queued job waits for; end with how the job ended."""
-    if follow and job.state is JobState.QUEUED:
-        print(_waiting_line(job), file=sys.stderr, flush=True)
+    status = job.status if follow else None
+    if status is not None and status.state is JobState.QUEUED and status.pending is None:
+        print(_waiting_line(job), file=sys.stderr, flush=True)  # a backend that does not say why
     known = [f.name for f in job.files()] if job.state.ended else None
     if known is not None and directory in (None, "stdouterr") and name not in known and "/" not in name:
         roots = job.file_roots()
@@ -247,7 +249,8 @@ def _follow(job: Job, where: str, name: str, *, directory: str | None = None, fo
             )
     try:
         for line in job.stream(name, follow=follow, directory=directory):
-            print(line, flush=True)
+            # why the job waits goes to stderr with the other notes: stdout is the file's
+            print(line, flush=True, file=sys.stderr if isinstance(line, StatusLine) else sys.stdout)
     except KeyboardInterrupt:
         stop = _command("terminate", job, where)
         print(f"detached; the job is still running (`{stop}` stops it)", file=sys.stderr, flush=True)

@@ -188,11 +188,16 @@ class SlurmScheduler(ClusterScheduler):
                 failure_reason=f"Slurm no longer knows job {job_id} and its launcher recorded no end",
             )
         else:
-            state, reason, _job = seen
+            state, reason, job = seen
             if state.ended:
                 record.update(state=state.value, end_time=utcnow().isoformat(), failure_reason=reason)
+                record.pop("pending", None)
             elif state is JobState.QUEUED or record.get("state") in (None, "queued"):
                 record["heartbeat"] = utcnow().isoformat()
+                if state is JobState.QUEUED:  # why it waits, in squeue's words and ours
+                    record["pending"] = states.pending_reason(job.reason).to_dict()
+                else:
+                    record.pop("pending", None)
             else:
                 return record
         doc = StatusDoc.from_dict(record)

@@ -7,8 +7,21 @@ are ``sinfo %T`` words with their flag suffixes (``idle~``, ``down*``, ...).
 from __future__ import annotations
 
 from ..._models import JobState, NodeState
+from ...node.protocol import (
+    CLUSTER_AT_ZERO,
+    DEPENDENCY,
+    HELD,
+    NODES_DOWN,
+    OTHER,
+    PREPARING_NODES,
+    PRIORITY,
+    QUOTA,
+    SUBMITTED,
+    WAITING_FOR_NODES,
+    PendingDoc,
+)
 
-__all__ = ["job_state", "node_state"]
+__all__ = ["job_state", "node_state", "pending_reason"]
 
 _RUNNING = {
     "RUNNING",
@@ -97,3 +110,26 @@ def node_state(raw: str) -> tuple[NodeState, str | None]:
         # ``idle~`` (powered off, cloud/autoscale): Slurm starts it when a job needs it.
         return NodeState.IDLE, None
     return NodeState.UNUSABLE, f"unrecognised Slurm node state {text!r}"
+
+
+# squeue's Reason for a pending job (%r) -> why it waits (node/protocol.py's kinds); first match wins
+_PENDING = (
+    (("None",), SUBMITTED, "Slurm has not considered it yet"),
+    (("Resources",), WAITING_FOR_NODES, "the nodes it needs are busy"),
+    (("Priority",), PRIORITY, "jobs of higher priority go first"),
+    (("JobHeld", "launch failed requeued held"), HELD, "held: `scontrol release` lets it go"),
+    (("Dependency", "BeginTime"), DEPENDENCY, "it waits for another job or its begin time"),
+    (("PartitionDown", "PartitionInactive"), CLUSTER_AT_ZERO, "the partition takes no jobs now"),
+    (("ReqNodeNotAvail", "NodeDown", "Nodes_required"), NODES_DOWN, "nodes it needs are down or drained"),
+    (("QOS", "Assoc", "Licenses", "PartitionNodeLimit", "PartitionTimeLimit"), QUOTA, "a limit holds it"),
+    (("Prolog", "Configuring", "PowerUp", "NodeBoot"), PREPARING_NODES, "its nodes are being prepared"),
+)
+
+
+def pending_reason(reason: str) -> PendingDoc:
+    """Why a pending Slurm job waits, from squeue's Reason (``Resources``, ``ReqNodeNotAvail, ...``)."""
+    word = reason.strip().strip("()") or "None"
+    for prefixes, kind, why in _PENDING:
+        if word.startswith(prefixes):
+            return PendingDoc(kind=kind, message=f"{why} (Slurm: {word})", source=word)
+    return PendingDoc(kind=OTHER, message=f"Slurm says {word}", source=word)

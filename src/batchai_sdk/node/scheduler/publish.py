@@ -21,7 +21,18 @@ from dataclasses import replace
 from typing import Any
 
 from ..common import now, write_json_atomic
-from ..protocol import HEAD_DISK_ERROR, HEARTBEAT_KEY, NODES_RECORD, NodeHold, NodesDoc, Reporter, StatusDoc
+from ..policy import pending
+from ..policy.queue import Waiting
+from ..protocol import (
+    HEAD_DISK_ERROR,
+    HEARTBEAT_KEY,
+    NODES_RECORD,
+    NodeHold,
+    NodesDoc,
+    PendingDoc,
+    Reporter,
+    StatusDoc,
+)
 from .cluster import Cluster
 from .gate import NodeGate
 from .health import DownNodes
@@ -72,6 +83,7 @@ class Publisher:
         self.published_as: tuple[object, ...] | None = None  # what the last publish saw
         self.next_beat = 0.0
         self.fault_message: str | None = None  # the head node's disk refusing writes, while it lasts
+        self.pending_error: str | None = None  # why the pending reasons could not be made, logged once
 
     def publish(self) -> None:
         """Write changed job records and node assignments to the share; a failed write is retried later."""
@@ -99,6 +111,7 @@ class Publisher:
             health_reports=self.gate.applied,
             idle_since=last_end,
             head_disk_error=self.fault_message,
+            pending=self.pending_or_none(active, held) if queued else {},
         ).to_dict()
         if doc != self.last_nodes_doc or beat:
             try:
@@ -126,6 +139,51 @@ class Publisher:
             self.errors.pop(row["key"], None)
             db.execute("UPDATE jobs SET published = 1, beat = ? WHERE id = ?", (t, row["id"]))
         self.published_as = self.observed()
+
+    def pending_or_none(
+        self, active: list[sqlite3.Row], held: dict[str, tuple[int, str]]
+    ) -> dict[str, PendingDoc]:
+        """``pending``, or nothing (logged once) should it fail: a reason never stops a submit or a pass."""
+        try:
+            found = self.pending(active, held)
+        except Exception as exc:
+            if self.pending_error != repr(exc):
+                self.pending_error = repr(exc)
+                log(f"cannot tell why jobs wait: {exc!r}")
+            return {}
+        self.pending_error = None
+        return found
+
+    def pending(self, active: list[sqlite3.Row], held: dict[str, tuple[int, str]]) -> dict[str, PendingDoc]:
+        """Why each queued job waits, and until when (``policy/pending.py``): published with the queue in
+        ``nodes.json``, one write for the whole queue, rewritten only when a reason changes."""
+        up = [n["id"] for n in self.cluster.nodes()]
+        blocked = self.gate.blocked()
+        free = [n for n in up if n not in held and n not in self.down and n not in blocked]
+        settings = self.cluster.settings()
+        nodes = pending.NodesNow(
+            up=up,
+            free=free,
+            unusable=self.gate.unusable,
+            down=self.down.ids(),
+            checking=sorted(self.gate.checking),
+            can_grow=max(0, min(settings.max_nodes, len(self.cluster.pool())) - len(up)) if settings else 0,
+        )
+        queued = [
+            (r["key"], Waiting(r["id"], r["node_count"], r["wall"], r["priority"]))
+            for r in active
+            if r["state"] == "queued"
+        ]
+        running = [
+            pending.Running(
+                r["key"],
+                len(json.loads(r["nodes"])),
+                r["started"] + r["wall"] if r["wall"] and r["started"] else None,
+            )
+            for r in active
+            if r["state"] != "queued"
+        ]
+        return pending.explain(queued, running, nodes)
 
     def observed(self) -> tuple[object, ...]:
         """What publish's records are made of, short of reading the jobs: unchanged, nothing is written."""

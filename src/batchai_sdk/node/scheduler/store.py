@@ -116,12 +116,14 @@ class Store:
         return list(self.db.execute(f"SELECT * FROM jobs WHERE {where} ORDER BY id", args))  # noqa: S608
 
     def active_brief(self) -> list[sqlite3.Row]:
-        """The queued, running and cleaning jobs' id, key, state, nodes and phase, oldest first: what holds
+        """The queued, running and cleaning jobs' id, key, state, nodes and phase, and what the queue's
+        order and estimates use (node count, wall clock limit, priority, start), oldest first: what holds
         nodes and what waits, read on every change (whole rows cost 4x as much: 2.9 against 0.8 ms for a
         queue of 1,000, most of a submit's time with one that long)."""
         return list(
             self.db.execute(
-                f"SELECT id, key, state, nodes, phase FROM jobs WHERE state IN {ACTIVE} ORDER BY id"  # noqa: S608
+                "SELECT id, key, state, nodes, phase, node_count, wall, priority, started"  # noqa: S608
+                f" FROM jobs WHERE state IN {ACTIVE} ORDER BY id"
             )
         )
 
