@@ -49,7 +49,7 @@ from ..protocol import (
     RESULT_RECORD,
     SECRETS_RECORD,
 )
-from . import api, attempt_end, health, prune, publish, quarantine, recovery, scaling, spares
+from . import api, attempt_end, health, lost, prune, publish, quarantine, recovery, scaling, spares
 from .api import RequestError
 from .cluster import Cluster
 from .gate import NodeGate
@@ -63,6 +63,7 @@ __all__ = ["Holding", "RequestError", "Scheduler", "Waiting", "plan", "run"]
 LOOP = 0.05
 TERM_GRACE = 10.0  # the launcher's own grace for the ranks, plus a margin before it is killed
 IDLE_EXIT = 2.0
+LOST_NODE_GRACE = 2.0
 
 
 class Scheduler:
@@ -86,6 +87,7 @@ class Scheduler:
         self.server: RequestServer | None = None
         self.spares = Spares()
         self.agents = Agents(log)  # the SSH nodes' warm agents (agent/keeper.py)
+        self.lost = lost.LostWatch(self.cluster, self.agents, self.pool_exec, self.stop)
         self.pidfds: dict[int, int] = {}  # job id → a descriptor readable once its launcher exits
         self.step_errors: dict[str, str] = {}
         self.faulted = False  # a step of this pass met a disk fault
@@ -359,11 +361,12 @@ class Scheduler:
                     retries.EndCause.WALL_CLOCK.value,
                 )
             elif row["stop_state"] is None:
+                self.lost.check(row)
                 if row["max_cost"] and row["price"] is not None:
                     health.check_cost(row, t, self.stop)
                 if (row["hang"] or row["hang_notice"]) and row["stdouterr"]:
                     self.hangs.check(row, t)
-            elif row["stop_sent"] and t - row["stop_sent"] > TERM_GRACE + 5:
+            elif row["stop_sent"] and t - row["stop_sent"] > stop_grace(row):
                 victim = self.launcher_pid(row)
                 if victim:
                     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -520,6 +523,15 @@ class Scheduler:
                 self.db.execute("ROLLBACK")
             log(f"request failed: {exc!r}\n{traceback.format_exc()}")
             return {"ok": False, "error": "internal", "message": f"the scheduler could not answer: {exc!r}"}
+
+
+def stop_grace(row: sqlite3.Row) -> float:
+    """Seconds a stopping launcher gets before it is killed: its ranks' grace and a margin, but only
+    ``LOST_NODE_GRACE`` when a node of the job was lost (its ranks cannot checkpoint together any more,
+    and mpirun waits on the lost node's daemon; the cleanup ends the rest by the job's tag)."""
+    if row["stop_cause"] == retries.EndCause.NODE_LOST.value:
+        return LOST_NODE_GRACE
+    return TERM_GRACE + 5
 
 
 def run(state_dir: str) -> int:
