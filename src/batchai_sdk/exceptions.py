@@ -275,3 +275,14 @@ class NotSupportedError(BatchAIError):
         self.backend = backend
         self.hint = hint
         super().__init__(f"{operation} is not supported by the {backend} backend: {hint}")
+
+
+class FaultInjectionRefusedError(BatchAIError):
+    """The job's cluster does not allow fault drills (``allow_fault_injection`` is off)."""
+
+    def __init__(self, cluster: str) -> None:
+        self.cluster = cluster
+        super().__init__(
+            f"fault injection is off on cluster {cluster!r}: drills kill, stop and take away its nodes' "
+            "processes; create the cluster with allow_fault_injection=True where that is wanted"
+        )
