@@ -3,6 +3,7 @@ what it says, the job recovers where the product recovers it, and ``job.goodput`
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 from _helpers import wait_for
 from batchai_sdk import FaultInjectionRefusedError, JobState, ValidationError, Workspace
+from batchai_sdk.cli import main
 from batchai_sdk.cluster import Cluster
 from batchai_sdk.job import Job
 
@@ -163,3 +165,32 @@ def test_hang_rank_and_stop_node_stop_the_second_nodes_rank_without_ending_it(
     assert not stopped(pids[0])  # the first node's rank runs on
     assert job.state is JobState.RUNNING
     job.terminate()
+
+
+def test_the_cli_drill_runs_a_job_through_faults_and_prints_each_recovery_and_the_goodput(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], script: Script
+) -> None:
+    monkeypatch.setenv("BATCHAI_HOME", str(tmp_path / "home"))
+    out = tmp_path / "cli"
+    out.mkdir()
+    command = f"{sys.executable} {script('stepper.py', STEPPER)} {out} 40"
+    assert main(["cluster", "create", "-n", "plain", "--target", "2"]) == 0
+    assert main(["job", "create", "-c", "plain", "-n", "j", "--command-line", "sleep 30"]) == 0
+    capsys.readouterr()
+    assert main(["job", "inject-fault", "-n", "j", "--kind", "evict"]) != 0
+    assert "allow_fault_injection=True" in capsys.readouterr().err
+    assert main(["job", "terminate", "-n", "j", "--yes"]) == 0
+    assert main(["cluster", "create", "-n", "c", "--target", "3", "--allow-fault-injection"]) == 0
+    capsys.readouterr()
+    code = main(["job", "drill", "-c", "c", "-n", "d", "--command-line", command, "--nodes", "2",
+                 "--max-retries", "2", "--faults", "2", "--kinds", "lose_node,evict", "--every-steps", "8",
+                 "--seed", "1", "-o", "json"])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert printed.count("resumed at step") == 2, printed
+    report = json.loads(printed[printed.index("{") :])
+    assert len(report["faults"]) == 2
+    assert all(f["recovery_s"] is not None for f in report["faults"]), report
+    assert report["goodput"]["steps"] == 40 and report["goodput"]["stepsMissing"] == 0
+    assert len(report["goodput"]["lost"]) == 2 and report["state"] == "succeeded"
+    print("\n" + printed[: printed.index("{")])
