@@ -84,7 +84,7 @@ def run_drill(
     for loss in goodput.lost:
         say(
             f"  attempt {loss.attempt} ({loss.cause}): detection {loss.detection_s or 0:.1f} s,"
-            f" restart {loss.restart_s or 0:.1f} s,"
-            f" {loss.steps_repeated} step(s) recomputed ({loss.recomputed_s:.1f} s)"
+            f" restart {loss.restart_s or 0:.1f} s,\n"
+            f"    {loss.steps_repeated} step(s) recomputed ({loss.recomputed_s:.1f} s)"
         )
     return {"faults": recoveries, "goodput": goodput.to_dict(), "state": job.state.value}
