@@ -80,6 +80,7 @@ class Scheduler:
         self.stopping = False
         self.gate = NodeGate(self.cluster, self.pool_exec)
         self.down = health.DownNodes(self.cluster, self.store, self.pool_exec)
+        self.down.on_back = self.gate.forget  # a lost node passes the gate again before it takes a job
         self.hangs = health.HangWatch(self.cluster, self.store, self.pool_exec, self.stop)
         self.ends = attempt_end.AttemptEnds(self.store, self.cluster, self.pool_exec, self.down, self.hangs)
         self.publisher = publish.Publisher(self.store, self.cluster, self.down, self.gate)
