@@ -4,6 +4,7 @@ job's failure line and stderr)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -263,6 +264,11 @@ def job_html(job: Job, lines: int = 8) -> str:
         rows.append(
             ("notice", f"<span style='color:{_STATE_COLOURS['resizing']}'>{escape(st.notice)}</span>")
         )
+    if st.start_time:
+        with contextlib.suppress(BatchAIError):
+            found = job.goodput
+            if found.goodput is not None:
+                rows.append(("goodput", escape(found.summary())))
     if last:
         rows.append(("stdout.txt", _pre(last)))
     if errors:

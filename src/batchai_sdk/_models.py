@@ -206,9 +206,12 @@ class ClusterSpec:
     # setupTask.secrets: the names are recorded; the values only reach the backend's secrets place
     node_setup_secret_names: tuple[str, ...] = ()
     node_setup_secrets: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    allow_fault_injection: bool = False  # fault drills (job.inject_fault) allowed on its jobs
 
     def __post_init__(self) -> None:
         validate_name(self.name, "cluster name")
+        if not isinstance(self.allow_fault_injection, bool):
+            raise ValidationError("allow_fault_injection", self.allow_fault_injection, "True or False")
         object.__setattr__(self, "mounts", validate_mounts(self.mounts))
         secrets = validate_secrets(self.node_setup_secrets, "node_setup_secrets")
         if not isinstance(self.node_setup_secret_names, list | tuple):
@@ -242,6 +245,7 @@ class ClusterSpec:
             "health_check": self.health_check,
             "mounts": [mount_to_dict(m) for m in self.mounts],
             "node_setup_secret_names": list(self.node_setup_secret_names),  # never a value
+            **({"allow_fault_injection": True} if self.allow_fault_injection else {}),
         }
 
     @classmethod
@@ -261,6 +265,7 @@ class ClusterSpec:
             health_check=data.get("health_check") or "off",
             mounts=data.get("mounts") or (),
             node_setup_secret_names=data.get("node_setup_secret_names") or (),
+            allow_fault_injection=bool(data.get("allow_fault_injection", False)),
         )
 
 

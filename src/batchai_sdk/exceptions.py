@@ -323,3 +323,14 @@ class SweepDrivenError(BatchAIError):
         self.driver = driver
         self.hint = hint
         super().__init__(f"sweep {sweep!r} is driven by {driver}: {hint}")
+
+
+class FaultInjectionRefusedError(BatchAIError):
+    """The job's cluster does not allow fault drills (``allow_fault_injection`` is off)."""
+
+    def __init__(self, cluster: str) -> None:
+        self.cluster = cluster
+        super().__init__(
+            f"fault injection is off on cluster {cluster!r}: drills kill, stop and take away its nodes' "
+            "processes; create the cluster with allow_fault_injection=True where that is wanted"
+        )

@@ -3,6 +3,7 @@ can re-attach with ``experiment.get_job(name)`` while the job runs on its own.""
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import logging
 import os
@@ -27,6 +28,7 @@ from ._models import (
     Node,
     NodeState,
     heartbeat_timeout,
+    parse_time,
     utcnow,
     validate_name,
 )
@@ -51,6 +53,7 @@ from .node.protocol import LAUNCH_CONFIG, StatusDoc
 from .share import Share, join
 
 if TYPE_CHECKING:
+    from ._goodput import Goodput
     from ._models import FileInfo
     from .backends.base import LaunchTarget
     from .cluster import Cluster
@@ -486,6 +489,85 @@ class Job:
         record = self.workspace.share.read_json_or_none(self.paths.status) or {}
         return list(record.get("attempts") or [])
 
+    def inject_fault(
+        self,
+        kind: str,
+        *,
+        node: str | None = None,
+        rank: int | None = None,
+        at_step: int | None = None,
+        grace_seconds: float = 30.0,
+        timeout: float | None = 600.0,
+    ) -> dict[str, Any]:
+        """A fault drill: put a fault into this running job on purpose, to see what it costs
+        (``job.goodput``). Refused (``FaultInjectionRefusedError``) unless its cluster was created with
+        ``allow_fault_injection=True``. ``kind``:
+
+        ``kill_rank``  SIGKILL to rank ``rank``'s processes (a crashed rank);
+        ``hang_rank``  SIGSTOP to them (a hung rank);
+        ``stop_node``  SIGSTOP to every rank of the job on ``node`` and their shims;
+        ``lose_node``  every rank and shim of the job on ``node`` killed, the attempt ended as that node's
+        loss and the node kept out until it answers again;
+        ``evict``      the simulated eviction of ``node`` (``cluster.simulate_eviction``; ``grace_seconds``).
+
+        ``node`` defaults to the attempt's last node; ``at_step`` waits until the job logged that step
+        (``log_metric(step=...)``) in its current attempt. Returns the fault as recorded (kind, node, rank,
+        at_step, time, attempt) in ``faults.jsonl`` of the job's run folder."""
+        from ._faults import inject_fault
+
+        self._require_submitted()
+        return inject_fault(
+            self, kind, node=node, rank=rank, at_step=at_step, grace_seconds=grace_seconds, timeout=timeout
+        )
+
+    @property
+    def goodput(self) -> Goodput:
+        """Productive step time / wall time (``log_metric(step=...)`` records of every attempt, from the
+        first attempt's start to the job's end or now), with what each fault cost: detection, restart
+        (requeue, placement, start-up) and recomputed steps (docs/survive.md)."""
+        from ._goodput import compute
+
+        self._require_submitted()
+        share = self.workspace.share
+        record = share.read_json_or_none(self.paths.status) or {}
+        running = record.get("state") == "running" and record.get("start_time")
+        current = {"index": record.get("attempt") or 0, "start": record["start_time"]} if running else None
+        end = parse_time(record.get("end_time")) if not running else None
+        return compute(
+            list(record.get("attempts") or []),
+            current,
+            self._step_records(),
+            end=end if record.get("state") not in ("queued", "running") else None,
+            faults=self._fault_times(),
+        )
+
+    def _step_records(self) -> list[tuple[int, float]]:
+        """(step, time) of every attempt's metrics.jsonl: the logs' (each attempt's folder too) and the
+        output folders'."""
+        from ._goodput import step_records
+        from .tracking import METRICS_FILE
+
+        share = self.workspace.share
+        paths = [join(root, METRICS_FILE) for root in self.file_roots()]
+        with contextlib.suppress(NotFoundError, ShareError):
+            for info in share.list(self.paths.stdouterr):
+                if info.is_dir and info.name.startswith("attempt-"):
+                    paths.append(join(self.paths.stdouterr, info.name, METRICS_FILE))
+        out: list[tuple[int, float]] = []
+        for path in paths:
+            with contextlib.suppress(NotFoundError, ShareError):
+                out.extend(step_records(share.read_text(path).splitlines()))
+        return out
+
+    def _fault_times(self) -> dict[int, str]:
+        """The drills' fault times by attempt index (``inject_fault`` records them in the run folder)."""
+        from ._faults import FAULTS_RECORD, read_faults
+
+        with contextlib.suppress(NotFoundError, ShareError):
+            text = self.workspace.share.read_text(join(self.paths.run_dir, FAULTS_RECORD))
+            return {int(f["attempt"]): str(f["time"]) for f in read_faults(text) if "attempt" in f}
+        return {}
+
     @property
     def state(self) -> JobState:
         """The job's current ``JobState`` (``status.state``)."""
@@ -784,7 +866,18 @@ class Job:
             "stdOutErrPath": self.paths.stdouterr,
             "attempts": self.attempts if self.submitted else [],
             "cost": format_cost(self.cost) if self.submitted else "unknown",
+            "goodput": self._goodput_view(st),
         }
+
+    def _goodput_view(self, status: JobStatus) -> dict[str, Any] | None:
+        """``goodput.to_dict()`` for a job that started and logged steps; None otherwise."""
+        if not self.submitted or status.start_time is None:
+            return None
+        try:
+            found = self.goodput
+        except BatchAIError:
+            return None
+        return found.to_dict() if found.goodput is not None else None
 
     def __repr__(self) -> str:
         state = self.state.value if self.submitted else "not submitted"

@@ -338,6 +338,7 @@ class Workspace:
         health_check: Literal["off", "basic", "full"] | None = None,
         mounts: Sequence[Mount] = (),
         node_setup_secrets: Mapping[str, str] | None = None,
+        allow_fault_injection: bool = False,
         **extra: Any,
     ) -> Cluster:
         """Create a cluster of ``nodes`` machines of ``vm_size`` (state ``resizing`` until they are ready).
@@ -352,7 +353,9 @@ class Workspace:
         storage every node mounts under ``$AZ_BATCHAI_MOUNT_ROOT/<relative_mount_path>``
         (``batchai_sdk.mounts``; docs/storage.md). ``node_setup_secrets``: environment variables of
         ``node_setup`` whose values are kept only in the backend's secrets place (0600 files), never in a
-        record, log or command line (Batch AI's setupTask.secrets; docs/cluster-json.md)."""
+        record, log or command line (Batch AI's setupTask.secrets; docs/cluster-json.md).
+        ``allow_fault_injection``: let fault drills (``job.inject_fault``, ``batchai job drill``) kill,
+        stop and take away this cluster's jobs' processes (off by default; docs/survive.md)."""
         auto = None
         idle = idle_seconds_before_scaledown
         if min_nodes is not None or max_nodes is not None:
@@ -392,6 +395,7 @@ class Workspace:
             health_check=health_check or ("basic" if self.backend.kind == "azure" else "off"),
             mounts=tuple(mounts),
             node_setup_secrets=dict(node_setup_secrets or {}),
+            allow_fault_injection=allow_fault_injection,
         )
         # The preflight first: on Azure a size or quota refusal then leaves no resource group, storage
         # account or share behind (reading the cluster's record would create them).

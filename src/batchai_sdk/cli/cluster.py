@@ -69,6 +69,11 @@ def register(commands: Commands) -> None:
         choices=("off", "basic", "full"),
         help="the gate each node passes when it joins (default: basic on Azure, off elsewhere)",
     )
+    p.add_argument(
+        "--allow-fault-injection",
+        action="store_true",
+        help="let fault drills (job inject-fault, job drill) kill and stop this cluster's jobs' processes",
+    )
     p.add_argument("--generate-ssh-keys", action="store_true", help="accepted; see the note it prints")
     p.add_argument("--user-name", "-u", help="accepted; see the note it prints")
     p.add_argument("--ssh-key", "-k", help="accepted; see the note it prints")
@@ -166,6 +171,7 @@ def cluster_create(ctx: Context, args: argparse.Namespace) -> Result | None:
         "max_nodes": args.max,
         "initial_nodes": args.initial,
         "health_check": args.health_check,
+        "allow_fault_injection": True if args.allow_fault_injection else None,
     }
     idle: float | Literal["default"] = "default" if args.idle_seconds is None else args.idle_seconds
     account = args.storage_account_name or os.environ.get(ACCOUNT_ENV)
@@ -192,6 +198,7 @@ def cluster_create(ctx: Context, args: argparse.Namespace) -> Result | None:
         return Result(cluster_view(cluster, group), cluster_table)
     flags["nodes"] = args.target if args.target is not None or auto else 1
     flags["vm_priority"] = args.vm_priority or "dedicated"
+    flags["allow_fault_injection"] = bool(args.allow_fault_injection)
     cluster = ws.create_cluster(args.name, idle_seconds_before_scaledown=idle, mounts=mounts, **flags)
     return Result(cluster_view(cluster, group), cluster_table)
 

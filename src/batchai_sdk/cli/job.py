@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .._faults import KINDS as FAULT_KINDS
 from .._hints import cli_reason
 from .._models import JobState
 from ..batchai_json import json_field_error, parse_job_json
@@ -26,7 +27,7 @@ from ._job_options import (
     save_plot,
     storage_account_for,
 )
-from ._params import Commands, experiment_arg, resource_group_arg, seconds, workspace_arg, yes_arg
+from ._params import Commands, experiment_arg, positive, resource_group_arg, seconds, workspace_arg, yes_arg
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -56,9 +57,14 @@ def register(commands: Commands) -> None:
             "batchai job wait -g batchai.horovod -w batchaidev -e cifar -n cifar_dist --timeout 3600",
             "batchai job terminate -g batchai.horovod -w batchaidev -e cifar -n cifar_dist --yes",
             "batchai job delete -g batchai.horovod -w batchaidev -e cifar -n cifar_dist --yes",
+            "batchai job inject-fault -g batchai.horovod -w batchaidev -e cifar -n cifar_dist "
+            "--kind lose_node --at-step 120",
+            "batchai job drill -g batchai.horovod -w batchaidev -e cifar -c nc6cluster "
+            "--config-file job.json --faults 3 --kinds lose_node,evict,kill_rank --retry-on-exit-code 137",
         ),
     )
     _register_create(j)
+    _register_drills(j)
     _job_command(j, "show", job_show, "show a job")
     p = j.command("list", job_list, "list an experiment's jobs")
     resource_group_arg(p)
@@ -106,20 +112,45 @@ def _job_command(j: Commands, name: str, handler: Handler, help_text: str) -> ar
     p.add_argument(
         "--name",
         "-n",
-        required=(handler is not job_create),
+        required=(handler not in (job_create, job_drill)),
         help="the job's name"
-        + (" (default: a unique job-<time>-<hex> name)" if handler is job_create else ""),
+        + (" (default: a unique job-<time>-<hex> name)" if handler in (job_create, job_drill) else ""),
     )
     return p
 
 
-def _register_create(j: Commands) -> None:
-    p = _job_command(j, "create", job_create, "create and submit a job from a Batch AI job.json (or flags)")
+def _register_create(
+    j: Commands,
+    name: str = "create",
+    handler: Handler | None = None,
+    text: str = "create and submit a job from a Batch AI job.json (or flags)",
+) -> argparse.ArgumentParser:
+    p = _job_command(j, name, handler or job_create, text)
     p.add_argument("--config-file", "-f", help="Batch AI 2018-05-01 job.json")
     add_job_options(p)  # every option a sweep's trials take too: one definition (_job_options.py)
     p.add_argument(
         "--stream", action="store_true", help="print the job's output until it ends (as job logs -f)"
     )
+    return p
+
+
+def _register_drills(j: Commands) -> None:
+    p = _job_command(j, "inject-fault", job_inject_fault, "put a fault into a running job (a drill)")
+    p.add_argument("--kind", required=True, choices=FAULT_KINDS, help="what to do (docs/survive.md)")
+    p.add_argument("--node", help="the node it hits (default: the attempt's last node)")
+    p.add_argument("--rank", type=int, help="kill_rank, hang_rank: the global rank it hits")
+    p.add_argument("--at-step", type=int, help="wait until the job logged this step (log_metric)")
+    p.add_argument("--grace", type=seconds, default=30.0, help="evict: seconds to checkpoint (default 30)")
+    p.add_argument("--timeout", type=seconds, default=600.0, help="give up waiting after this many seconds")
+    p = _register_create(j, "drill", job_drill, "run a job through N random faults; print what each cost")
+    p.add_argument("--faults", type=positive, default=3, help="how many faults (default 3)")
+    p.add_argument(
+        "--kinds",
+        default="lose_node,evict",
+        help=f"comma-separated kinds to draw from (default lose_node,evict; of {', '.join(FAULT_KINDS)})",
+    )
+    p.add_argument("--every-steps", type=positive, default=10, help="about this many steps between faults")
+    p.add_argument("--seed", type=int, help="the random draws' seed (default: random)")
 
 
 def _register_file(jf: Commands) -> None:
@@ -270,6 +301,35 @@ def _job(ctx: Context, name: str) -> tuple[str, Job]:
 
 def _where(ctx: Context, group: str, job: Job) -> str:
     return ctx.where(group, job.workspace.name)
+
+
+def job_inject_fault(ctx: Context, args: argparse.Namespace) -> Result | None:
+    _, job = _job(ctx, args.name)
+    fault = job.inject_fault(
+        args.kind, node=args.node, rank=args.rank, at_step=args.at_step, grace_seconds=args.grace,
+        timeout=args.timeout,
+    )  # fmt: skip
+    return Result(fault)
+
+
+def job_drill(ctx: Context, args: argparse.Namespace) -> Result | None:
+    """``job create``, then ``--faults`` faults drawn from ``--kinds``, each about ``--every-steps`` steps
+    after the job resumed from the last; prints each recovery and the job's goodput."""
+    from .._drill import run_drill
+
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    for kind in kinds:
+        if kind not in FAULT_KINDS:
+            raise UsageError(f"--kinds: {kind!r} is not one of {', '.join(FAULT_KINDS)}")
+    args.name = args.name or unique_job_name()
+    args.stream = False
+    job_create(ctx, args)
+    group, job = _job(ctx, args.name)
+    report = run_drill(job, kinds, args.faults, every_steps=args.every_steps, seed=args.seed, say=print)
+    end, code = _end_line(job, _where(ctx, group, job))
+    if end:
+        print(end, file=sys.stderr, flush=True)
+    return Result(report, exit_code=code)
 
 
 def job_show(ctx: Context, args: argparse.Namespace) -> Result | None:

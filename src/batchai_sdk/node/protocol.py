@@ -69,6 +69,20 @@ def simulated_eviction(node: str) -> str:
     return f"{SIMULATED_EVICTION_PREFIX}{node}.json"
 
 
+FAULT_REQUEST_PREFIX = "fault-"  # a fault drill's request for one node (job.inject_fault), in the run folder
+LOST_MARKER_PREFIX = "lost-"  # a node a drill took away (lose_node): the attempt ends as a lost node's
+
+
+def fault_request(node: str) -> str:
+    """The file name of a fault drill's request for ``node`` in the job's run folder."""
+    return f"{FAULT_REQUEST_PREFIX}{node}.json"
+
+
+def lost_marker(node: str) -> str:
+    """The file name a node a drill took away (``lose_node``) leaves in the job's run folder."""
+    return f"{LOST_MARKER_PREFIX}{node}.json"
+
+
 def is_eviction_file(name: str, *, simulated: bool = False) -> bool:
     prefixes = (EVICTED_PREFIX, SIMULATED_EVICTION_PREFIX) if simulated else (EVICTED_PREFIX,)
     return name.startswith(prefixes) and name.endswith(".json")

@@ -54,6 +54,9 @@ class Agents:
         self.kept: dict[str, Kept] = {}
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="agent")
         self.failures: dict[str, int] = {}  # address → starts in a row that never got ready
+        # address → when (monotonic) its agent, once ready, was last heard; kept across the restarts of a
+        # silent agent until another one there is ready (the scheduler's lost-node watch reads it)
+        self.last_heard: dict[str, float] = {}
 
     def tick(self, cfg: dict[str, Any], addresses: list[str]) -> None:
         """Start the agents of ``addresses`` that are missing, dead or stale; let go of the others."""
@@ -68,6 +71,7 @@ class Agents:
             dead = kept.proc is None or kept.proc.poll() is not None
             if not dead and kept.remote and _silent(kept):
                 assert kept.proc is not None
+                self.last_heard.setdefault(address, kept.heard)
                 self.log(f"the node agent of {address} is silent (stopped?): starting another")
                 kept.proc.kill()  # its session here; the agent there takes nothing more through it
                 kept.proc.wait()
@@ -76,6 +80,8 @@ class Agents:
                 self.pool.submit(self._stop, kept)
                 del self.kept[address]
             elif dead and time.monotonic() - kept.started > self._delay(kept):
+                if kept.remote:
+                    self.last_heard.setdefault(address, kept.heard)
                 self.failures[address] = 0 if kept.remote else self.failures.get(address, 0) + 1
                 if kept.remote and kept.proc is not None:
                     self.log(
@@ -86,6 +92,20 @@ class Agents:
             kept = Kept(self._key(cfg, address), address)
             self.kept[address] = kept
             kept.future = self.pool.submit(self._start, kept, cfg)
+
+    def silent_for(self, address: str) -> float | None:
+        """Seconds since the node's agent, once ready, was last heard, when that is over ``SILENT_BEATS``
+        beats (and no agent there is ready since); None while it beats, or where no agent ever was."""
+        kept = self.kept.get(address)
+        if kept is not None and kept.remote and kept.proc is not None and kept.proc.poll() is None:
+            if not (kept.future is None or kept.future.done()):
+                return None
+            heard = kept.heard if _silent(kept) else None
+        else:
+            heard = self.last_heard.get(address)
+        if heard is None:
+            return None
+        return time.monotonic() - heard
 
     def _delay(self, kept: Kept) -> float:
         """Seconds before a dead agent is started again: at once after one that served, else RETRY_S,
@@ -144,6 +164,7 @@ class Agents:
             return
         kept.heard = time.monotonic()
         kept.remote = remote
+        self.last_heard.pop(address, None)  # beats again
         self.log(f"node agent of {address} ready (pid {proc.pid} here)")
 
     def _stop(self, kept: Kept) -> None:

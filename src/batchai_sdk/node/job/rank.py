@@ -9,6 +9,7 @@ The log line names the command as written (``$NAME``), never the expanded values
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import shlex
@@ -310,6 +311,7 @@ class EvictionWatch:
     def __init__(self, cfg: dict[str, Any], env: dict[str, str], node: str, log: str) -> None:
         self.cfg, self.node, self.log = cfg, node, log
         self.tag = env.get("BATCHAI_JOB_TAG", "")
+        self.rank_nodes = env.get("BATCHAI_RANK_NODES", "").split(",")
         self.simulated = os.path.join(cfg["run_dir"], simulated_eviction(node))
         self.stop = threading.Event()
         self.evicting = threading.Event()
@@ -322,6 +324,7 @@ class EvictionWatch:
         vm_name = None
         try:
             while not self.stop.wait(1.0):
+                self.drill()
                 notice = load_or_none(self.simulated)
                 if notice:
                     return self.on_notice(notice, None)
@@ -336,6 +339,15 @@ class EvictionWatch:
                     return self.on_notice(found[0].to_dict(), found[0])
         finally:
             self.done.set()
+
+    def drill(self) -> None:
+        """A fault drill's request for this node and attempt (``job.inject_fault``), done here."""
+        from . import faults
+
+        request = faults.pending(self.cfg["run_dir"], self.node, self.tag)
+        if request is not None:
+            say = functools.partial(try_append, self.log)
+            faults.apply(request, self.cfg["run_dir"], self.tag, self.node, self.rank_nodes, say)
 
     def on_notice(self, notice: dict[str, Any], real: Any) -> None:
         from ..azure import evictions

@@ -20,7 +20,14 @@ from typing import Any
 from ..common import load_or_none, now
 from ..job import procs
 from ..policy import retries, watchdog
-from ..protocol import PHASE_RECORD, RESULT_RECORD, SharePaths, is_eviction_file
+from ..protocol import (
+    FAULT_REQUEST_PREFIX,
+    LOST_MARKER_PREFIX,
+    PHASE_RECORD,
+    RESULT_RECORD,
+    SharePaths,
+    is_eviction_file,
+)
 from . import health
 from .cluster import Cluster
 from .log import log
@@ -84,6 +91,7 @@ class AttemptEnds:
                 "reason": f"the job's launcher {how}; every process of the job was stopped",
             }
         evicted = evictions(self.cluster.share_paths(), row)
+        drilled = lost_in_drill(self.cluster.share_paths(), row)
         if row["stop_state"]:
             cause = row["stop_cause"] or retries.EndCause.USER_TERMINATE.value
             reason = row["stop_reason"]
@@ -92,6 +100,9 @@ class AttemptEnds:
             reason = "evicted: " + ", ".join(
                 f"{e.get('node')} ({e.get('event_type', 'Preempt')})" for e in evicted
             )
+        elif drilled:
+            cause = retries.EndCause.NODE_LOST.value
+            reason = "; ".join(f"node {n} stopped answering (fault drill: lose_node)" for n in drilled)
         else:
             # a node the launcher found silent is a lost node; a launcher that died is a failed attempt,
             # not a lost node (it runs beside this scheduler)
@@ -270,10 +281,23 @@ def evictions(paths: SharePaths, row: sqlite3.Row) -> list[dict[str, Any]]:
     return [load_or_none(os.path.join(run_dir, n)) or {} for n in names]
 
 
+def lost_in_drill(paths: SharePaths, row: sqlite3.Row) -> list[str]:
+    """The nodes a fault drill took away during this attempt (``lose_node``: ``lost-<node>.json``)."""
+    run_dir = paths.run_dir(row["experiment"], row["name"])
+    try:
+        names = sorted(n for n in os.listdir(run_dir) if n.startswith(LOST_MARKER_PREFIX))
+    except OSError:
+        return []
+    marks = [load_or_none(os.path.join(run_dir, n)) or {} for n in names]
+    return [str(m["node"]) for m in marks if m.get("tag") == row["tag"] and m.get("node")]
+
+
 def clear_evictions(paths: SharePaths, row: sqlite3.Row) -> None:
-    """Remove the attempt's eviction notices (and simulated ones) before the job runs again."""
+    """Remove the attempt's eviction notices (and simulated ones), and the drills' marks and requests,
+    before the job runs again."""
     run_dir = paths.run_dir(row["experiment"], row["name"])
     with contextlib.suppress(OSError):
         for name in os.listdir(run_dir):
-            if is_eviction_file(name, simulated=True):
+            drill = name.startswith((LOST_MARKER_PREFIX, FAULT_REQUEST_PREFIX)) and name.endswith(".json")
+            if is_eviction_file(name, simulated=True) or drill:
                 os.unlink(os.path.join(run_dir, name))

@@ -51,7 +51,19 @@ from ..protocol import (
     RESULT_RECORD,
     SECRETS_RECORD,
 )
-from . import api, attempt_end, health, health_reports, prune, publish, quarantine, recovery, scaling, spares
+from . import (
+    api,
+    attempt_end,
+    health,
+    health_reports,
+    lost,
+    prune,
+    publish,
+    quarantine,
+    recovery,
+    scaling,
+    spares,
+)
 from .api import RequestError, request_digest
 from .cluster import Cluster
 from .gate import NodeGate
@@ -65,6 +77,7 @@ __all__ = ["Holding", "RequestError", "Scheduler", "Waiting", "plan", "run"]
 LOOP = 0.05
 TERM_GRACE = 10.0  # the launcher's own grace for the ranks, plus a margin before it is killed
 IDLE_EXIT = 2.0
+LOST_NODE_GRACE = 2.0
 
 
 class Scheduler:
@@ -81,6 +94,7 @@ class Scheduler:
         self.stopping = False
         self.gate = NodeGate(self.cluster, self.pool_exec)
         self.down = health.DownNodes(self.cluster, self.store, self.pool_exec)
+        self.down.on_back = self.gate.forget  # a lost node passes the gate again before it takes a job
         self.hangs = health.HangWatch(self.cluster, self.store, self.pool_exec, self.stop)
         self.ends = attempt_end.AttemptEnds(self.store, self.cluster, self.pool_exec, self.down, self.hangs)
         self.publisher = publish.Publisher(self.store, self.cluster, self.down, self.gate)
@@ -88,6 +102,7 @@ class Scheduler:
         self.server: RequestServer | None = None
         self.spares = Spares()
         self.agents = Agents(log)  # the SSH nodes' warm agents (agent/keeper.py)
+        self.lost = lost.LostWatch(self.cluster, self.agents, self.pool_exec, self.stop)
         self.pidfds: dict[int, int] = {}  # job id → a descriptor readable once its launcher exits
         self.step_errors: dict[str, str] = {}
         self.faulted = False  # a step of this pass met a disk fault
@@ -373,11 +388,12 @@ class Scheduler:
                     retries.EndCause.WALL_CLOCK.value,
                 )
             elif row["stop_state"] is None:
+                self.lost.check(row)
                 if row["max_cost"] and row["price"] is not None:
                     health.check_cost(row, t, self.stop)
                 if (row["hang"] or row["hang_notice"]) and row["stdouterr"]:
                     self.hangs.check(row, t)
-            elif row["stop_sent"] and t - row["stop_sent"] > TERM_GRACE + 5:
+            elif row["stop_sent"] and t - row["stop_sent"] > stop_grace(row):
                 victim = self.launcher_pid(row)
                 if victim:
                     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -534,6 +550,15 @@ class Scheduler:
                 self.db.execute("ROLLBACK")
             log(f"request failed: {exc!r}\n{traceback.format_exc()}")
             return {"ok": False, "error": "internal", "message": f"the scheduler could not answer: {exc!r}"}
+
+
+def stop_grace(row: sqlite3.Row) -> float:
+    """Seconds a stopping launcher gets before it is killed: its ranks' grace and a margin, but only
+    ``LOST_NODE_GRACE`` when a node of the job was lost (its ranks cannot checkpoint together any more,
+    and mpirun waits on the lost node's daemon; the cleanup ends the rest by the job's tag)."""
+    if row["stop_cause"] == retries.EndCause.NODE_LOST.value:
+        return LOST_NODE_GRACE
+    return TERM_GRACE + 5
 
 
 def run(state_dir: str) -> int:

@@ -69,6 +69,12 @@ class NodeGate:
     def busy(self) -> bool:
         return self.running is not None
 
+    def forget(self, node_id: str) -> None:
+        """A node that was lost answers again: it passes the cluster's gate again before it takes a job
+        (with the gate off, nothing to pass)."""
+        if self.passed.pop(node_id, None) is not None:
+            log(f"{node_id} answers again: health check before it takes a job")
+
     def ready(self, nodes: Sequence[Mapping[str, Any]], level: str, *, copy_to: str | None = None) -> bool:
         """Whether ``nodes`` passed ``level``; if not, a check of them starts (when none runs), its report
         also written to the folder ``copy_to`` (the job's logs, for a job that asked for the check)."""

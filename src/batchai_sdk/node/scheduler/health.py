@@ -60,6 +60,7 @@ class DownNodes:
         self.unreaped: dict[str, set[str]] = {}
         self.probes: dict[str, concurrent.futures.Future[frozenset[str] | None]] = {}
         self.idle_since: float | None = None  # since when nothing is active while nodes are down
+        self.on_back: Callable[[str], None] = lambda node_id: None  # the gate's: checked again first
 
     def __contains__(self, node_id: object) -> bool:
         return node_id in self.since
@@ -102,6 +103,7 @@ class DownNodes:
                     self.since.pop(node_id, None)
                     emptied = f"; emptied of {', '.join(sorted(reaped))}" if reaped else ""
                     log(f"node {node_id} answers again{emptied}")
+                    self.on_back(node_id)
         t = time.time()
         if self.since and not self.store.rows(f"state IN {ACTIVE}"):
             self.idle_since = self.idle_since or t
