@@ -132,6 +132,13 @@ def test_upload_to_a_share_nobody_created_names_the_command_that_makes_it(
     _, err = cli(capsys, "storage", "blob", "upload", "-c", "ghost", "-f", "a.py", "-n", "a.py", *ACCOUNT,
                  status=1)  # fmt: skip
     assert "batchai storage container create --name ghost --account-name acct" in err
+    # a cluster's --afs-name/--bfs-name of storage nobody created
+    _, err = cli(capsys, "cluster", "create", *RG, "-n", "c9", "--storage-account-name", "acct",
+                 "--afs-name", "ghost", status=1)  # fmt: skip
+    assert "batchai storage share create --name ghost --account-name acct" in err
+    _, err = cli(capsys, "cluster", "create", *RG, "-n", "c9", "--storage-account-name", "acct",
+                 "--bfs-name", "ghost", status=1)  # fmt: skip
+    assert "batchai storage container create --name ghost --account-name acct" in err
 
 
 @pytest.mark.parametrize("name", ["../escape.py", "a/../../b.py", "a/./b.py", "/abs.py", "a//b.py"])
