@@ -30,6 +30,11 @@ def test_cluster_and_job_flags_mount_what_az_mounted_and_the_key_stays_out_of_ev
     root = tmp_path / "ws"
     at = ["--root", str(root)]
     monkeypatch.setenv("AZURE_BATCHAI_STORAGE_KEY", KEY)
+    code, _, err = cli(capsys, "cluster", "create", *at, "-n", "c", "--storage-account-name", "acct",
+                       "--afs-name", "logs")  # fmt: skip
+    assert code == 1 and "batchai storage share create --name logs --account-name acct" in err
+    Workspace.local(root=root).storage(AzureFileShare("x", "acct", "logs"))  # the storage exists first
+    Workspace.local(root=root).storage(AzureBlobContainer("x", "acct", "data"))
     code, _, err = cli(
         capsys, "cluster", "create", *at, "-n", "c", "-t", "1", "--storage-account-name", "acct",
         "--afs-name", "logs", "--bfs-name", "data", "--bfs-mount-path", "blob", "--nfs", NFS_ID,

@@ -132,6 +132,13 @@ def test_upload_to_a_share_nobody_created_names_the_command_that_makes_it(
     _, err = cli(capsys, "storage", "blob", "upload", "-c", "ghost", "-f", "a.py", "-n", "a.py", *ACCOUNT,
                  status=1)  # fmt: skip
     assert "batchai storage container create --name ghost --account-name acct" in err
+    # a cluster's --afs-name/--bfs-name of storage nobody created
+    _, err = cli(capsys, "cluster", "create", *RG, "-n", "c9", "--storage-account-name", "acct",
+                 "--afs-name", "ghost", status=1)  # fmt: skip
+    assert "batchai storage share create --name ghost --account-name acct" in err
+    _, err = cli(capsys, "cluster", "create", *RG, "-n", "c9", "--storage-account-name", "acct",
+                 "--bfs-name", "ghost", status=1)  # fmt: skip
+    assert "batchai storage container create --name ghost --account-name acct" in err
 
 
 @pytest.mark.parametrize("name", ["../escape.py", "a/../../b.py", "a/./b.py", "/abs.py", "a//b.py"])
@@ -238,3 +245,30 @@ def test_an_old_one_share_registry_keeps_working(lab: Path, capsys: pytest.Captu
     cli(capsys, "storage", "share", "create", "-n", "logs", *ACCOUNT)
     shown = json.loads(cli(capsys, "storage", "account", "show", "-n", "acct")[0])
     assert shown["shares"] == {"myshare": "w", "logs": None}
+
+
+def test_shares_and_containers_are_deleted_as_az_deletes_them(
+    lab: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cli(capsys, "storage", "share", "create", "-n", "scripts", *ACCOUNT)  # the workspace's own
+    cli(capsys, "storage", "share", "create", "-n", "logs", *ACCOUNT)
+    cli(capsys, "storage", "container", "create", "-n", "data", *ACCOUNT)
+    (lab / "a.txt").write_text("a\n")
+    cli(capsys, "storage", "file", "upload", "-s", "logs", "--source", "a.txt", *ACCOUNT)
+    cli(capsys, "storage", "blob", "upload", "-c", "data", "-f", "a.txt", "-n", "x/a.txt", *ACCOUNT)
+    cli(capsys, "storage", "blob", "delete", "-c", "data", "-n", "x/a.txt", *ACCOUNT)
+    assert json.loads(cli(capsys, "storage", "blob", "list", "-c", "data", *ACCOUNT)[0]) == []
+    _, err = cli(capsys, "storage", "share", "delete", "-n", "scripts", *ACCOUNT, status=2)
+    assert "workspace 'w''s own share" in err and Workspace.from_cli("g", "w").share.exists(".batchai")
+    assert json.loads(cli(capsys, "storage", "share", "delete", "-n", "logs", *ACCOUNT)[0]) == {
+        "deleted": True
+    }
+    _, err = cli(capsys, "storage", "file", "list", "-s", "logs", *ACCOUNT, status=1)
+    assert "batchai storage share create --name logs" in err
+    # made again, it is empty: the files went with the share
+    cli(capsys, "storage", "share", "create", "-n", "logs", *ACCOUNT)
+    assert json.loads(cli(capsys, "storage", "file", "list", "-s", "logs", *ACCOUNT)[0]) == []
+    assert json.loads(cli(capsys, "storage", "container", "delete", "-n", "data", *ACCOUNT)[0]) == {
+        "deleted": True
+    }
+    assert json.loads(cli(capsys, "storage", "container", "list", *ACCOUNT)[0]) == []

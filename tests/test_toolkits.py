@@ -330,4 +330,7 @@ def test_tensorflow_task_logs_are_named_as_batch_ai_named_them() -> None:
         ("stdout-wk-1.txt", "stderr-wk-1.txt"),
         ("stdout-ps-0.txt", "stderr-ps-0.txt"),
     ]
-    assert tk.task_log_names(ctx("pytorch", 0, 2)) is None
+    # PyTorch and Caffe2: one pair per process (the PyTorch recipe streams stdout-0.txt, Caffe2's stderr-0.txt)
+    assert tk.task_log_names(ctx("pytorch", 1, 2)) == ("stdout-1.txt", "stderr-1.txt")
+    assert tk.task_log_names(ctx("caffe2", 0, 2)) == ("stdout-0.txt", "stderr-0.txt")
+    assert tk.task_log_names(ctx("horovod", 0, 2)) is None

@@ -181,8 +181,11 @@ class LocalBackend(Backend):
 
     def delete(self) -> None:
         """Remove the share, storage and temp folders this backend made under ``root`` (never other files)."""
-        # a storage root outside ``root`` (the CLI's, shared by its workspaces) outlives the workspace
-        for made in (self.mount_root, self.temp_root, self.root / "storage", self.root / "clusters"):
+        # a storage root outside ``root`` (the CLI's, shared by its workspaces) outlives the workspace, and
+        # so does $BATCHAI_HOME/storage when this is the default workspace kept in $BATCHAI_HOME itself
+        shared = self.root == default_root().resolve()
+        storage = self.root / "storage" / "undeclared" if shared else self.root / "storage"
+        for made in (self.mount_root, self.temp_root, storage, self.root / "clusters"):
             shutil.rmtree(made, ignore_errors=True)
         try:
             self.root.rmdir()

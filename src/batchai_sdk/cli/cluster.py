@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
+from ..exceptions import NotFoundError
+from ..mounts import AzureBlobContainer, AzureFileShare
 from ._context import NO_GROUP, Context, Handler, Result
 from ._format import cluster_list_table, cluster_table, cluster_view, health_table
 from ._mount_flags import ACCOUNT_ENV, add_mount_args, mounts_from_args, storage_key
@@ -182,6 +184,20 @@ def cluster_create(ctx: Context, args: argparse.Namespace) -> Result | None:
 
         location = None if group == NO_GROUP else ctx.registry.get_group(group).get("location")
         mounts += auto_storage(ctx, location or "local")
+    for mount in mounts:  # --afs-name/--bfs-name of storage nobody created: say how to make it
+        if (
+            isinstance(mount, AzureFileShare | AzureBlobContainer)
+            and ws.backend.storage_exists(mount) is False
+        ):
+            share = isinstance(mount, AzureFileShare)
+            name = mount.share_name if isinstance(mount, AzureFileShare) else mount.container_name
+            raise NotFoundError(
+                "file share" if share else "blob container",
+                name,
+                f"storage account {mount.account_name!r} ({'--afs-name' if share else '--bfs-name'}; create "
+                f"it with: batchai storage {'share' if share else 'container'} create --name {name} "
+                f"--account-name {mount.account_name})",
+            )
     if args.config_file:
         given = {k: v for k, v in flags.items() if v is not None}
         if mounts:
