@@ -148,3 +148,17 @@ def test_5_a_submit_whose_last_share_write_fails_keeps_the_running_jobs_folder(
     assert _state(job) is JobState.QUEUED
     service.set_task(job_id, state="running")
     assert _state(job) is JobState.RUNNING
+
+
+def test_3_following_a_task_file_reads_each_line_once(env: Env, tmp_path: Path) -> None:
+    ws, service, _ = env
+    job = _submit(ws, tmp_path)
+    (job_id,) = service.job_ids()
+    service.set_task(job_id, state="running")
+    service.files[(job_id, "job", "stdout.txt")] = b"epoch 1\n"
+    lines = job.stream("stdout.txt", directory="batch", poll_interval=0.01, timeout=60)
+    assert next(lines) == "epoch 1"
+    service.files[(job_id, "job", "stdout.txt")] += b"epoch 2\n"
+    assert next(lines) == "epoch 2"
+    service.set_task(job_id, state="completed", executionInfo={"result": "success", "exitCode": 0})
+    assert list(lines) == []  # drained once the job ended: nothing read twice
