@@ -162,3 +162,16 @@ def test_3_following_a_task_file_reads_each_line_once(env: Env, tmp_path: Path) 
     assert next(lines) == "epoch 2"
     service.set_task(job_id, state="completed", executionInfo={"result": "success", "exitCode": 0})
     assert list(lines) == []  # drained once the job ended: nothing read twice
+
+
+def test_2_a_job_whose_update_is_refused_is_taken_away_and_the_name_freed(env: Env, tmp_path: Path) -> None:
+    """A job left on ``noaction`` would never end: the submit fails whole, the Batch job is deleted."""
+    ws, service, _ = env
+    service.inject("PATCH", r"^/jobs/[^/]+$", 500, "InternalServerError", "The server encountered an error.")
+    service.inject("PATCH", r"^/jobs/[^/]+$", 500, "InternalServerError", "The server encountered an error.")
+    service.inject("PATCH", r"^/jobs/[^/]+$", 500, "InternalServerError", "The server encountered an error.")
+    with pytest.raises(Exception, match="InternalServerError"):
+        _submit(ws, tmp_path)
+    assert service.job_ids() == []
+    job = _submit(ws, tmp_path)  # the name is free again
+    assert _state(job) is JobState.QUEUED and len(service.job_ids()) == 1
