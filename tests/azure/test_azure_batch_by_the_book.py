@@ -150,6 +150,7 @@ def test_5_a_submit_whose_last_share_write_fails_keeps_the_running_jobs_folder(
     assert _state(job) is JobState.RUNNING
 
 
+@pytest.mark.timeout(180)  # a stream that re-reads the same bytes never ends
 def test_3_following_a_task_file_reads_each_line_once(env: Env, tmp_path: Path) -> None:
     ws, service, _ = env
     job = _submit(ws, tmp_path)
