@@ -3,6 +3,8 @@ keys are read for one version, and the client's share paths are the protocol's."
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from batchai_sdk import _layout as layout
 from batchai_sdk.node.protocol import (
     CtlReply,
@@ -40,6 +42,30 @@ def test_old_reporter_keys_are_read_and_a_client_record_is_not_accepted() -> Non
     assert old_wrapper.reporter == Reporter("n0", 9) and "wrapper_host" not in old_wrapper.to_dict()
     client = StatusDoc.from_dict({"state": "queued", "creation_time": "t"})
     assert not client.accepted  # a submit still in flight: its client's, not a scheduler's
+
+
+def test_a_job_a_scheduling_service_has_is_accepted_by_every_reader(tmp_path: Path) -> None:
+    """One definition of "accepted" (issue #30, Batch finding 5): Batch and Slurm records name their
+    service, the records they wrote before as ``scheduler: "azure-batch"`` included."""
+    from batchai_sdk.backends.head_scheduler import with_cluster_heartbeat
+    from batchai_sdk.share import LocalShare
+
+    old_batch = {
+        "state": "queued",
+        "scheduler": "azure-batch",
+        "batch_job_id": "j",
+        "heartbeat": "2029-01-01T00:00:00+00:00",
+    }
+    doc = StatusDoc.from_dict(old_batch)
+    assert doc.accepted and doc.reporter == Reporter(service="azure-batch")
+    assert doc.to_dict()["reporter"] == {"host": None, "pid": None, "service": "azure-batch"}
+    assert StatusDoc.from_dict(doc.to_dict()) == doc and doc.extra == {"batch_job_id": "j"}
+    share = LocalShare(tmp_path)
+    share.write_json(layout.nodes_record("c"), {"heartbeat": "2030-01-01T00:00:00+00:00"})
+    beat = with_cluster_heartbeat(share, "c", doc.to_dict())
+    assert beat is not None and beat["heartbeat"] == "2030-01-01T00:00:00+00:00"  # read as accepted too
+    client = {"state": "queued", "creation_time": "t"}
+    assert with_cluster_heartbeat(share, "c", client) == client  # a submit in flight: not accepted
 
 
 def test_nodes_record_and_ctl_reply_round_trip() -> None:

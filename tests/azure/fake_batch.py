@@ -4,12 +4,18 @@
 - ``FakeBatchArm``: the fake ARM plus ``Microsoft.Batch/batchAccounts`` (get, create, delete), answering in
   the shape of the ``BatchAccountGet``/``BatchAccountCreate_Default`` examples (2024-07-01), with the
   account's core quotas settable (``account_properties``).
-- ``FakeBatchService``: the account's data plane, ``https://<account>.eastus.batch.azure.com``: pools
-  (add, get, list, resize, enable/disable autoscale, delete), their nodes, jobs (add, list, terminate,
-  delete), tasks (add, get, subtasks) and task files (HEAD; GET with ``ocp-range``/``Range`` answering
-  ``206`` with ``Content-Range``, ``416`` past the end, or ``200`` with the whole file as the
-  ``Tasks_GetTaskFile`` example shows). Shapes follow the data-plane examples of
-  ``specification/batch/data-plane/Azure.Batch/stable/2025-06-01/examples``. Errors are Batch's
+- ``FakeBatchService``: the account's data plane, ``https://<account>.eastus.batch.azure.com``, by the
+  REST spec of the version azure-batch 15.x sends (2025-06-01, ``tests/data/batch_spec``): every request
+  body of an operation the spec excerpt lists is checked against its definitions (jsonschema; a property
+  the spec does not declare is an error, as Azure's oav has it) and refused with ``400
+  InvalidRequestBody`` naming the property; ``checked_bodies``/``invalid_bodies`` keep them. Pools (add,
+  get, list, resize, enable/disable autoscale, delete), their nodes, jobs (add, list, update, terminate,
+  delete; ``onAllTasksComplete: terminatejob`` ends a job once every task completed — at once for a job
+  with no task, as the spec warns), tasks (add, get, subtasks; ``previousState`` kept) and task files
+  (HEAD; GET answering ``ocp-range`` with ``200`` and those bytes as ``Tasks_GetTaskFile``, ``416`` past
+  the end; ``ranges`` = ``"206"``/``"whole"`` play fronts that answer ``Range`` or ignore it). Jobs,
+  tasks, nodes, file listings and file headers start from the official ``x-ms-examples`` responses
+  (``tests/data/batch_spec/examples``), ids and state adapted. Errors are Batch's
   ``{"code", "message": {"lang", "value"}}``. Tests move state on: node states, a task's state and
   execution info, files — ``inject`` queues canned answers (quota refusals).
 """
@@ -71,6 +77,20 @@ class SpecBodies:
 
 
 SPEC_BODIES = SpecBodies()
+EXAMPLES = SPEC.parent / "examples"
+
+
+def example(operation: str, index: int | None = None) -> Any:
+    """The ``200`` response body of an official example (``value[index]`` of a list), a fresh copy."""
+    body = json.loads((EXAMPLES / f"{operation}.json").read_text())["responses"]["200"]["body"]
+    return copy.deepcopy(body["value"][index] if index is not None else body)
+
+
+def example_headers(operation: str) -> dict[str, str]:
+    answer = json.loads((EXAMPLES / f"{operation}.json").read_text())["responses"]["200"]
+    return {k: v for k, v in answer.items() if k != "body"}
+
+
 # Measuring (scripts/, the issue's count): each checked body is appended to this file, none refused
 MEASURE = os.environ.get("BATCHAI_FAKE_BATCH_BODIES")
 
@@ -285,28 +305,22 @@ class FakeBatchService:
         live = [n for n in nodes if n["state"] not in ("leavingpool",)]
         while len(live) < target:
             i = len(nodes)
-            node = {
-                "id": f"tvm-1695681911_{i + 1}-20161122t193202z",
-                "url": f"https://{self.host}/pools/{pool_id}/nodes/tvm-1695681911_{i + 1}-20161122t193202z",
-                "state": "idle",
-                "schedulingState": "enabled",
-                "stateTransitionTime": now(),
-                "allocationTime": now(),
-                "ipAddress": self.addresses(pool_id, i),
-                "affinityId": f"TVM:tvm-1695681911_{i + 1}-20161122t193202z",
-                "vmSize": pool["vmSize"],
-                "totalTasksRun": 0,
-                "runningTasksCount": 0,
-                "runningTaskSlotsCount": 0,
-                "isDedicated": not spot,
-                "startTaskInfo": {
-                    "state": "completed",
-                    "startTime": now(),
-                    "endTime": now(),
-                    "exitCode": 0,
-                    "retryCount": 0,
-                },
-            }
+            node_id = f"tvm-1695681911_{i + 1}-20161122t193202z"
+            node = example("Nodes_ListNodes", 0)  # Nodes_ListNodes' node, ours: id, address, size, state
+            node.update(
+                id=node_id,
+                url=f"https://{self.host}/pools/{pool_id}/nodes/{node_id}",
+                stateTransitionTime=now(),
+                allocationTime=now(),
+                ipAddress=self.addresses(pool_id, i),
+                affinityId=f"TVM:{node_id}",
+                vmSize=pool["vmSize"],
+                isDedicated=not spot,
+            )
+            node.pop("startTask", None)
+            if pool.get("startTask"):
+                node["startTask"] = copy.deepcopy(pool["startTask"])
+            node["startTaskInfo"].update(startTime=now(), endTime=now())
             nodes.append(node)
             live.append(node)
         for node in live[target:]:
@@ -393,12 +407,19 @@ class FakeBatchService:
                     return batch_error(409, "JobExists", "The specified job already exists.")
                 if data["poolInfo"]["poolId"] not in self.pools:
                     pass  # Batch accepts a job for a pool that does not exist yet
-                job = {
-                    **copy.deepcopy(data),
-                    "state": "active",
-                    "creationTime": now(),
-                    "url": f"https://{self.host}/jobs/{data['id']}",
-                }
+                job = example("Jobs_GetJob")  # its answer's shape; the request's properties; active
+                for key in ("previousState", "previousStateTransitionTime", "constraints"):
+                    job.pop(key)
+                job.update(copy.deepcopy(data))
+                job.update(
+                    state="active",
+                    creationTime=now(),
+                    lastModified=now(),
+                    stateTransitionTime=now(),
+                    url=f"https://{self.host}/jobs/{data['id']}",
+                    executionInfo={"startTime": now(), "poolId": data["poolInfo"].get("poolId")},
+                )
+                job.setdefault("onAllTasksComplete", "noaction")
                 self.jobs[data["id"]] = job
                 self.tasks[data["id"]] = {}
                 self._end_if_all_complete(data["id"])
@@ -468,15 +489,17 @@ class FakeBatchService:
                     )
                 if data["id"] in tasks:
                     return batch_error(409, "TaskExists", "The specified task already exists.")
-                task = {
-                    **copy.deepcopy(data),
-                    "url": f"https://{self.host}/jobs/{job_id}/tasks/{data['id']}",
-                    "eTag": "0x8D4125FD1A825A4",
-                    "creationTime": now(),
-                    "state": "active",
-                    "stateTransitionTime": now(),
-                    "executionInfo": {"retryCount": 0, "requeueCount": 0},
-                }
+                task = example("Tasks_ListTasks", 0)  # its shape; the request's properties; active
+                task.pop("userIdentity")  # the example's auto-user: the task runs as the request says
+                task.update(copy.deepcopy(data))
+                task.update(
+                    url=f"https://{self.host}/jobs/{job_id}/tasks/{data['id']}",
+                    creationTime=now(),
+                    lastModified=now(),
+                    stateTransitionTime=now(),
+                    executionInfo={"retryCount": 0, "requeueCount": 0},
+                )
+                task["requiredSlots"] = data.get("requiredSlots", 1)
                 tasks[data["id"]] = task
                 if self.on_task_added is not None:
                     self.on_task_added(job_id, task)
@@ -491,21 +514,16 @@ class FakeBatchService:
         if rest[1] == "subtasksinfo" and method == "GET":
             return self._json(200, {"value": self.subtasks.get(job_id, [])})
         if rest[1] == "files" and len(rest) == 2 and method == "GET":  # Tasks_ListTaskFiles
-            listing = [
-                {
-                    "name": name,
-                    "url": f"https://{self.host}/jobs/{job_id}/tasks/{task_id}/files/{name}",
-                    "isDirectory": False,
-                    "properties": {
-                        "creationTime": now(),
-                        "lastModified": now(),
-                        "contentLength": str(len(data)),
-                        "contentType": "application/octet-stream",
-                    },
-                }
-                for (j, t, name), data in self.files.items()
-                if (j, t) == (job_id, task_id)
-            ]
+            listing = []
+            for (j, t, name), data in self.files.items():
+                if (j, t) != (job_id, task_id):
+                    continue
+                entry = example("Tasks_ListTaskFiles", 0)
+                entry.update(name=name, url=f"https://{self.host}/jobs/{job_id}/tasks/{task_id}/files/{name}")
+                entry["properties"].update(
+                    creationTime=now(), lastModified=now(), contentLength=str(len(data))
+                )
+                listing.append(entry)
             return self._json(200, {"value": listing})
         if rest[1] == "files" and len(rest) > 2:
             return self._file(request, method, job_id, task_id, "/".join(rest[2:]))
@@ -516,6 +534,7 @@ class FakeBatchService:
         if data is None:
             raise KeyError("FileNotFound")
         headers = {
+            **example_headers("Tasks_GetTaskFile"),
             "ocp-creation-time": formatdate(usegmt=True),
             "Last-Modified": formatdate(usegmt=True),
             "ocp-batch-file-isdirectory": "false",

@@ -148,3 +148,31 @@ def test_5_a_submit_whose_last_share_write_fails_keeps_the_running_jobs_folder(
     assert _state(job) is JobState.QUEUED
     service.set_task(job_id, state="running")
     assert _state(job) is JobState.RUNNING
+
+
+@pytest.mark.timeout(180)  # a stream that re-reads the same bytes never ends
+def test_3_following_a_task_file_reads_each_line_once(env: Env, tmp_path: Path) -> None:
+    ws, service, _ = env
+    job = _submit(ws, tmp_path)
+    (job_id,) = service.job_ids()
+    service.set_task(job_id, state="running")
+    service.files[(job_id, "job", "stdout.txt")] = b"epoch 1\n"
+    lines = job.stream("stdout.txt", directory="batch", poll_interval=0.01, timeout=60)
+    assert next(lines) == "epoch 1"
+    service.files[(job_id, "job", "stdout.txt")] += b"epoch 2\n"
+    assert next(lines) == "epoch 2"
+    service.set_task(job_id, state="completed", executionInfo={"result": "success", "exitCode": 0})
+    assert list(lines) == []  # drained once the job ended: nothing read twice
+
+
+def test_2_a_job_whose_update_is_refused_is_taken_away_and_the_name_freed(env: Env, tmp_path: Path) -> None:
+    """A job left on ``noaction`` would never end: the submit fails whole, the Batch job is deleted."""
+    ws, service, _ = env
+    service.inject("PATCH", r"^/jobs/[^/]+$", 500, "InternalServerError", "The server encountered an error.")
+    service.inject("PATCH", r"^/jobs/[^/]+$", 500, "InternalServerError", "The server encountered an error.")
+    service.inject("PATCH", r"^/jobs/[^/]+$", 500, "InternalServerError", "The server encountered an error.")
+    with pytest.raises(Exception, match="InternalServerError"):
+        _submit(ws, tmp_path)
+    assert service.job_ids() == []
+    job = _submit(ws, tmp_path)  # the name is free again
+    assert _state(job) is JobState.QUEUED and len(service.job_ids()) == 1

@@ -11,6 +11,7 @@ attempt's ranks see ``AZ_BATCHAI_JOB_RESTART_COUNT`` and resume from the checkpo
 from __future__ import annotations
 
 import hashlib
+import logging
 import posixpath
 import re
 from collections.abc import Mapping
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 SUBMIT_GRACE = 120.0  # seconds a submit may take between recording its Batch job and adding the task
 STDERR_TAIL = 2048  # bytes of the task's own stderr.txt quoted in a failure reason
 SCHEDULER = "azure-batch"
+log = logging.getLogger(__name__)
 
 
 def _attempt(index: int, record: Mapping[str, Any], cause: str) -> dict[str, Any]:
@@ -43,6 +45,14 @@ def _attempt(index: int, record: Mapping[str, Any], cause: str) -> dict[str, Any
         "exit_code": None,
         "reason": None,
     }
+
+
+def _forget(service: Any, job_id: str) -> None:
+    """Delete a Batch job a failed submit made; the submit's own error is the one to raise."""
+    try:
+        service.delete_job(job_id)
+    except Exception:
+        log.warning("could not delete Batch job %s after a failed submit", job_id)
 
 
 def _write(share: Any, rel: str, record: dict[str, Any]) -> dict[str, Any]:
@@ -143,11 +153,14 @@ class BatchScheduler(ClusterScheduler):
             except AlreadyExistsError:
                 where = f"Batch account {backend.batch_account} ({job_id})"
                 raise AlreadyExistsError("job", request.name, where) from None
+            except BaseException:  # it may exist all the same (a reply lost): a job with no task stays
+                _forget(service, job_id)  # active under noaction, so it is taken away
+                raise
             try:
                 service.create_task(job_id, task)
                 service.update_job(job_id, tasks.ends_with_its_task())  # now the job ends with its task
             except BaseException:
-                service.delete_job(job_id)
+                _forget(service, job_id)
                 raise
         except BaseException:
             # the service does not have the job: the record says so again (the folder is the client's)
@@ -224,7 +237,7 @@ class BatchScheduler(ClusterScheduler):
             return _write(share, status_rel, record)
         state, code, reason = tasks.job_state(task)
         info = task.get("executionInfo") or {}
-        self._note_requeues(record, task, job_id)
+        self._note_requeues(record, task)
         result = share.read_json_or_none(join(layout.job_run_dir(experiment, name), tasks.RESULT_NAME)) or {}
         record["heartbeat"] = now
         if state is JobState.RUNNING:
@@ -253,7 +266,7 @@ class BatchScheduler(ClusterScheduler):
             )
         return _write(share, status_rel, record)
 
-    def _note_requeues(self, record: dict[str, Any], task: Mapping[str, Any], job_id: str) -> None:
+    def _note_requeues(self, record: dict[str, Any], task: Mapping[str, Any]) -> None:
         """One attempt per time the service put the task back in the queue. ``requeueCount`` counts only
         the requeues a user asked for, and ``retryCount`` the failed tries it retried; a task whose node
         was preempted or lost comes back ``active`` with neither moved: that is read from the task's
