@@ -119,7 +119,8 @@ PY
   else
     log "installing batchai_sdk (editable) with extras $EXTRAS"
     "$PIP" install -q -e "$ROOT[$EXTRAS]"
-    printf '%s' "$want" > "$STAMP"
+    # a new file, never written through: a venv copied with hard links (cp -al) shares the old one
+    printf '%s' "$want" > "$STAMP.tmp" && mv -f "$STAMP.tmp" "$STAMP"
   fi
 fi
 log "ready: $VENV"

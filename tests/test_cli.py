@@ -197,7 +197,7 @@ def test_sdk_errors_exit_1_with_one_line_and_debug_adds_the_traceback(tutorial: 
     assert "Traceback" in err and err.rstrip().endswith(
         "error: cluster 'nope' not found in workspace 'batchaidev'"
     )
-    code, _, err = tutorial("cluster", "create", *G, "-n", "bad name", "-s", "Standard_NC6")
+    code, _, err = tutorial("cluster", "create", *G, "-n", "bad name", "-s", "Standard_NC4as_T4_v3")
     assert code == 1
     assert "cluster name" in one_error_line(err)
 

@@ -150,6 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler = _setup_logging(args)
         with warnings.catch_warnings():  # restores showwarning for a caller of main() (tests, scripts)
             warnings.showwarning = _show_warning
+            if getattr(args, "only_show_errors", False):  # as az: errors only, no warnings
+                warnings.simplefilter("ignore")
             return run(args)
     except UsageError as exc:
         _error(str(exc))
