@@ -103,7 +103,7 @@ def test_docs_build_strictly(tmp_path: Path) -> None:
     assert re.search(r"\.md-typeset pre > code \{\s*padding-right:", css)
     # ... with their docstrings: members that had none now say what they do.
     text = html.unescape(re.sub(r"<[^>]+>", "", api))
-    for said in ("A matplotlib Figure of loss and accuracy per epoch", "Create the experiment"):
+    for said in ("A matplotlib Figure of metrics(): a panel per metric", "Create the experiment"):
         assert said in text, f"{said!r} missing from the API reference"
     tutorial = html.unescape(re.sub(r"<[^>]+>", "", (site / "tutorial" / "index.html").read_text("utf-8")))
     # Each step shows the original az command and the batchai CLI's.

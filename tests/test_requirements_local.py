@@ -5,57 +5,21 @@ reason and the switch. Offline: the requirement is a wheel in the project folder
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import time
-import zipfile
 from pathlib import Path
 
 import pytest
 
 from batchai_sdk import JobState, ValidationError, Workspace
 from batchai_sdk.cli import main
+from wheels import tiny_project
 
 pytestmark = pytest.mark.mpi
-
-TRAIN = """\
-import sys
-import tinypkg
-import batchai_sdk  # the node interpreter's own packages stay visible in the job's venv
-print("tinypkg", tinypkg.VALUE, "prefix", sys.prefix)
-"""
-
-
-def _wheel(folder: Path, version: str = "1.0") -> Path:
-    """A pure-Python wheel of one module, ``tinypkg`` (``VALUE = 42``), as pip builds them."""
-    files = {
-        "tinypkg/__init__.py": "VALUE = 42\n",
-        f"tinypkg-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: tinypkg\nVersion: {version}\n",
-        f"tinypkg-{version}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
-        "Tag: py3-none-any\n",
-    }
-    record = []
-    for name, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        record.append(f"{name},sha256={digest},{len(text.encode())}")
-    record.append(f"tinypkg-{version}.dist-info/RECORD,,")
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"tinypkg-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as whl:
-        for name, text in files.items():
-            whl.writestr(name, text)
-        whl.writestr(f"tinypkg-{version}.dist-info/RECORD", "\n".join(record) + "\n")
-    return path
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    proj = tmp_path / "proj"
-    proj.mkdir()
-    (proj / "train.py").write_text(TRAIN)
-    _wheel(proj / "wheels")
-    (proj / "requirements.txt").write_text("--no-index\n--find-links wheels\ntinypkg==1.0\n")
-    return proj
+    return tiny_project(tmp_path / "proj")
 
 
 def test_requirements_are_installed_into_a_cached_venv_of_the_job(ws: Workspace, project: Path) -> None:

@@ -290,6 +290,25 @@ def test_sweep_create_takes_every_job_create_option_and_runs_a_ddp_grid(
         ("succeeded", 2, 0.1),
         ("succeeded", 2, 0.2),
     ]
+    base = [
+        "sweep",
+        "create",
+        *g,
+        "-e",
+        "e",
+        "-n",
+        "x",
+        "-c",
+        "c",
+        "--python-script",
+        "m.py",
+        "--param",
+        "a=1",
+    ]
+    assert main([*base, "--early-stop", "loss:min:soon"]) == 2
+    assert "expected METRIC:min or METRIC:max, optionally :GRACE steps" in capsys.readouterr().err
+    assert main([*base, "--early-stop-min-trials", "3"]) == 2
+    assert "--early-stop-min-trials needs --early-stop" in capsys.readouterr().err
 
 
 FAILING = """

@@ -224,9 +224,9 @@ def run_options(args: argparse.Namespace) -> dict[str, Any]:
 def job_options(ctx: Context, args: argparse.Namespace, group: str) -> dict[str, Any]:
     """``create_job``'s keywords from the flags (no --config-file): what the job runs and how."""
     if args.python_script is None and args.command_line is None:
+        file = "--config-file, or " if hasattr(args, "config_file") else ""  # job create's own option
         raise UsageError(
-            "give --config-file, or --python-script (with --toolkit; default horovod) or --command-line "
-            "(custom MPI)"
+            f"give {file}--python-script (with --toolkit; default horovod) or --command-line (custom MPI)"
         )
     if args.python_script is not None and args.command_line is not None:
         raise UsageError("give either --python-script or --command-line, not both")
