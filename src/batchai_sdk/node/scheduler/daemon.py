@@ -92,7 +92,7 @@ class Scheduler:
         self.step_errors: dict[str, str] = {}
         self.faulted = False  # a step of this pass met a disk fault
         self.pruned_at = 0.0
-        quarantine.quarantine_bad_rows(self.store.db)
+        quarantine.quarantine_bad_rows(self.store.db, self.node_ids())
         self.rebuilt = recovery.rebuild_from_share(self.store) if self.store.created else 0
 
     # -- what its callers read (tests, tools): the Store's ------------------------------------------
@@ -501,7 +501,26 @@ class Scheduler:
                 self.step_errors[name] = repr(exc)
                 log(f"{name} failed: {exc!r}\n{traceback.format_exc()}")
             with contextlib.suppress(Exception):
-                quarantine.quarantine_bad_rows(self.store.db)
+                if quarantine.quarantine_bad_rows(self.store.db, self.node_ids()):
+                    self.fence_quarantined()
+
+    def node_ids(self) -> list[str]:
+        """Every node of the cluster (held for a quarantined running job whose row lost its nodes)."""
+        try:
+            return [n["id"] for n in self.cluster.pool()]
+        except Exception:  # a configuration not given yet: no node to hold
+            return []
+
+    def fence_quarantined(self) -> None:
+        """A running job's row was quarantined: its launcher is no longer this process's to watch, and its
+        nodes are cleaned (every process with its tag ended) before they are free."""
+        running = {row["id"] for row in self.rows("state = 'running'")}
+        for job_id in [j for j in self.children if j not in running]:
+            self.children.pop(job_id, None)
+            self.unwatch_exit(job_id)
+        for row in self.rows("state = 'cleaning'"):
+            if row["id"] not in self.ends.cleaning:
+                self.ends.resume(row)
 
     def fault(self, exc: BaseException) -> None:
         """The head node's disk or database refused a write: stay up, say so once (in the log and in
