@@ -26,6 +26,7 @@ import os
 import signal
 import socket
 import sqlite3
+import stat
 import subprocess
 import time
 import traceback
@@ -63,6 +64,7 @@ from .store import ACTIVE, STARTING, Store, iso
 __all__ = ["Holding", "RequestError", "Scheduler", "Waiting", "plan", "run"]
 
 LOOP = 0.05
+SOCKET_CHECK_S = 0.25  # how often the loop checks that its socket path is still its own
 TERM_GRACE = 10.0  # the launcher's own grace for the ranks, plus a margin before it is killed
 IDLE_EXIT = 2.0
 
@@ -86,6 +88,7 @@ class Scheduler:
         self.publisher = publish.Publisher(self.store, self.cluster, self.down, self.gate)
         self.autoscaler = scaling.AutoScaler(self.cluster, self.store, self.gate, self.pool_exec)
         self.server: RequestServer | None = None
+        self.sock_ino = 0  # the inode of the socket this process bound (run)
         self.spares = Spares()
         self.agents = Agents(log)  # the SSH nodes' warm agents (agent/keeper.py)
         self.pidfds: dict[int, int] = {}  # job id → a descriptor readable once its launcher exits
@@ -443,11 +446,12 @@ class Scheduler:
                 self.pool_exec.submit(health.warm_connection, self.cluster, node["address"])
         checked = time.monotonic()
         while not self.stopping:
-            if time.monotonic() - checked > 1.0:
+            if time.monotonic() - checked > SOCKET_CHECK_S:
                 checked = time.monotonic()
                 if self.store.removed():
                     log("this scheduler's folder was removed: exiting")
                     break
+                self.step("socket", self.keep_socket)
             self.faulted = False
             self.step("requests", lambda: self.server.poll(LOOP) if self.server else None)
             self.step("agents", self.keep_agents)
@@ -476,6 +480,24 @@ class Scheduler:
         self.spares.close()
         self.agents.close()
         return 0
+
+    def own_socket(self) -> bool:
+        """Whether the socket path is still the socket this process bound."""
+        try:
+            info = os.lstat(SCHED_SOCKET)
+        except OSError:
+            return False
+        return stat.S_ISSOCK(info.st_mode) and info.st_ino == self.sock_ino
+
+    def keep_socket(self) -> None:
+        """The socket path removed or replaced (a file, a link to another listener): bound again now, so a
+        client waits a moment instead of failing, and never talks to what was put there."""
+        if self.server is None or self.own_socket():
+            return
+        log("the scheduler's socket was removed or replaced: bound again")
+        listener = bind_socket()
+        self.sock_ino = os.lstat(SCHED_SOCKET).st_ino
+        self.server.replace_listener(listener)
 
     def keep_agents(self) -> None:
         """The SSH nodes' agents: started where missing or dead, let go where no longer wanted."""
@@ -555,6 +577,22 @@ class Scheduler:
             return {"ok": False, "error": "internal", "message": f"the scheduler could not answer: {exc!r}"}
 
 
+def bind_socket() -> socket.socket:
+    """The scheduler's listening socket at ``SCHED_SOCKET`` (in the state folder, the working directory),
+    0600; whatever was at that path (a stale socket, a file or link put there) is removed first."""
+    with contextlib.suppress(FileNotFoundError):
+        if os.path.isdir(SCHED_SOCKET) and not os.path.islink(SCHED_SOCKET):
+            os.rename(SCHED_SOCKET, f"{SCHED_SOCKET}.replaced-{os.getpid()}-{time.time():.0f}")
+        else:
+            os.unlink(SCHED_SOCKET)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(SCHED_SOCKET)
+    os.chmod(SCHED_SOCKET, 0o600)
+    listener.listen(64)
+    listener.setblocking(False)
+    return listener
+
+
 def run(state_dir: str) -> int:
     """The daemon: one per state folder (an exclusive lock), waiting briefly for an exiting one."""
     lock = open(os.path.join(state_dir, "sched.lock"), "a+")  # noqa: SIM115 - held for the process's life
@@ -568,20 +606,17 @@ def run(state_dir: str) -> int:
                 return 0  # another scheduler runs here
             time.sleep(0.02)
     os.chdir(state_dir)  # bind the socket by its short relative name: AF_UNIX paths are capped at 108 bytes
-    sock_path = SCHED_SOCKET
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(sock_path)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(sock_path)
-    os.chmod(sock_path, 0o600)
-    listener.listen(64)
-    listener.setblocking(False)
+    listener = bind_socket()
     sched = Scheduler(state_dir)
+    sched.sock_ino = os.lstat(SCHED_SOCKET).st_ino
     log(f"scheduler started (pid {os.getpid()}); rebuilt {sched.rebuilt} job(s) from the share")
     try:
         return sched.serve(listener)
     finally:
-        os.unlink(sock_path)
+        if sched.own_socket():  # never another's: a scheduler that took over binds the path anew
+            os.unlink(SCHED_SOCKET)
+        if sched.server is not None:
+            sched.server.listener.close()
         listener.close()
         sched.down.clear()  # what this process learned of lost nodes goes with it
         sched.publish()
