@@ -233,3 +233,43 @@ def test_a_scheduler_killed_before_its_spare_got_the_job_leaves_it_queued_not_fa
     # the launch that never began is no attempt: the one run is the job's first
     assert [(a["index"], a["exit_code"]) for a in head.attempts] == [(0, 0)]
     wait_for(lambda: not processes_with(bytes(tmp_path), b"batchai_node"), 60, "nothing left once idle")
+
+
+RECVFROM = {"x86_64": 45, "aarch64": 207}  # the system call a shim waits in, connected, for its job
+
+
+def waits_for_its_job(pid: int) -> bool:
+    """Whether the shim ``pid`` is connected to its world and blocked reading the job (/proc/PID/syscall)."""
+    try:
+        call = Path(f"/proc/{pid}/syscall").read_text().split()[0]
+    except (OSError, IndexError):
+        return False
+    return call.isdigit() and int(call) == RECVFROM.get(os.uname().machine, -1)
+
+
+def test_a_stopped_waiting_shim_is_found_and_its_world_discarded_before_the_hand_off(
+    ws: Workspace, tmp_path: Path
+) -> None:
+    out, gate = tmp_path / "out", tmp_path / "gate"
+    out.mkdir()
+    exp = ws.create_experiment("e")
+    cluster = ws.create_cluster("c", nodes=2)
+    holder = exp.create_job("holder", cluster=cluster, command_line=WAIT.format(gate=gate)).submit()
+    wide = exp.create_job(
+        "wide", cluster=cluster, node_count=2, command_line=RECORD.format(out=out, name="wide")
+    )
+    wide.submit()
+    wait_for(lambda: len(world_shims(ws)) == 2, 60, "the two-rank world of the queue head")
+    wait_for(lambda: all(waits_for_its_job(p) for p in world_shims(ws)), 60, "the shims to wait for a job")
+    stopped = world_shims(ws)[0]
+    os.kill(stopped, signal.SIGSTOP)  # it keeps its connection, but would never run its rank
+    try:
+        gate.touch()
+        assert holder.wait(timeout=60) is JobState.SUCCEEDED
+        assert wide.wait(timeout=60) is JobState.SUCCEEDED, wide.status.failure_reason
+        assert sorted(p.name for p in out.iterdir()) == ["wide-0", "wide-1"]  # both ranks ran, once
+        assert "the job runs in the MPI world started ahead" not in node_logs(ws, "wide")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(stopped, signal.SIGCONT)
+    wait_for(lambda: not pid_alive(stopped), 30, "the stopped shim to be ended with its world")

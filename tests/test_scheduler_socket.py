@@ -319,3 +319,36 @@ def test_a_request_id_names_one_request_a_replay_with_other_content_is_refused(d
     wait_for(lambda: daemon.status("first")["state"] == "succeeded", 60, "the first job")
     assert daemon.request(submit("second", request_id="s" * 32))["ok"]  # type: ignore[index]
     wait_for(lambda: daemon.status("second")["state"] == "succeeded", 60, "the second job, sent anew")
+
+
+CHECK_FREE = (
+    "python -c \"import sys, pathlib; s = pathlib.Path('/proc/' + sys.argv[1] + '/stat');"
+    " sys.exit(3 if s.exists() and s.read_text().rsplit(')', 1)[1].split()[0] != 'Z' else 0)\" "
+)
+
+
+@pytest.mark.parametrize("corrupt", ["wall = 'soon'", "nodes = 'not json'"])
+def test_quarantining_a_running_jobs_row_ends_its_processes_before_its_node_is_reused(
+    tmp_path: Path, corrupt: str
+) -> None:
+    d = Daemon(tmp_path)  # one node
+    pid_file = tmp_path / "rank.pid"
+    d.start()
+    try:
+        d.stage("long", f"echo $$ > {pid_file}; exec sleep 300")
+        assert d.request(submit("long"))["ok"]  # type: ignore[index]
+        wait_for(lambda: pid_file.exists() and pid_file.read_text().strip() != "", 30, "the rank")
+        rank = pid_file.read_text().strip()
+        assert d.proc is not None
+        d.proc.kill()  # the scheduler dies; its job runs on
+        d.proc.wait(timeout=30)
+        with sqlite3.connect(d.state / "sched.db") as db:  # a value no code path expects, as a bug left it
+            db.execute(f"UPDATE jobs SET {corrupt} WHERE key = 'e/long'")
+        d.start()
+        d.stage("next", CHECK_FREE + rank)  # fails (exit 3) if it shares the node with the rank
+        assert d.request(submit("next"))["ok"]  # type: ignore[index]
+        wait_for(lambda: d.status("next")["state"] in ("succeeded", "failed"), 60, "the next job")
+        assert d.status("next")["state"] == "succeeded", d.status("next")
+        assert d.status("long")["state"] == "failed" and "quarantined" in d.status("long")["failure_reason"]
+    finally:
+        d.stop()

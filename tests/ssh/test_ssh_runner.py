@@ -261,3 +261,73 @@ def test_share_reconnects_after_the_connection_broke(sftp_share: SFTPShare) -> N
     sftp_share.write_text("x.txt", "1")
     sftp_share.runner.close()
     assert sftp_share.read_text("x.txt") == "1"
+
+
+class Blackhole:
+    """A TCP relay to a node's sshd that can stop passing bytes, as a host that lost power does: the
+    connection stays open, nothing answers."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        import socket
+
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.silent = threading.Event()
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self) -> None:
+        import socket
+
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self.pipe, args=(a, b), daemon=True).start()
+
+    def pipe(self, src: object, dst: object) -> None:
+        import socket
+
+        assert isinstance(src, socket.socket) and isinstance(dst, socket.socket)
+        try:
+            while data := src.recv(65536):
+                if not self.silent.is_set():
+                    dst.sendall(data)
+        except OSError:
+            pass
+
+
+def test_a_share_whose_host_stops_answering_fails_in_bounded_time_naming_the_host(
+    ssh_nodes: SSHNodes, tmp_path: Path
+) -> None:
+    node = NODE_ADDRESSES[0]
+    relay = Blackhole((node, ssh_nodes.port))
+    line = ssh_nodes.known_hosts_text([node]).replace(
+        f"[{node}]:{ssh_nodes.port}", f"[127.0.0.1]:{relay.port}"
+    )
+    (tmp_path / "known_hosts").write_text(line)
+    runner = SSHRunner(
+        "127.0.0.1", port=relay.port, user=ssh_nodes.user, key_file=ssh_nodes.key_file,
+        host_keys=HostKeyStore(tmp_path / "known_hosts"), connect_timeout=3.0, retries=1, io_timeout=3.0,
+    )  # fmt: skip
+    root = tmp_path / "share"
+    root.mkdir()
+    share = SFTPShare(runner, str(root))
+    try:
+        share.write_text("status.json", "{}")
+        relay.silent.set()  # the host goes dark
+        t = time.monotonic()
+        with pytest.raises(ShareError) as err:
+            share.stat("status.json")
+        assert time.monotonic() - t < 20
+        assert f"127.0.0.1:{relay.port}" in str(err.value)
+        t = time.monotonic()
+        with pytest.raises(ShareError):  # the next call too: a fresh connection, bounded by its timeout
+            share.read_text("status.json")
+        assert time.monotonic() - t < 20
+    finally:
+        runner.close()
+        relay.listener.close()

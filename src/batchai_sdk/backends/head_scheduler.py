@@ -22,7 +22,15 @@ from .._staging import node_code as node_code
 from ..exceptions import AlreadyExistsError, BackendError, CapacityError, ValidationError
 from ..launch import node_command, on_node
 from ..node.names import SCHED_SOCKET
-from ..node.protocol import E_CAPACITY, E_EXISTS, E_INVALID, E_REQUEST_REUSED, NodesDoc, StatusDoc
+from ..node.protocol import (
+    E_CAPACITY,
+    E_EXISTS,
+    E_INVALID,
+    E_REQUEST_REUSED,
+    E_UNAVAILABLE,
+    NodesDoc,
+    StatusDoc,
+)
 from ..share import Share
 from ..vm_sizes import health_floors
 from .base import Activity, Assignment, Backend, ClusterScheduler, JobRequest, LaunchTarget
@@ -244,7 +252,13 @@ class HeadNodeScheduler(ClusterScheduler):
 
     def terminate(self, experiment: str, name: str, *, timeout: float | None = None) -> bool:
         reply = self.call({"op": "terminate", "experiment": experiment, "name": name}, timeout=timeout)
-        return bool(reply.get("found"))
+        if not reply.get("ok") or "found" not in reply:  # no answer is not "not found": the job is untouched
+            raise BackendError(
+                f"the scheduler of cluster {self.spec.name!r} did not answer the terminate of job "
+                f"{experiment}/{name} ({reply.get('message', reply)}); the job was not terminated",
+                code=str(reply.get("error") or E_UNAVAILABLE),
+            )
+        return bool(reply["found"])
 
     def job_state(self, experiment: str, name: str, *, timeout: float | None = None) -> dict[str, Any] | None:
         reply = self.call({"op": "job", "experiment": experiment, "name": name}, timeout=timeout)

@@ -56,6 +56,7 @@ class SSHRunner(Runner):
         retries: int = 3,
         retry_wait: float = 0.3,
         keepalive: float = 15.0,
+        io_timeout: float = 30.0,
         connect_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         self.host = host
@@ -69,6 +70,7 @@ class SSHRunner(Runner):
         self.retries = max(1, int(retries))
         self.retry_wait = retry_wait
         self.keepalive = keepalive
+        self.io_timeout = io_timeout  # the longest one SFTP request waits for its answer
         self.connect_kwargs = dict(connect_kwargs or {})
         self._client: paramiko.SSHClient | None = None
         self._sftp: paramiko.SFTPClient | None = None
@@ -204,7 +206,19 @@ class SSHRunner(Runner):
                     raise SSHError(
                         self._where(), f"cannot open SFTP: {_describe(exc)}", code="protocol"
                     ) from exc
+            # every SFTP read is bounded: a host that stops answering (powered off, partitioned) fails the
+            # request with a timeout instead of blocking it for as long as TCP keeps the connection
+            self._sftp.get_channel().settimeout(self.io_timeout)  # type: ignore[union-attr]
             return self._sftp
+
+    def drop(self) -> None:
+        """Forget the connection (a request on it timed out): the next one connects afresh."""
+        with self._lock:
+            self._drop()
+
+    def where(self) -> str:
+        """``host:port`` (and the jump host), as errors name it."""
+        return self._where()
 
     def close(self) -> None:
         with self._lock:

@@ -100,6 +100,13 @@ class SFTPShare(Share):
             with self._session(what, path) as sftp:
                 try:
                     return fn(sftp)
+                except TimeoutError as exc:  # the host stopped answering: never wait on it unbounded
+                    self.runner.drop()
+                    raise ShareError(
+                        f"{what} {path!r} on share {self.name!r}: its host {self.runner.where()} did not"
+                        f" answer within {self.runner.io_timeout:g} s",
+                        path,
+                    ) from exc
                 except OSError as exc:
                     if _missing(exc):
                         raise NotFoundError("file", normalize(path) or "/", f"share {self.name!r}") from exc

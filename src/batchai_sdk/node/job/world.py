@@ -14,7 +14,8 @@ The world carries the spare's tag, which becomes the attempt's: reaping by tag c
 process. A world that is not used ends: its spare is let go or finds that its job does not fit (the
 shims' connections are closed, they exit, mpirun with them; its group is killed after a grace), or its
 spare dies (the socket closes under the shims). A job is handed to the world only when every shim is
-connected and alive, so a job never runs in part, or both in the world and in an mpirun of its own.
+connected and alive (not exited, not stopped: a SIGSTOPped shim holds its connection but would never run
+its rank), so a job never runs in part, or both in the world and in an mpirun of its own.
 """
 
 from __future__ import annotations
@@ -143,7 +144,10 @@ class World:
                 continue
             self.conns.append(conn)
         readable, _, _ = select.select(self.conns, [], [], 0)
-        return not readable and self.proc.poll() is None  # a waiting shim never writes: readable is EOF
+        if readable or self.proc.poll() is not None:  # a waiting shim never writes: readable is EOF
+            return False
+        # a stopped shim (SIGSTOP, a debugger) keeps its connection open but would never run its rank
+        return not any(_stopped(_peer_pid(conn)) for conn in self.conns)
 
     def go(self, job: dict[str, Any]) -> None:
         """Hand every shim the job: ``config`` (its launch.json), ``env``, ``wd``, ``stdout``, ``stderr``."""
@@ -204,6 +208,21 @@ def _at(path: str, call: Callable[[str], None]) -> None:
         call(os.path.basename(path))
     finally:
         os.chdir(here)
+
+
+def _peer_pid(conn: socket.socket) -> int:
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return int(struct.unpack("3i", creds)[0])
+
+
+def _stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped, traced, a zombie or gone (``/proc/PID/stat``'s state)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in (b"T", b"t", b"Z", b"X")
 
 
 def _peer_uid(conn: socket.socket) -> int:

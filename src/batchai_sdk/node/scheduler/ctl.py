@@ -9,6 +9,8 @@ import contextlib
 import json
 import os
 import socket
+import stat
+import struct
 import subprocess
 import sys
 import time
@@ -21,12 +23,48 @@ from . import api
 START_TIMEOUT = 20.0
 
 
+def is_scheduler_socket(sock_path: str) -> bool:
+    """Whether ``sock_path`` is a socket (not a link, a file) owned by this user: checked before a connect."""
+    try:
+        info = os.lstat(sock_path)
+    except OSError:
+        return False
+    return stat.S_ISSOCK(info.st_mode) and info.st_uid == os.getuid()
+
+
+def peer_is_scheduler(conn: socket.socket, sock_path: str) -> bool:
+    """Whether the process at the other end is this user's scheduler of the socket's state folder (its
+    working directory, where it binds the socket): checked before anything, a secret above all, is sent.
+    Where the kernel cannot say (no SO_PEERCRED), the socket's own checks stand."""
+    peercred = getattr(socket, "SO_PEERCRED", None)
+    if peercred is None:
+        return True
+    try:
+        pid, uid, _gid = struct.unpack(
+            "3i", conn.getsockopt(socket.SOL_SOCKET, peercred, struct.calcsize("3i"))
+        )
+        if uid != os.getuid():
+            return False
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().split(b"\0")
+        if b"scheduler" not in args:
+            return False
+        return os.path.samefile(f"/proc/{pid}/cwd", os.path.dirname(os.path.abspath(sock_path)))
+    except OSError:
+        return False
+
+
 def send(sock_path: str, request: dict[str, Any], timeout: float) -> dict[str, Any] | None:
-    """The scheduler's reply, or None when none answered (not started, or exiting)."""
+    """The scheduler's reply, or None when none answered (not started, exiting, or what is at the socket's
+    path is not this user's scheduler: nothing is sent to it)."""
+    if not is_scheduler_socket(sock_path):
+        return None
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.settimeout(timeout)
         try:
             conn.connect(sock_path)
+            if not peer_is_scheduler(conn, sock_path):
+                return None
             conn.sendall(json.dumps(request).encode() + b"\n")
             data = b""
             while not data.endswith(b"\n"):

@@ -26,6 +26,7 @@ import os
 import signal
 import socket
 import sqlite3
+import stat
 import subprocess
 import time
 import traceback
@@ -75,6 +76,7 @@ from .store import ACTIVE, STARTING, Store, iso
 __all__ = ["Holding", "RequestError", "Scheduler", "Waiting", "plan", "run"]
 
 LOOP = 0.05
+SOCKET_CHECK_S = 0.25  # how often the loop checks that its socket path is still its own
 TERM_GRACE = 10.0  # the launcher's own grace for the ranks, plus a margin before it is killed
 IDLE_EXIT = 2.0
 LOST_NODE_GRACE = 2.0
@@ -100,6 +102,7 @@ class Scheduler:
         self.publisher = publish.Publisher(self.store, self.cluster, self.down, self.gate)
         self.autoscaler = scaling.AutoScaler(self.cluster, self.store, self.gate, self.pool_exec)
         self.server: RequestServer | None = None
+        self.sock_ino = 0  # the inode of the socket this process bound (run)
         self.spares = Spares()
         self.agents = Agents(log)  # the SSH nodes' warm agents (agent/keeper.py)
         self.lost = lost.LostWatch(self.cluster, self.agents, self.pool_exec, self.stop)
@@ -107,7 +110,7 @@ class Scheduler:
         self.step_errors: dict[str, str] = {}
         self.faulted = False  # a step of this pass met a disk fault
         self.pruned_at = 0.0
-        quarantine.quarantine_bad_rows(self.store.db)
+        quarantine.quarantine_bad_rows(self.store.db, self.node_ids())
         self.rebuilt = recovery.rebuild_from_share(self.store) if self.store.created else 0
 
     # -- what its callers read (tests, tools): the Store's ------------------------------------------
@@ -459,11 +462,12 @@ class Scheduler:
                 self.pool_exec.submit(health.warm_connection, self.cluster, node["address"])
         checked = time.monotonic()
         while not self.stopping:
-            if time.monotonic() - checked > 1.0:
+            if time.monotonic() - checked > SOCKET_CHECK_S:
                 checked = time.monotonic()
                 if self.store.removed():
                     log("this scheduler's folder was removed: exiting")
                     break
+                self.step("socket", self.keep_socket)
             self.faulted = False
             self.step("requests", lambda: self.server.poll(LOOP) if self.server else None)
             self.step("agents", self.keep_agents)
@@ -493,6 +497,24 @@ class Scheduler:
         self.agents.close()
         return 0
 
+    def own_socket(self) -> bool:
+        """Whether the socket path is still the socket this process bound."""
+        try:
+            info = os.lstat(SCHED_SOCKET)
+        except OSError:
+            return False
+        return stat.S_ISSOCK(info.st_mode) and info.st_ino == self.sock_ino
+
+    def keep_socket(self) -> None:
+        """The socket path removed or replaced (a file, a link to another listener): bound again now, so a
+        client waits a moment instead of failing, and never talks to what was put there."""
+        if self.server is None or self.own_socket():
+            return
+        log("the scheduler's socket was removed or replaced: bound again")
+        listener = bind_socket()
+        self.sock_ino = os.lstat(SCHED_SOCKET).st_ino
+        self.server.replace_listener(listener)
+
     def keep_agents(self) -> None:
         """The SSH nodes' agents: started where missing or dead, let go where no longer wanted."""
         self.agents.tick(self.cfg, [n["address"] for n in self.cluster.nodes()])
@@ -517,7 +539,26 @@ class Scheduler:
                 self.step_errors[name] = repr(exc)
                 log(f"{name} failed: {exc!r}\n{traceback.format_exc()}")
             with contextlib.suppress(Exception):
-                quarantine.quarantine_bad_rows(self.store.db)
+                if quarantine.quarantine_bad_rows(self.store.db, self.node_ids()):
+                    self.fence_quarantined()
+
+    def node_ids(self) -> list[str]:
+        """Every node of the cluster (held for a quarantined running job whose row lost its nodes)."""
+        try:
+            return [n["id"] for n in self.cluster.pool()]
+        except Exception:  # a configuration not given yet: no node to hold
+            return []
+
+    def fence_quarantined(self) -> None:
+        """A running job's row was quarantined: its launcher is no longer this process's to watch, and its
+        nodes are cleaned (every process with its tag ended) before they are free."""
+        running = {row["id"] for row in self.rows("state = 'running'")}
+        for job_id in [j for j in self.children if j not in running]:
+            self.children.pop(job_id, None)
+            self.unwatch_exit(job_id)
+        for row in self.rows("state = 'cleaning'"):
+            if row["id"] not in self.ends.cleaning:
+                self.ends.resume(row)
 
     def fault(self, exc: BaseException) -> None:
         """The head node's disk or database refused a write: stay up, say so once (in the log and in
@@ -561,6 +602,22 @@ def stop_grace(row: sqlite3.Row) -> float:
     return TERM_GRACE + 5
 
 
+def bind_socket() -> socket.socket:
+    """The scheduler's listening socket at ``SCHED_SOCKET`` (in the state folder, the working directory),
+    0600; whatever was at that path (a stale socket, a file or link put there) is removed first."""
+    with contextlib.suppress(FileNotFoundError):
+        if os.path.isdir(SCHED_SOCKET) and not os.path.islink(SCHED_SOCKET):
+            os.rename(SCHED_SOCKET, f"{SCHED_SOCKET}.replaced-{os.getpid()}-{time.time():.0f}")
+        else:
+            os.unlink(SCHED_SOCKET)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(SCHED_SOCKET)
+    os.chmod(SCHED_SOCKET, 0o600)
+    listener.listen(64)
+    listener.setblocking(False)
+    return listener
+
+
 def run(state_dir: str) -> int:
     """The daemon: one per state folder (an exclusive lock), waiting briefly for an exiting one."""
     lock = open(os.path.join(state_dir, "sched.lock"), "a+")  # noqa: SIM115 - held for the process's life
@@ -574,20 +631,17 @@ def run(state_dir: str) -> int:
                 return 0  # another scheduler runs here
             time.sleep(0.02)
     os.chdir(state_dir)  # bind the socket by its short relative name: AF_UNIX paths are capped at 108 bytes
-    sock_path = SCHED_SOCKET
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(sock_path)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(sock_path)
-    os.chmod(sock_path, 0o600)
-    listener.listen(64)
-    listener.setblocking(False)
+    listener = bind_socket()
     sched = Scheduler(state_dir)
+    sched.sock_ino = os.lstat(SCHED_SOCKET).st_ino
     log(f"scheduler started (pid {os.getpid()}); rebuilt {sched.rebuilt} job(s) from the share")
     try:
         return sched.serve(listener)
     finally:
-        os.unlink(sock_path)
+        if sched.own_socket():  # never another's: a scheduler that took over binds the path anew
+            os.unlink(SCHED_SOCKET)
+        if sched.server is not None:
+            sched.server.listener.close()
         listener.close()
         sched.down.clear()  # what this process learned of lost nodes goes with it
         sched.publish()

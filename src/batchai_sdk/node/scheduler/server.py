@@ -44,6 +44,14 @@ class RequestServer:
             end.setblocking(False)
         self.sel.register(self.woken, selectors.EVENT_READ, self.drain)
 
+    def replace_listener(self, listener: socket.socket) -> None:
+        """Serve on ``listener`` from now on (the socket path was removed or replaced and bound again)."""
+        self.unregister(self.listener)
+        with contextlib.suppress(OSError):
+            self.listener.close()
+        self.listener = listener
+        self.sel.register(listener, selectors.EVENT_READ)
+
     def wake(self) -> None:
         """Thread-safe: the loop's ``poll`` returns now rather than at its timeout."""
         with contextlib.suppress(OSError):  # full: a wake is pending already; closed: the loop ended
