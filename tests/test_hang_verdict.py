@@ -227,3 +227,38 @@ def test_a_healthy_job_with_uneven_steps_gets_no_notice(
         time.sleep(0.5)
     assert job.status.state is JobState.SUCCEEDED, job.status.failure_reason
     assert seen == [] and not any(line.startswith("[batchai] ") for line in job.tail("stdout.txt", 500))
+
+
+HOROVOD = """\
+import os, time
+rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+import tensorflow as tf
+import horovod.tensorflow as hvd
+hvd.init()
+for step in range(1, 10000):
+    if rank == 1 and step == 4:
+        time.sleep(3600)
+    hvd.allreduce(tf.constant([1.0]), name="grad")
+    print(f"rank {rank} step {step}", flush=True)
+    time.sleep(0.3)
+"""
+SLEEPS_AT, GRAD_LINE = 8, 9
+
+
+def test_a_horovod_hang_is_caught_through_its_stall_warnings_and_the_odd_rank_named(
+    ws: Workspace, script: Script, cleanup: list[Job]
+) -> None:
+    pytest.importorskip("horovod.tensorflow")
+    exp = ws.create_experiment("e")
+    cluster = ws.create_cluster("c", nodes=2)
+    job = exp.create_job("hvd", cluster=cluster, node_count=2, process_count=2,
+                         python_script=str(script("train.py", HOROVOD)), hang_notice=40,
+                         environment={"HOROVOD_STALL_CHECK_TIME_SECONDS": "5"}).submit()  # fmt: skip
+    cleanup.append(job)
+    wait_for(lambda: job.status.notice is not None or job.state.ended, 300, "the hang notice")
+    notice = job.status.notice or ""
+    warned = [line for line in job.tail("stderr.txt", 200) if "One or more tensors were submitted" in line]
+    assert warned, "Horovod's stall warning (written every 5 s, and no longer taken for progress)"
+    nodes = job.status.nodes
+    assert f"rank 1 on {nodes[1]} is in train.py:{SLEEPS_AT} (time.sleep(3600))" in notice, notice
+    assert f"rank 0 on {nodes[0]} waits in allreduce at train.py:{GRAD_LINE}" in notice, notice
