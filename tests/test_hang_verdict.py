@@ -7,7 +7,6 @@ gets no notice."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import time
@@ -18,102 +17,26 @@ import pytest
 
 from _helpers import wait_for
 from batchai_sdk import Job, JobState, Workspace
+from hang_jobs import (
+    BARRIER_LINE,
+    NOTICE,
+    REDUCE_LINE,
+    SLEEP_LINE,
+    notice_within,
+    rank_pids,
+    start,
+    step_of,
+    write_train,
+)
 
 pytest.importorskip("torch")
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 Script = Callable[[str, str], Path]
 
-NOTICE = 15.0  # hang_notice: the floor of the steps rule for these tests (60 s by default)
-
-# line numbers matter: the verdicts below name train.py:SLEEP_LINE, :REDUCE_LINE and :BARRIER_LINE
-TRAIN = """\
-import json, os, sys, threading, time
-rank = int(os.environ["RANK"])
-def chatter():  # output that keeps coming while the steps stop: not progress
-    while True:
-        print(f"rank {rank}: prefetching", flush=True)
-        time.sleep(2)
-threading.Thread(target=chatter, daemon=True).start()
-from datetime import timedelta
-import torch, torch.distributed as dist
-from batchai_sdk import log_metric
-dist.init_process_group(backend="gloo", init_method=os.environ["AZ_BATCHAI_PYTORCH_INIT_METHOD"], rank=rank,
-                        world_size=int(os.environ["WORLD_SIZE"]), timeout=timedelta(seconds=float(sys.argv[3])))
-mode, steps = sys.argv[1], int(sys.argv[2])
-with open(os.path.join(sys.argv[4], f"rank-{rank}.json"), "w") as f:
-    json.dump({"pid": os.getpid(), "shim": os.getppid()}, f)
-t = torch.ones(1)
-for step in range(1, steps + 1):
-    if mode == "sleep" and rank == 1 and step == 6:
-        time.sleep(3600)
-    if mode == "skip" and rank == 1 and step == 6:
-        dist.barrier()  # instead of the all-reduce: the others wait in that, this rank in the barrier
-    else:
-        dist.all_reduce(t)
-    log_metric(step=step, loss=1.0 / step)
-    time.sleep(0.3 if step % 4 else 2.5)  # uneven steps: a slow batch every fourth
-dist.destroy_process_group()
-time.sleep(0.3)
-"""
-SLEEP_LINE, BARRIER_LINE, REDUCE_LINE = 19, 21, 23
-
 
 @pytest.fixture
-def train(script: Script) -> Path:
-    path = script("train.py", TRAIN)
-    lines = path.read_text().splitlines()
-    assert "time.sleep(3600)" in lines[SLEEP_LINE - 1] and "dist.barrier()" in lines[BARRIER_LINE - 1]
-    assert "dist.all_reduce(t)" in lines[REDUCE_LINE - 1]
-    return path
-
-
-def start(ws: Workspace, train: Path, mode: str, *, ranks: int = 2, steps: int = 10000, gloo_timeout: int = 600,
-          **options: object) -> Job:  # fmt: skip
-    pids = train.parent / "pids"
-    pids.mkdir(exist_ok=True)
-    exp = ws.create_experiment("e")
-    cluster = ws.create_cluster("c", nodes=2)
-    return exp.create_job(f"{mode}", cluster=cluster, node_count=2, toolkit="pytorch", process_count=ranks,
-                          python_script=str(train), args=[mode, str(steps), str(gloo_timeout), str(pids)],
-                          toolkit_settings={"communication_backend": "TCP"},
-                          hang_notice=options.pop("hang_notice", NOTICE), **options).submit()  # type: ignore[arg-type]  # fmt: skip
-
-
-def rank_pids(job: Job, rank: int) -> dict[str, int]:
-    """The rank's own pid and its shim's, as the script wrote them to the job's shared temp folder."""
-    path = Path(job.spec.python_script or ".").parent / "pids" / f"rank-{rank}.json"
-    found: dict[str, int] = {}
-
-    def read() -> bool:
-        try:
-            found.update(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            return False
-        return True
-
-    wait_for(read, 120, f"rank {rank}'s pid")
-    return found
-
-
-def step_of(job: Job) -> int:
-    path = Path(job.workspace.share.root) / job.paths.stdouterr / "metrics.jsonl"  # type: ignore[attr-defined]
-    lines = path.read_text().splitlines() if path.is_file() else []
-    return int(json.loads(lines[-1])["step"]) if lines else 0
-
-
-def notice_within(job: Job, bound: float) -> tuple[str, float]:
-    """Wait for the notice; returns it and the seconds from the last step to it."""
-    wait_for(lambda: step_of(job) >= 1, 180, "the first step")
-    last, seen = step_of(job), time.monotonic()
-    deadline = time.monotonic() + bound + 240
-    while time.monotonic() < deadline:
-        notice = job.status.notice
-        if notice:
-            return notice, time.monotonic() - seen
-        if step_of(job) != last:
-            last, seen = step_of(job), time.monotonic()
-        time.sleep(0.5)
-    raise AssertionError(f"no notice within {bound} s of the last step (state {job.status.state})")
+def train(tmp_path: Path) -> Path:
+    return write_train(tmp_path / "scripts")
 
 
 @pytest.fixture
@@ -227,3 +150,38 @@ def test_a_healthy_job_with_uneven_steps_gets_no_notice(
         time.sleep(0.5)
     assert job.status.state is JobState.SUCCEEDED, job.status.failure_reason
     assert seen == [] and not any(line.startswith("[batchai] ") for line in job.tail("stdout.txt", 500))
+
+
+HOROVOD = """\
+import os, time
+rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+import tensorflow as tf
+import horovod.tensorflow as hvd
+hvd.init()
+for step in range(1, 10000):
+    if rank == 1 and step == 4:
+        time.sleep(3600)
+    hvd.allreduce(tf.constant([1.0]), name="grad")
+    print(f"rank {rank} step {step}", flush=True)
+    time.sleep(0.3)
+"""
+SLEEPS_AT, GRAD_LINE = 8, 9
+
+
+def test_a_horovod_hang_is_caught_through_its_stall_warnings_and_the_odd_rank_named(
+    ws: Workspace, script: Script, cleanup: list[Job]
+) -> None:
+    pytest.importorskip("horovod.tensorflow")
+    exp = ws.create_experiment("e")
+    cluster = ws.create_cluster("c", nodes=2)
+    job = exp.create_job("hvd", cluster=cluster, node_count=2, process_count=2,
+                         python_script=str(script("train.py", HOROVOD)), hang_notice=40,
+                         environment={"HOROVOD_STALL_CHECK_TIME_SECONDS": "5"}).submit()  # fmt: skip
+    cleanup.append(job)
+    wait_for(lambda: job.status.notice is not None or job.state.ended, 300, "the hang notice")
+    notice = job.status.notice or ""
+    warned = [line for line in job.tail("stderr.txt", 200) if "One or more tensors were submitted" in line]
+    assert warned, "Horovod's stall warning (written every 5 s, and no longer taken for progress)"
+    nodes = job.status.nodes
+    assert f"rank 1 on {nodes[1]} is in train.py:{SLEEPS_AT} (time.sleep(3600))" in notice, notice
+    assert f"rank 0 on {nodes[0]} waits in allreduce at train.py:{GRAD_LINE}" in notice, notice

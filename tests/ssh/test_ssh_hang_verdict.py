@@ -1,0 +1,61 @@
+"""Hang verdicts over real sshd nodes: the stacks are collected on each node over SSH, and the verdict names
+the rank and node that differ (a rank sleeping in the loop; a rank stopped by SIGSTOP, failed by
+hang_timeout with the verdict as its reason)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sshd import NODE_ADDRESSES, SSHNodes
+
+from _helpers import wait_for
+from batchai_sdk import JobState, Workspace
+from hang_jobs import NOTICE, REDUCE_LINE, SLEEP_LINE, notice_within, rank_pids, start, step_of, write_train
+
+pytest.importorskip("torch")
+pytestmark = [pytest.mark.ssh, pytest.mark.mpi, pytest.mark.slow]
+GLOO = {"GLOO_SOCKET_IFNAME": "lo"}
+
+
+@pytest.fixture(scope="module")
+def lab(ssh_nodes: SSHNodes, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
+    root = tmp_path_factory.mktemp("hangs")
+    (root / "mnt" / "share").mkdir(parents=True)
+    ws = ssh_nodes.workspace("hangs", root, list(NODE_ADDRESSES[:2]))
+    yield ws
+    ws.close()
+
+
+def test_a_sleeping_rank_on_the_second_ssh_node_is_named(lab: Workspace, tmp_path: Path) -> None:
+    job = start(lab, write_train(tmp_path), "sleep", environment=GLOO)
+    try:
+        notice, _ = notice_within(job, NOTICE)
+        nodes = job.status.nodes
+        assert f"rank 1 on {nodes[1]} is in train.py:{SLEEP_LINE} (time.sleep(3600))" in notice, notice
+        assert f"rank 0 on {nodes[0]} waits in all_reduce at train.py:{REDUCE_LINE}" in notice, notice
+        wait_for(lambda: any(line.startswith("[batchai] possibly hung") for line in job.tail("stdout.txt", 30)),
+                 30, "the verdict in the stream")  # fmt: skip
+    finally:
+        job.terminate()
+
+
+def test_a_stopped_rank_on_an_ssh_node_fails_the_job_with_the_verdict(lab: Workspace, tmp_path: Path) -> None:
+    job = start(lab, write_train(tmp_path), "run", environment=GLOO, hang_timeout=NOTICE + 10)
+    wait_for(lambda: step_of(job) >= 3, 180, "three steps")
+    pid = rank_pids(job, 1)["pid"]
+    os.kill(pid, signal.SIGSTOP)  # the sshd nodes are loopback addresses of this machine
+    try:
+        assert job.wait(timeout=240) is JobState.FAILED
+        reason = job.status.failure_reason or ""
+        assert f"rank 1 on {job.status.nodes[1]} is stopped (SIGSTOP or a debugger)" in reason, reason
+        assert "(possible hang); stacks in stacks-" in reason, reason
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+        if not job.state.ended:
+            job.terminate()
