@@ -321,3 +321,33 @@ def test_flags_override_the_files_batchai_sdk(cli: Callable[..., str], tmp_path:
                            "--priority", "high", "--max-wall-clock-time", "2h"))  # fmt: skip
     assert shown["schedulingPriority"] == "high"
     assert shown["constraints"] == {"maxWallClockTime": "PT2H"}
+
+
+# -- the estimate and the record, as placement and readers see them ---------------------------------------
+
+
+def test_the_estimate_plays_the_queue_forward_by_the_limits() -> None:
+    from batchai_sdk.node.policy.pending import Running, estimate
+    from batchai_sdk.node.policy.queue import Waiting
+
+    running = [Running("e/a", 1, 100.0), Running("e/b", 1, 160.0)]  # 2 nodes, both busy
+    order = [
+        Waiting(1, 2, 50.0),  # both nodes: once b ends, at 160; ends at 210
+        Waiting(2, 1, 30.0),  # never before the job ahead: 210 (a node is free from 210)
+        Waiting(3, 1, None),  # the other node, also 210; it has no limit
+        Waiting(4, 2, 10.0),  # both nodes: behind a job without a limit, unknown
+        Waiting(5, 1, 10.0),  # behind it: unknown too
+    ]
+    assert estimate(order, running, 0) == {1: 160.0, 2: 210.0, 3: 210.0, 4: None, 5: None}
+    assert estimate([Waiting(1, 1, 5.0)], running, 1) == {1: 0.0}  # a node free now: no wait
+
+
+def test_a_pending_record_that_is_not_one_is_left_out() -> None:
+    from batchai_sdk.node.protocol import NodesDoc, StatusDoc
+
+    doc = NodesDoc.from_dict({"pending": {"e/a": "x", "e/b": {"kind": 3}, "e/c": {"kind": "held"}}})
+    assert list(doc.pending) == ["e/c"] and doc.pending["e/c"].message == "held"
+    assert NodesDoc.from_dict({"pending": ["e/a"]}).pending == {}
+    status = StatusDoc.from_dict({"state": "queued", "pending": {"kind": "quota", "position": "1"}})
+    assert status.pending is not None and status.pending.position is None
+    assert status.to_dict()["pending"] == {"kind": "quota", "message": "quota"}

@@ -653,7 +653,7 @@ class PendingReason:
     position: int | None = None
     ahead: tuple[str, ...] = ()
     ahead_count: int = 0
-    nodes: Mapping[str, str] = field(default_factory=dict)
+    nodes: Mapping[str, str] = field(default_factory=dict, hash=False)  # hashable, as JobStatus is
     estimated_start: datetime | None = None
     source: str | None = None
 

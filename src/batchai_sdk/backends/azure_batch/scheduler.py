@@ -21,11 +21,12 @@ from ... import _layout as layout
 from ..._models import JobState, parse_time, utcnow
 from ..._staging import ensure_node_code
 from ...exceptions import AlreadyExistsError
-from ...node.protocol import Reporter, StatusDoc
+from ...node.protocol import PendingDoc, Reporter, StatusDoc
 from ...share import join
 from ..base import Assignment, ClusterScheduler, JobRequest
 from . import task as tasks
 from .job_mounts import job_mounts
+from .pending import pending_reason
 
 if TYPE_CHECKING:
     from .backend import AzureBatchBackend
@@ -212,6 +213,14 @@ class BatchScheduler(ClusterScheduler):
             self.backend.enable_autoscale(self.spec)
 
     # -- reconciliation -----------------------------------------------------------------------------------
+    def _pending(self, task: Mapping[str, Any]) -> PendingDoc:
+        """Why the active task waits (pending.py), from its pool and the pool's nodes."""
+        need = int((task.get("multiInstanceSettings") or {}).get("numberOfInstances") or 1)
+        pool_id = self.backend.pool_id(self.spec)
+        pool = self.backend.service.get_pool(pool_id)
+        nodes = self.backend.service.list_nodes(pool_id) if pool is not None else []
+        return pending_reason(pool, nodes, need)
+
     def refresh(self, experiment: str, name: str) -> dict[str, Any] | None:
         """The job's status record from its Batch task: state, times, nodes, exit code, failure reason
         and the attempts the service requeued. Returns the record as written (None when there is none)."""
@@ -246,6 +255,7 @@ class BatchScheduler(ClusterScheduler):
             record["nodes"] = self._nodes(job_id, task)
         elif state is JobState.QUEUED:
             record["state"] = "queued"
+            record["pending"] = self._pending(task).to_dict()  # why: its pool's states
         else:
             if state is JobState.FAILED:
                 if code is None and isinstance(result.get("exit_code"), int):
