@@ -396,7 +396,9 @@ def make_model(args: argparse.Namespace, ranks: _Ranks, data: _Data) -> _Trainer
         scheduler.load_state_dict(state["scheduler"])
         start_epoch = int(state["epoch"])
         if ranks.rank == 0:
-            how = " (written on SIGTERM mid-epoch)" if state.get("interrupted") else ""
+            step = state.get("step")
+            where = f" at step {step} of epoch {start_epoch + 1}" if step else ""
+            how = f" (written on SIGTERM mid-epoch{where})" if state.get("interrupted") else ""
             print(f"resuming from checkpoint epoch {start_epoch}{how}", flush=True)
     amp = bool(args.mixed_precision and device.type == "cuda")
     if args.mixed_precision and not amp and ranks.rank == 0:
@@ -567,6 +569,7 @@ def fit(args: argparse.Namespace, ranks: _Ranks, data: _Data, trainer: _Trainer)
                 "val_accuracy": totals[4] / totals[5],
                 "images_per_sec": totals[2] / train_seconds if train_seconds > 0 else None,
                 "seconds": time.perf_counter() - began,
+                "time": round(time.time(), 3),  # when it ended: job.goodput's clock
             }
             with metrics_path.open("a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
