@@ -194,3 +194,36 @@ def test_the_cli_drill_runs_a_job_through_faults_and_prints_each_recovery_and_th
     assert report["goodput"]["steps"] == 40 and report["goodput"]["stepsMissing"] == 0
     assert len(report["goodput"]["lost"]) == 2 and report["state"] == "succeeded"
     print("\n" + printed[: printed.index("{")])
+
+
+ELASTIC = """
+import os, time
+from batchai_sdk import log_metric
+rank = int(os.environ["RANK"])
+print(f"rank {rank} start {os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", flush=True)
+for step in range(1, 26):
+    time.sleep(0.2)
+    if rank == 0:
+        log_metric(step, loss=1.0 / step)
+"""
+
+
+def test_a_killed_pytorch_rank_restarts_in_place_with_max_restarts_and_the_job_is_not_requeued(
+    ws: Workspace, script: Script
+) -> None:
+    cluster = ws.create_cluster("c", vm_size="Standard_D2_v2", nodes=2, allow_fault_injection=True)
+    job = ws.create_experiment("e").create_job(
+        "elastic", cluster=cluster, node_count=2, toolkit="pytorch", python_script=str(script("el.py", ELASTIC)),
+        toolkit_settings={"max_restarts": 2},
+    ).submit()  # fmt: skip
+    fault = job.inject_fault("kill_rank", rank=1, at_step=5, timeout=120)
+    assert job.wait(timeout=120) is JobState.SUCCEEDED, job.status.failure_reason
+    assert len(job.attempts) == 1 and job.attempts[0]["cause"] == "exit"  # one attempt: no requeue
+    assert sorted(job.tail("stdout.txt", 10)) == ["rank 0 start 0", "rank 1 start 0", "rank 1 start 1"]
+    node = job.status.nodes[-1]
+    log = job.tail(f"execution-{node}.log", 30)
+    assert any("rank 1 exited with signal 9; restarted in place (1 of 2)" in line for line in log), log
+    assert fault["rank"] == 1
+    with pytest.raises(ValidationError, match="max_restarts"):
+        ws.get_experiment("e").create_job("bad", cluster=cluster, toolkit="pytorch", python_script="x.py",
+                                          toolkit_settings={"max_restarts": -1})  # fmt: skip

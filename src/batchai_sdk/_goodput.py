@@ -101,7 +101,8 @@ def _seconds(value: object) -> float | None:
 
 
 def step_records(lines: Iterable[str]) -> list[tuple[int, float]]:
-    """(step, time) of each ``metrics.jsonl`` line that has both, in file order."""
+    """(step, time) of each ``metrics.jsonl`` line that has both, in file order (``epoch`` where a line has
+    no ``step``: the shipped training modules log one line per epoch)."""
     out = []
     for line in lines:
         try:
@@ -110,7 +111,7 @@ def step_records(lines: Iterable[str]) -> list[tuple[int, float]]:
             continue
         if not isinstance(doc, dict):
             continue
-        step, when = doc.get("step"), doc.get("time")
+        step, when = doc.get("step", doc.get("epoch")), doc.get("time")
         if isinstance(step, int | float) and isinstance(when, int | float) and not isinstance(step, bool):
             out.append((int(step), float(when)))
     return out

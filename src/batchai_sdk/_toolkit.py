@@ -46,7 +46,7 @@ TORCH_BACKENDS = ("tcp", "gloo", "nccl", "mpi")
 CNTK_LANGUAGES = ("Python", "BrainScript")
 # The keys of JobSpec.toolkit_settings each toolkit accepts (snake_case; job.json names in batchai_json).
 TOOLKIT_SETTING_KEYS: dict[Toolkit, tuple[str, ...]] = {
-    Toolkit.PYTORCH: ("communication_backend",),
+    Toolkit.PYTORCH: ("communication_backend", "max_restarts"),
     Toolkit.TENSORFLOW: (
         "worker_count",
         "parameter_server_count",
@@ -77,7 +77,7 @@ def validate_toolkit_settings(toolkit: Toolkit, settings: object) -> dict[str, A
         if key == "communication_backend":
             if not isinstance(value, str) or value.lower() not in TORCH_BACKENDS:
                 raise ValidationError(where, value, "one of TCP, Gloo, NCCL, MPI (any case)")
-        elif key in ("worker_count", "parameter_server_count"):
+        elif key in ("worker_count", "parameter_server_count", "max_restarts"):
             least = 1 if key == "worker_count" else 0
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ValidationError(where, value, f"an integer >= {least}")

@@ -32,8 +32,13 @@ Choices and semantics
   ``Restart N (AZ_BATCHAI_JOB_RESTART_COUNT=N)`` first.
 * SIGTERM (eviction notice, ``job terminate``): the ranks agree at the next step (a tiny allreduce per
   step), rank 0 writes ``checkpoint-NNN.pt`` holding the weights reached so far in the interrupted epoch
-  NNN+1 (it is redone on resume), and every rank exits with status 143. SIGUSR1 dumps every thread's
-  stack to stderr (``faulthandler``): what the hang watchdog collects.
+  NNN+1 with the step reached and every rank's running sums of the epoch's metrics, and every rank exits
+  with status 143; a resumed run goes on at that step.
+* Bit-exact resume: every random draw of a step (dropout, augmentation) comes from a seed made of the run's
+  seed, the epoch, the step and the rank, and the data order from the seed and the epoch, so a run resumed
+  from any checkpoint (the optimizer's, the schedule's and the gradient scaler's state restored) computes
+  the same losses as a run never stopped (``tests/train/test_train_exact_resume.py``).
+* SIGUSR1 dumps every thread's stack to stderr (``faulthandler``): what the hang watchdog collects.
 * Metrics: rank 0 appends one JSON line per epoch to ``<dir>/metrics.jsonl``, the same keys as ``cifar10.py``
   (epoch, loss, accuracy, val_loss, val_accuracy, images_per_sec, seconds), so ``job.metrics()`` reads both.
 * Outputs: ``<dir>/saved_models/cifar10_torch_model.pt`` (the final ``state_dict``, rank 0);
@@ -267,6 +272,8 @@ class _Trainer:
     scaler: Any
     amp: bool
     start_epoch: int
+    start_step: int = 0  # of start_epoch: a checkpoint written on SIGTERM mid-epoch goes on there
+    partial: tuple[float, float, float] = (0.0, 0.0, 0.0)  # this rank's sums of the epoch's steps done
 
 
 def start() -> _Ranks:
@@ -389,7 +396,9 @@ def make_model(args: argparse.Namespace, ranks: _Ranks, data: _Data) -> _Trainer
         scheduler.load_state_dict(state["scheduler"])
         start_epoch = int(state["epoch"])
         if ranks.rank == 0:
-            how = " (written on SIGTERM mid-epoch)" if state.get("interrupted") else ""
+            step = state.get("step")
+            where = f" at step {step} of epoch {start_epoch + 1}" if step else ""
+            how = f" (written on SIGTERM mid-epoch{where})" if state.get("interrupted") else ""
             print(f"resuming from checkpoint epoch {start_epoch}{how}", flush=True)
     amp = bool(args.mixed_precision and device.type == "cuda")
     if args.mixed_precision and not amp and ranks.rank == 0:
@@ -401,13 +410,30 @@ def make_model(args: argparse.Namespace, ranks: _Ranks, data: _Data) -> _Trainer
         if ranks.distributed
         else model
     )
-    return _Trainer(model, ddp, optimizer, scheduler, scaler, amp, start_epoch)
+    start_step, partial = 0, (0.0, 0.0, 0.0)
+    if state is not None and state.get("interrupted") and state.get("world_size") == world:
+        start_step = int(state.get("step") or 0)  # a checkpoint from before steps were kept: the epoch again
+        partials = state.get("partials") or []
+        if len(partials) == 3 * world:
+            partial = (partials[3 * ranks.rank], partials[3 * ranks.rank + 1], partials[3 * ranks.rank + 2])
+    if state is not None and state.get("scaler"):
+        scaler.load_state_dict(state["scaler"])
+    return _Trainer(model, ddp, optimizer, scheduler, scaler, amp, start_epoch, start_step, partial)
 
 
 def _checkpoint(
-    args: argparse.Namespace, ranks: _Ranks, data: _Data, trainer: _Trainer, epoch: int, *, interrupted: bool
+    args: argparse.Namespace,
+    ranks: _Ranks,
+    data: _Data,
+    trainer: _Trainer,
+    epoch: int,
+    *,
+    interrupted: bool,
+    step: int = 0,
+    partials: list[float] | None = None,
 ) -> None:
-    """Rank 0: ``checkpoint-NNN.pt`` (model, optimizer, scheduler, epoch, seed); the last three are kept."""
+    """Rank 0: ``checkpoint-NNN.pt`` (model, optimizer, scheduler, scaler, epoch, seed; written on SIGTERM:
+    the step reached in epoch NNN+1 and every rank's sums of its steps); the last three are kept."""
     if ranks.rank != 0:
         return
     ckpt_dir = args.dir / "checkpoints"
@@ -418,7 +444,10 @@ def _checkpoint(
             "model": trainer.model.state_dict(),
             "optimizer": trainer.optimizer.state_dict(),
             "scheduler": trainer.scheduler.state_dict(),
+            "scaler": trainer.scaler.state_dict(),
             "interrupted": interrupted,
+            "step": step,
+            "partials": partials or [],
             "world_size": ranks.world,
         },
         ckpt_dir / checkpoint_name(epoch, CHECKPOINT_SUFFIX),
@@ -445,10 +474,22 @@ def _scores(ranks: _Ranks, trainer: _Trainer, xs: Any, ys: Any) -> tuple[float, 
     return loss_sum, correct, float(len(xs))
 
 
+def step_seed(seed: int, epoch: int, step: int, rank: int) -> int:
+    """The seed of one step's random draws on one rank: the same whichever attempt runs the step."""
+    return (seed * 1000003 + epoch * 100003 + step * 1009 + rank) % 2**63
+
+
 def _train_epoch(
-    args: argparse.Namespace, ranks: _Ranks, data: _Data, trainer: _Trainer, epoch: int
-) -> tuple[float, float, float] | None:
-    """One epoch of this rank's shard: (loss sum, correct, images); None when SIGTERM stopped it (all ranks
+    args: argparse.Namespace,
+    ranks: _Ranks,
+    data: _Data,
+    trainer: _Trainer,
+    epoch: int,
+    start_step: int = 0,
+    partial: tuple[float, float, float] = (0.0, 0.0, 0.0),
+) -> tuple[tuple[float, float, float], int | None]:
+    """This rank's shard of one epoch from ``start_step`` on (``partial``: its sums of the steps before):
+    ((loss sum, correct, images), None), or the sums so far and the step SIGTERM stopped it at (all ranks
     agree at each step, with a one-number allreduce)."""
     torch = ranks.torch
     import torch.nn.functional as F
@@ -465,12 +506,14 @@ def _train_epoch(
             batch=args.batch_size,
         )
     )
-    gen = torch.Generator().manual_seed(data.seed * 1000003 + epoch * 1009 + ranks.rank)
-    loss_sum = correct = seen = 0.0
-    for step in range(data.steps):
+    gen = torch.Generator()
+    loss_sum, correct, seen = partial
+    for step in range(start_step, data.steps):
         requested = float(ranks.stop.requested)
         if (ranks.all_sum([requested])[0] if ranks.distributed else requested) > 0:
-            return None
+            return (loss_sum, correct, seen), step
+        torch.manual_seed(step_seed(data.seed, epoch, step, ranks.rank))  # dropout's masks
+        gen.manual_seed(step_seed(data.seed, epoch, step, ranks.rank))  # augmentation's draws
         batch = idx[step * args.batch_size : (step + 1) * args.batch_size]
         x, y = data.train_x[batch], data.train_y[batch]
         if not args.no_augmentation:
@@ -487,7 +530,7 @@ def _train_epoch(
         loss_sum += float(loss.detach()) * len(y)
         correct += float((logits.argmax(1) == y).sum())
         seen += len(y)
-    return loss_sum, correct, seen
+    return (loss_sum, correct, seen), None
 
 
 def fit(args: argparse.Namespace, ranks: _Ranks, data: _Data, trainer: _Trainer) -> int | None:
@@ -497,9 +540,16 @@ def fit(args: argparse.Namespace, ranks: _Ranks, data: _Data, trainer: _Trainer)
     metrics_path = args.dir / "metrics.jsonl"
     for epoch in range(trainer.start_epoch, args.epochs):
         began = time.perf_counter()
-        trained = _train_epoch(args, ranks, data, trainer, epoch)
-        if trained is None:
-            _checkpoint(args, ranks, data, trainer, epoch, interrupted=True)
+        first = epoch == trainer.start_epoch
+        start_step, partial = (trainer.start_step, trainer.partial) if first else (0, (0.0, 0.0, 0.0))
+        trained, stopped_at = _train_epoch(args, ranks, data, trainer, epoch, start_step, partial)
+        if stopped_at is not None:
+            mine = [0.0] * (3 * ranks.world)  # every rank's sums, each in its own place: gathered exactly
+            mine[3 * ranks.rank : 3 * ranks.rank + 3] = trained
+            partials = ranks.all_sum(mine) if ranks.distributed else mine
+            _checkpoint(
+                args, ranks, data, trainer, epoch, interrupted=True, step=stopped_at, partials=partials
+            )
             if ranks.distributed:
                 ranks.dist.barrier()
             if ranks.rank == 0:
@@ -519,6 +569,7 @@ def fit(args: argparse.Namespace, ranks: _Ranks, data: _Data, trainer: _Trainer)
                 "val_accuracy": totals[4] / totals[5],
                 "images_per_sec": totals[2] / train_seconds if train_seconds > 0 else None,
                 "seconds": time.perf_counter() - began,
+                "time": round(time.time(), 3),  # when it ended: job.goodput's clock
             }
             with metrics_path.open("a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")

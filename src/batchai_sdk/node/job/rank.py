@@ -211,19 +211,24 @@ def run_rank(config_path: str, secrets: dict[str, str] | None = None) -> int:
     argv, env_file = in_container(cfg, env, argv, rank, log)
     shown = shlex.join(written)
     try_append(log, f"rank {rank} starting on {socket.gethostname()} (pid {os.getpid()}): {shown}")
-    child = subprocess.Popen(argv, cwd=cfg["wd"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     last_err: list[bytes] = []
     out_copy, err_copy = (
         (os.path.join(cfg["stdouterr_dir"], task_logs[0]), os.path.join(cfg["stdouterr_dir"], task_logs[1]))
         if task_logs
         else (None, None)
     )
-    relays = [
-        threading.Thread(target=relay_lines, args=(child.stdout, 1, None, out_copy), daemon=True),
-        threading.Thread(target=relay_lines, args=(child.stderr, 2, last_err, err_copy), daemon=True),
-    ]
-    for t in relays:
-        t.start()
+
+    def start_child() -> tuple[subprocess.Popen[bytes], list[threading.Thread]]:
+        proc = subprocess.Popen(argv, cwd=cfg["wd"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        threads = [
+            threading.Thread(target=relay_lines, args=(proc.stdout, 1, None, out_copy), daemon=True),
+            threading.Thread(target=relay_lines, args=(proc.stderr, 2, last_err, err_copy), daemon=True),
+        ]
+        for t in threads:
+            t.start()
+        return proc, threads
+
+    child, relays = start_child()
     watcher = start_eviction_watch(cfg, env, node, log)
     received: list[int] = []
 
@@ -240,6 +245,17 @@ def run_rank(config_path: str, secrets: dict[str, str] | None = None) -> int:
         code = toolkits.run_parameter_server(child, shared, workers)
     else:
         code = child.wait()
+        restarts = elastic_restarts(ctx)
+        done = 0
+        while code != 0 and not received and done < restarts:  # torchrun's --max-restarts, in place
+            done += 1
+            for t in relays:
+                t.join(timeout=5)
+            described = f"signal {-code}" if code < 0 else f"code {code}"
+            try_append(log, f"rank {rank} exited with {described}; restarted in place ({done} of {restarts})")
+            env["TORCHELASTIC_RESTART_COUNT"] = str(done)
+            child, relays = start_child()
+            code = child.wait()
         if ctx is not None and ctx.toolkit == "tensorflow" and code == 0:
             toolkits.mark_worker_done(shared, toolkits.task_index(ctx))
     for t in relays:
@@ -259,6 +275,15 @@ def run_rank(config_path: str, secrets: dict[str, str] | None = None) -> int:
             try_append(log, f"rank {rank} said: {line}")
     try_append(log, f"rank {rank} exited with {described}{stopped}")
     return 128 - code if code < 0 else code
+
+
+def elastic_restarts(ctx: RankContext | None) -> int:
+    """How often a PyTorch rank that fails is started again in place (``toolkit_settings`` ``max_restarts``,
+    as torchrun's ``--max-restarts``): its node lives, so a crash costs a process start, not a requeue."""
+    if ctx is None or ctx.toolkit != "pytorch":
+        return 0
+    value = ctx.settings.get("max_restarts")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 GLOO_EXIT_RACE = "terminate called without an active exception"
