@@ -67,3 +67,17 @@ def test_requirements_a_job_cannot_install_are_refused_at_submit_with_the_switch
     code = main(["job", "create", "--root", str(tmp_path / "ws"), "-e", "e", "-c", "c", "--source-dir", "proj",
                  "--python-script", "train.py", "--no-install-requirements", "-o", "none"])  # fmt: skip
     assert code == 0, capsys.readouterr().err
+
+
+def test_pyproject_dependencies_are_installed_too(ws: Workspace, project: Path) -> None:
+    (project / "requirements.txt").unlink()
+    (project / "pyproject.toml").write_text(
+        '[project]\nname = "proj"\nversion = "0"\ndependencies = ["tinypkg==1.0"]\n'
+    )
+    exp = ws.create_experiment("e")
+    cluster = ws.create_cluster("c", nodes=1)
+    # offline: pip's own variables, in the job's environment, point it at the wheels shipped with the project
+    job = exp.create_job("pyproject", cluster=cluster, source_dir=project, python_script="train.py",
+                         environment={"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": "wheels"}).submit()  # fmt: skip
+    assert job.wait(timeout=180) is JobState.SUCCEEDED, job.status.failure_reason
+    assert job.tail()[0].split()[:2] == ["tinypkg", "42"]

@@ -409,6 +409,10 @@ def test_one_driver_at_a_time_and_a_dead_driver_is_taken_over(
         # a second driver is told who drives, from Python and from the CLI (one line, no traceback)
         with pytest.raises(SweepDrivenError, match=rf"is driven by host '.+' pid {driver.pid} \(since"):
             exp.get_sweep("one").run(timeout=5)
+        with pytest.raises(
+            TimeoutError, match=rf"sweep 'one''s driver \(host .+ pid {driver.pid} .*\) to stop"
+        ):
+            exp.get_sweep("one").run(timeout=1, poll_interval=0.2, wait_for_driver=True)  # waits, then says
         code = main(["sweep", "show", "--root", str(tmp_path / "ws"), "-e", "tune", "-n", "one", "--run"])
         err = capsys.readouterr().err
         assert code == 1 and f"pid {driver.pid}" in err and "Traceback" not in err, err

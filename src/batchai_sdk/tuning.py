@@ -311,14 +311,19 @@ class Sweep:
         heartbeat elsewhere."""
         say = on_event or (lambda text: log.info("%s", text))
         deadline = None if timeout is None else time.monotonic() + timeout
-        lease = self._take_driver(wait_for_driver, deadline, poll_interval, say)
+        lease = self._take_driver(wait_for_driver, deadline, timeout, poll_interval, say)
         try:
             return self._drive(lease, deadline, timeout, poll_interval, say)
         finally:
             lease.release()
 
     def _take_driver(
-        self, wait: bool, deadline: float | None, poll_interval: float, say: Callable[[str], None]
+        self,
+        wait: bool,
+        deadline: float | None,
+        timeout: float | None,
+        poll_interval: float,
+        say: Callable[[str], None],
     ) -> DriverLease:
         from ._sweep_driver import acquire
 
@@ -332,7 +337,7 @@ class Sweep:
                     raise
                 if deadline is not None and time.monotonic() > deadline:
                     what = f"sweep {self.name!r}'s driver ({exc.driver}) to stop"
-                    raise BatchAITimeoutError(what, 0) from None
+                    raise BatchAITimeoutError(what, timeout or 0) from None
                 if not told:
                     say(f"sweep {self.name}: driven by {exc.driver}; waiting to take over")
                     told = True
