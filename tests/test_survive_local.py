@@ -176,5 +176,5 @@ def test_simulate_eviction_tries_the_resume_path(ws: Workspace, script: Script) 
     assert first["cause"] == "evicted" and first["extra"]["evictions"][0]["node"] == node
     assert job.tail("stdout.txt") == ["attempt 1", "attempt 1"]
     assert "checkpointed on SIGTERM" in job.tail("attempt-1/stdout.txt", 10)
-    with pytest.raises(Exception, match="runs a job"):
+    with pytest.raises(Exception, match="runs no job, so there is no node to evict"):
         cluster.simulate_eviction()  # nothing runs now
