@@ -32,6 +32,7 @@ from .cluster import Cluster
 from .log import log
 
 RANK = {level: i for i, level in enumerate(LEVELS)}
+KEEP_UP_S = 600.0
 RETRY_FIRST, RETRY_MAX = 30.0, 1800.0  # a node that failed the join check: checked again in 30 s, 60 s...
 
 
@@ -67,7 +68,9 @@ class NodeGate:
         return out
 
     def busy(self) -> bool:
-        return self.running is not None
+        """A check runs, or a node that failed the join check is due again soon (the scheduler stays up
+        for it while its back-off is under ``KEEP_UP_S``; past that, the next start checks it again)."""
+        return self.running is not None or any(wait < KEEP_UP_S for _, wait in self.retry.values())
 
     def ready(self, nodes: Sequence[Mapping[str, Any]], level: str, *, copy_to: str | None = None) -> bool:
         """Whether ``nodes`` passed ``level``; if not, a check of them starts (when none runs), its report
@@ -107,6 +110,9 @@ class NodeGate:
                 self.copy_to = None
         self.read_reports()
         level = self.level()
+        present = {n["id"] for n in self.cluster.nodes()}
+        for gone in set(self.retry) - present:  # left the cluster: nothing to check again
+            del self.retry[gone]
         if level != "off" and self.running is None:
             t = time.time()
             joined = [
