@@ -46,6 +46,7 @@ class NodeGate:
         self.running: concurrent.futures.Future[dict[str, Any]] | None = None
         self.copy_to: str | None = None  # the job folder the running check's report goes to as well
         self.seen: set[str] = set()  # report files already applied (read, or written by this process)
+        self.rejected: set[str] = set()  # files in the folder this scheduler did not sign: removed by prune
         self.applied = 0  # of the reports now in the folder, how many were applied: a client waits on it
         self.key = health_reports.load_key(cluster.store.state_dir)
         self.as_of: dict[str, float] = {}  # node -> the start time of the newest report applied to it
@@ -155,7 +156,12 @@ class NodeGate:
         return report
 
     def prune(self, keep: int = 50) -> None:
-        """The newest ``keep`` reports stay (their names start with the time)."""
+        """The newest ``keep`` signed reports stay (their names start with the time); files this scheduler
+        did not sign go first, so that no number of them pushes a real report out."""
+        for name in sorted(self.rejected):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(self.folder, name))
+        self.rejected.clear()
         try:
             names = sorted(n for n in os.listdir(self.folder) if n.endswith(".json"))
         except OSError:
@@ -178,12 +184,17 @@ class NodeGate:
                 report = health_reports.read_bounded(os.path.join(self.folder, name))
                 if not health_reports.signed(self.key, report):
                     log(f"health report {shown} is not signed by this cluster's scheduler: ignored")
+                    self.rejected.add(name)
                     continue
                 self.apply(health_reports.normalize(report))
             except (OSError, ValueError, TypeError, AttributeError, RecursionError) as exc:
                 log(f"health report {shown} unreadable: {health_reports.clip(exc)}")
+                self.rejected.add(name)
             except RequestError as exc:
                 log(f"health report {shown} refused: {health_reports.clip(exc)}")
+                self.rejected.add(name)
+        if self.rejected:
+            self.prune()
 
     def apply(self, report: Mapping[str, Any]) -> None:
         """A signed, bounded report: each node it names follows it, unless a newer report already did."""
