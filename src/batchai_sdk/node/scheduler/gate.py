@@ -32,6 +32,7 @@ from .cluster import Cluster
 from .log import log
 
 RANK = {level: i for i, level in enumerate(LEVELS)}
+KEEP_UP_S = 600.0
 RETRY_FIRST, RETRY_MAX = 30.0, 1800.0  # a node that failed the join check: checked again in 30 s, 60 s...
 
 
@@ -45,6 +46,7 @@ class NodeGate:
         self.running: concurrent.futures.Future[dict[str, Any]] | None = None
         self.copy_to: str | None = None  # the job folder the running check's report goes to as well
         self.seen: set[str] = set()  # report files already applied (read, or written by this process)
+        self.rejected: set[str] = set()  # files in the folder this scheduler did not sign: removed by prune
         self.applied = 0  # of the reports now in the folder, how many were applied: a client waits on it
         self.key = health_reports.load_key(cluster.store.state_dir)
         self.as_of: dict[str, float] = {}  # node -> the start time of the newest report applied to it
@@ -67,7 +69,9 @@ class NodeGate:
         return out
 
     def busy(self) -> bool:
-        return self.running is not None
+        """A check runs, or a node that failed the join check is due again soon (the scheduler stays up
+        for it while its back-off is under ``KEEP_UP_S``; past that, the next start checks it again)."""
+        return self.running is not None or any(wait < KEEP_UP_S for _, wait in self.retry.values())
 
     def forget(self, node_id: str) -> None:
         """A node that was lost answers again: it passes the cluster's gate again before it takes a job
@@ -113,6 +117,9 @@ class NodeGate:
                 self.copy_to = None
         self.read_reports()
         level = self.level()
+        present = {n["id"] for n in self.cluster.nodes()}
+        for gone in set(self.retry) - present:  # left the cluster: nothing to check again
+            del self.retry[gone]
         if level != "off" and self.running is None:
             t = time.time()
             joined = [
@@ -155,7 +162,12 @@ class NodeGate:
         return report
 
     def prune(self, keep: int = 50) -> None:
-        """The newest ``keep`` reports stay (their names start with the time)."""
+        """The newest ``keep`` signed reports stay (their names start with the time); files this scheduler
+        did not sign go first, so that no number of them pushes a real report out."""
+        for name in sorted(self.rejected):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(self.folder, name))
+        self.rejected.clear()
         try:
             names = sorted(n for n in os.listdir(self.folder) if n.endswith(".json"))
         except OSError:
@@ -178,12 +190,17 @@ class NodeGate:
                 report = health_reports.read_bounded(os.path.join(self.folder, name))
                 if not health_reports.signed(self.key, report):
                     log(f"health report {shown} is not signed by this cluster's scheduler: ignored")
+                    self.rejected.add(name)
                     continue
                 self.apply(health_reports.normalize(report))
             except (OSError, ValueError, TypeError, AttributeError, RecursionError) as exc:
                 log(f"health report {shown} unreadable: {health_reports.clip(exc)}")
+                self.rejected.add(name)
             except RequestError as exc:
                 log(f"health report {shown} refused: {health_reports.clip(exc)}")
+                self.rejected.add(name)
+        if self.rejected:
+            self.prune()
 
     def apply(self, report: Mapping[str, Any]) -> None:
         """A signed, bounded report: each node it names follows it, unless a newer report already did."""
