@@ -118,8 +118,8 @@ class Experiment:
         ``secrets`` are environment variables never written to records or logs.
         ``mount_path`` is where the job sees the workspace share under ``$AZ_BATCHAI_JOB_MOUNT_ROOT``;
         ``mounts`` (``batchai_sdk.mounts``) are its other storage, each at its ``relative_mount_path`` there.
-        ``hang_timeout`` (seconds without progress — a new ``log_metric`` step once the job reports steps,
-        else output — : stacks collected, job failed with a verdict naming the stuck rank; 0 turns it off,
+        ``hang_timeout`` (seconds without progress, a new ``log_metric`` step once the job reports steps,
+        else output: stacks collected, job failed with a verdict naming the stuck rank; 0 turns it off,
         None is off for your scripts and 30 minutes for the shipped training modules); ``hang_notice``
         (observe mode, on by default: once steps come, no new step for max(3 × the median step interval,
         60 s); before that, this many seconds without output, 600 by default; the stacks are collected and
