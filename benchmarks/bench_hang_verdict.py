@@ -8,6 +8,7 @@ SDK's shim), a collective skipped by one rank of three (it waits in a barrier), 
 uneven steps (no notice expected).
 
     python benchmarks/bench_hang_verdict.py [--hang-notice 600] [--cases sleep,sigstop,node,skip,healthy]
+                                            [--repeat N]
 
 ``--hang-notice 15`` lowers the steps rule's floor to 15 s for a quick run (the default is 600 s of output
 silence before the first steps, and a 60 s floor once steps come).
@@ -66,14 +67,14 @@ def metrics(job: Job) -> list[dict[str, float]]:
         return []
 
 
-def run_case(ws: Workspace, train: Path, case: str, notice: float) -> str:
-    pids = train.parent / f"pids-{case}"
+def run_case(ws: Workspace, train: Path, case: str, notice: float, n: int = 0) -> str:
+    pids = train.parent / f"pids-{case}-{n}"
     pids.mkdir()
     mode = {"sleep": "sleep", "skip": "skip"}.get(case, "run")
     steps = 40 if case == "healthy" else 100000
     exp = ws.create_experiment("bench", exist_ok=True)
     cluster = ws.create_cluster("c", nodes=2, exist_ok=True)
-    job = exp.create_job(case, cluster=cluster, node_count=2, toolkit="pytorch",
+    job = exp.create_job(f"{case}-{n}", cluster=cluster, node_count=2, toolkit="pytorch",
                          process_count=3 if case == "skip" else 2, python_script=str(train),
                          args=[mode, str(steps), str(pids)], hang_notice=notice,
                          toolkit_settings={"communication_backend": "TCP"}).submit()  # fmt: skip
@@ -119,6 +120,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hang-notice", type=float, default=OLD_DEFAULT)
     parser.add_argument("--cases", default="sleep,sigstop,node,skip,healthy")
+    parser.add_argument("--repeat", type=int, default=1, help="run each case this many times")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         train = Path(tmp) / "train.py"
@@ -127,8 +129,9 @@ def main() -> None:
         try:
             floor = min(60.0, args.hang_notice)
             print(f"hang_notice={args.hang_notice:g} (the steps rule's floor: {floor:g} s)")
-            for case in args.cases.split(","):
-                print(run_case(ws, train, case, args.hang_notice), flush=True)
+            for n in range(args.repeat):
+                for case in args.cases.split(","):
+                    print(run_case(ws, train, case, args.hang_notice, n), flush=True)
         finally:
             ws.close()
 

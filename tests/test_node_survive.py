@@ -122,7 +122,7 @@ def test_collect_stacks_without_py_spy_signals_faulthandler(procs: Procs, tmp_pa
     assert written == str(out) and out.name == "stacks-10.0.0.4.txt"
     text = out.read_text()
     assert "# method: faulthandler signal SIGUSR1 (py-spy is not installed)" in text
-    assert f"=== pid {rank.pid}:" in text and f"=== pid {bare.pid}:" in text
+    assert f"=== a process on n1 (pid {rank.pid}):" in text and f"(pid {bare.pid}):" in text
     assert "sent SIGUSR1" in text and "stderr.txt" in text
     assert "does not catch SIGUSR1" in text
     deadline = time.monotonic() + 10
@@ -147,7 +147,7 @@ def test_collect_stacks_with_py_spy(procs: Procs, tmp_path: Path) -> None:
 
     text = out.read_text()
     assert "# method: py-spy dump" in text
-    assert f"Process {rank.pid}" in text and "stuck_in_allreduce" in text, text
+    assert f"(pid {rank.pid}):" in text and "<string>:" in text and "stuck_in_allreduce" in text, text
     assert rank.poll() is None and rank_stderr.read_text() == ""
 
 
@@ -553,7 +553,7 @@ def test_stacks_command_line_on_a_node(procs: Procs, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     out = tmp_path / "logs" / "stacks-10.0.0.4.txt"
     assert done.stdout.strip() == str(out)
-    assert f"=== pid {rank.pid}:" in out.read_text()
+    assert f"=== a process on 10.0.0.4 (pid {rank.pid}):" in out.read_text()
 
 
 def test_node_modules_import_only_the_standard_library(tmp_path: Path) -> None:

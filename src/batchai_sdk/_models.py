@@ -406,7 +406,8 @@ class JobSpec:
     # TRAINING_MODULE_HANG_TIMEOUT for the shipped batchai_sdk.train modules), 0 = off.
     hang_timeout: float | None = None
     # observe mode: seconds without output from any rank before the stacks are collected and the status says
-    # "possibly hung" (the job goes on); None = DEFAULT_HANG_NOTICE, 0 = off
+    # "possibly hung" (the job goes on); once the job reports steps, no new step for max(3 x the median step
+    # interval, min(60 s, this)) instead (docs/survive.md); None = DEFAULT_HANG_NOTICE, 0 = off
     hang_notice: float | None = None
     max_retries: int = 0  # requeues after a lost node or a listed exit code (evictions do not count)
     max_cost: float | None = None  # end the job once its cost estimate passes this (the cluster's currency)
@@ -732,7 +733,10 @@ class JobStatus:
     heartbeat: datetime | None = None
     reporter_host: str | None = None
     lost: bool = False
-    notice: str | None = None  # observe mode: "no output for 10 min, possibly hung: stacks in ..."
+    # observe mode: "possibly hung — stuck at step 5: rank 1 on vm_1 is in train.py:67 (...); rank 0 waits in
+    # all_reduce at train.py:71 — no new step for 1 min 2 s; stacks in ..." (or, without stacks to read,
+    # "no output for 10 min, possibly hung: stacks in ...")
+    notice: str | None = None
     pending: PendingReason | None = None  # a queued job: why it waits and until when
 
     @property

@@ -119,10 +119,13 @@ class Experiment:
         ``secrets`` are environment variables never written to records or logs.
         ``mount_path`` is where the job sees the workspace share under ``$AZ_BATCHAI_JOB_MOUNT_ROOT``;
         ``mounts`` (``batchai_sdk.mounts``) are its other storage, each at its ``relative_mount_path`` there.
-        ``hang_timeout`` (seconds without output from any rank: stacks collected, job failed; 0 turns it off,
+        ``hang_timeout`` (seconds without progress, a new ``log_metric`` step once the job reports steps,
+        else output: stacks collected, job failed with a verdict naming the stuck rank; 0 turns it off,
         None is off for your scripts and 30 minutes for the shipped training modules); ``hang_notice``
-        (observe mode, on by default: after that many seconds of silence, 600 by default, the stacks are
-        collected and ``job.status.notice`` says "possibly hung", the job going on; 0 turns it off);
+        (observe mode, on by default: once steps come, no new step for max(3 × the median step interval,
+        60 s); before that, this many seconds without output, 600 by default; the stacks are collected and
+        ``job.status.notice`` and the job's output name the rank that differs, the job going on; 0 turns
+        it off; under 60 it lowers the steps rule's floor too);
         ``max_retries`` and ``retry_on_exit_codes`` (requeue after a lost node or a listed exit code): see
         "Jobs that survive".
         ``health_check`` (``"basic"`` or ``"full"``): the job's nodes pass the health gate right before it

@@ -202,6 +202,8 @@ def _source_line(path: str, line: int) -> str:
 def is_user_file(path: str) -> bool:
     """Whether a frame's file is the user's: not the standard library, an installed package or the SDK."""
     norm = path.replace("\\", "/")
+    if norm in ("<string>", "<stdin>"):  # python -c, python - < script
+        return True
     if norm.startswith("<") or "/site-packages/" in norm or "/dist-packages/" in norm:
         return False
     return not ("/batchai_sdk/" in norm or re.search(r"/lib/python\d[\d.]*/", norm))
@@ -238,7 +240,9 @@ def _py_spy_json(py_spy: str, pid: int, timeout: float, stopped: bool) -> tuple[
         for f in frames:
             if f["user"]:
                 f["code"] = _source_line(f["file"], f["line"])
-        threads.append({"name": str(t.get("thread_name") or t.get("os_thread_id")), "frames": frames})
+        main = t.get("os_thread_id") == pid
+        name = "MainThread" if main and not t.get("thread_name") else t.get("thread_name")
+        threads.append({"name": str(name or t.get("os_thread_id")), "frames": frames})
     # the main thread first, then the threads running the user's code, then the rest
     threads.sort(key=lambda t: (t["name"] != "MainThread", not any(f["user"] for f in t["frames"])))
     return threads, ""
