@@ -129,7 +129,8 @@ def test_kill_rank_kills_that_rank_and_a_listed_exit_code_requeues_the_job(
     assert job.wait(timeout=120) is JobState.SUCCEEDED, job.status.failure_reason
     first = job.attempts[0]
     assert first["exit_code"] == 137 and "rank 1" in first["reason"], first
-    assert job.goodput.steps == 40
+    g = job.goodput
+    assert g.steps == 40 and [loss.cause for loss in g.lost] == ["exit"]  # a fault, though a listed exit
 
 
 def stepper_pids(out: Path) -> dict[int, int]:

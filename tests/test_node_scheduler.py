@@ -270,6 +270,27 @@ def test_a_new_database_rebuilds_the_queue_from_the_share(tmp_path: Path) -> Non
     assert first.sched.handle({"op": "submit", "experiment": "e", "name": "n", "node_count": 1})["id"] > 7
 
 
+def test_a_job_whose_head_node_was_lost_mid_run_is_requeued_while_its_retries_allow(tmp_path: Path) -> None:
+    first = Harness(tmp_path / "one")
+    reporter = {"host": "head", "pid": 1, "job_id": 3}
+    running = {"state": "running", "nodes": ["n0"], "start_time": "2026-01-01T00:00:00+00:00", "tag": "t0"}
+    for name, retries in (("again", 1), ("spent", 0)):
+        first.stage(name, "true")
+        spec = {"cluster": "c", "node_count": 1, "max_retries": retries}
+        (first.job_dir(name) / "job.json").write_text(json.dumps({"spec": spec}))
+        (first.job_dir(name) / "status.json").write_text(json.dumps({**running, "scheduler": reporter}))
+    (first.state / "sched.db").unlink()  # the head node was lost: its local state went with it
+    first.sched = Scheduler(str(first.state))
+    first.sched.adopt()
+    first.pump(lambda: first.ended("again")() and first.ended("spent")())
+    again = first.status("again")
+    assert again["state"] == "succeeded", again  # requeued from its checkpoint, run again
+    assert [a["cause"] for a in again["attempts"]] == ["node_lost", "exit"]
+    assert "database was lost" in again["attempts"][0]["reason"]
+    spent = first.status("spent")
+    assert spent["state"] == "failed" and "database was lost" in spent["failure_reason"]
+
+
 def test_a_job_deleted_from_the_share_is_not_published_for_ever(h: Harness) -> None:
     import shutil
 

@@ -177,7 +177,8 @@ def compute(
         top = max((s for s, _ in steps), default=None)
         if top is not None:
             reached = top if reached is None else max(reached, top)
-        if w.end is not None and w.cause not in (None, "exit", "user_terminate"):
+        requeued = i < len(windows) - 1  # another attempt followed, whatever ended this one (a listed code)
+        if w.end is not None and (requeued or w.cause not in (None, "exit", "user_terminate")):
             fault = (faults or {}).get(w.index)
             fault_s = _seconds(fault) if fault else None
             last = per[w.index][-1][1] if per[w.index] else None

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from _helpers import wait_for
-from batchai_sdk import JobState, Workspace
+from batchai_sdk import JobState, NotFoundError, Workspace
 from batchai_sdk.cluster import Cluster
 from batchai_sdk.job import Job
 
@@ -48,6 +48,14 @@ def run(ws: Workspace, cluster: Cluster, name: str, **options: object) -> Job:
     ).submit()  # fmt: skip
 
 
+def training(job: Job) -> bool:
+    """Whether the attempt running now said what it trains (its stdout.txt is gone between attempts)."""
+    try:
+        return any("steps of 8 per rank" in line for line in job.tail("stdout.txt", 40))
+    except NotFoundError:
+        return False
+
+
 def series(ws: Workspace, name: str) -> list[tuple[object, ...]]:
     lines = ws.share.read_text(f"{name}/metrics.jsonl").splitlines()
     return [tuple(json.loads(line)[k] for k in COMPARED) for line in lines if line.strip()]
@@ -73,7 +81,7 @@ def test_the_loss_series_after_faults_equals_the_fault_free_runs(
     for i, kind in enumerate(kinds):
         # a random moment of the attempt's training: after rank 0 said what it trains, or after an epoch
         wait_for(
-            lambda: job.state.ended or any("steps of 8 per rank" in line for line in job.tail("stdout.txt", 40)),
+            lambda: job.state.ended or training(job),
             timeout=300, what=f"attempt {i + 1} to train",
         )  # fmt: skip
         if job.state.ended:

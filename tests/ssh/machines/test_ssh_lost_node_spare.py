@@ -32,7 +32,7 @@ def lab(ns_nodes: NSNodes, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
 @pytest.fixture(scope="module")
 def cluster(lab: Workspace) -> Cluster:
-    return lab.create_cluster(f"{lab.name}c", vm_size="Standard_D2_v2", nodes=3)
+    return lab.create_cluster(f"{lab.name}c", vm_size="Standard_D2_v2", nodes=3, allow_fault_injection=True)
 
 
 @pytest.fixture(autouse=True)
@@ -85,3 +85,24 @@ def test_a_lost_nodes_job_resumes_on_the_spare_within_seconds_with_the_lost_node
     assert ended < 15, f"the lost node took {ended:.0f} s to be noticed"
     lost.power_on()
     wait_for(lambda: cluster.node_counts == NodeCounts(idle=3), timeout=90, what="the lost node to be back")
+
+
+@pytest.mark.parametrize("kind", ["lose_node", "kill_rank"])
+def test_a_drill_on_ssh_nodes_ends_the_attempt_and_the_job_runs_again(
+    ns_nodes: NSNodes, lab: Workspace, cluster: Cluster, tmp_path: Path, kind: str
+) -> None:
+    exp = lab.create_experiment("e", exist_ok=True)
+    wait_for(lambda: cluster.node_counts == NodeCounts(idle=3), timeout=120, what="three idle nodes")
+    job, ranks = sleeper_job(exp, cluster, kind.replace("_", ""), tmp_path / kind, max_retries=1,
+                             retry_on_exit_codes=[137])  # fmt: skip
+    fault = job.inject_fault(kind, **({"rank": 1} if kind == "kill_rank" else {}))
+    wait_for(lambda: len(job.attempts) == 1, what="the attempt to end", timeout=60)
+    attempt = job.attempts[0]
+    if kind == "lose_node":
+        assert attempt["cause"] == "node_lost", attempt
+        assert f"node {fault['node']} stopped answering (fault drill: lose_node)" in attempt["reason"]
+        assert ns_nodes.by_address(fault["node"]).tagged(str(ranks[1]["tag"])) == {}  # its ranks killed
+    else:
+        assert attempt["exit_code"] == 137 and "rank 1" in attempt["reason"], attempt
+    assert job.wait(timeout=90, poll_interval=0.2) is JobState.SUCCEEDED, job.status.failure_reason
+    assert sorted(line.split(" on ")[0] for line in job.tail("stdout.txt")) == ["rank 0 back", "rank 1 back"]

@@ -11,6 +11,7 @@ import json
 import os
 import sqlite3
 import time
+from typing import Any
 
 from ..common import load_or_none, now
 from ..job import procs
@@ -72,7 +73,7 @@ def rebuild_from_share(store: Store) -> int:
                     ),
                 )
             elif status.state == "running":
-                fence(store, paths, exp, name, status, int(spec.get("node_count", 1)))
+                fence(store, paths, exp, name, status, spec)
             else:
                 store.db.execute(
                     "INSERT INTO jobs (key, experiment, name, node_count, state, creation_time, end_time,"
@@ -103,34 +104,59 @@ def old_job_ids(store: Store) -> int:
         return 0
 
 
-def fence(store: Store, paths: SharePaths, exp: str, name: str, status: StatusDoc, node_count: int) -> None:
-    """A job that ran when the database was lost: its nodes stay held (``cleaning``) until every process
-    with its tag is ended; its outcome is the one its launcher left on the share, else lost."""
+def fence(
+    store: Store, paths: SharePaths, exp: str, name: str, status: StatusDoc, spec: dict[str, Any]
+) -> None:
+    """A job that ran when the database was lost (its head node lost or replaced): its nodes stay held
+    (``cleaning``) until every process with its tag is ended; its outcome is the one its launcher left on
+    the share, else the attempt counts as lost with its node: the job is requeued from its checkpoint
+    while its ``max_retries`` allow (it keeps its attempts, retry settings and watchdog), and fails only
+    when it cannot run again (out of retries, or secrets that were kept only on the lost head node)."""
     result = load_or_none(paths.result_record(exp, name))
     ended = isinstance(result, dict) and status.tag is not None and result.get("tag") == status.tag
     if ended and result.get("exit_code") is not None:
         cause, exit_code, reason = retries.EndCause.EXIT.value, result["exit_code"], result.get("reason")
-    else:
+    elif spec.get("secret_environment"):
         cause, exit_code = retries.EndCause.EXIT.value, None
         reason = (
             "the scheduler's database was lost while the job ran (its head node's state was removed or"
-            " replaced); every process of the job was ended before its nodes were used again"
+            " replaced), with the job's secrets, kept only there; every process of the job was ended"
+            " before its nodes were used again: submit it again"
         )
+    else:
+        cause, exit_code = retries.EndCause.NODE_LOST.value, None
+        reason = (
+            "the scheduler's database was lost while the job ran (its head node was lost, or its state"
+            " removed or replaced); every process of the job was ended before its nodes were used again"
+        )
+    codes = [c for c in spec.get("retry_on_exit_codes") or [] if isinstance(c, int)]
+    attempts = status.attempts or []
     store.db.execute(
-        "INSERT INTO jobs (key, experiment, name, node_count, state, creation_time, start_time, started,"
-        " nodes, tag, exit_code, reason) VALUES (?, ?, ?, ?, 'cleaning', ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO jobs (key, experiment, name, node_count, wall, state, creation_time, start_time,"
+        " started, nodes, tag, attempt, exit_code, reason, hang, hang_notice, max_retries, retry_codes,"
+        " attempts, stdouterr, priority)"
+        " VALUES (?, ?, ?, ?, ?, 'cleaning', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             f"{exp}/{name}",
             exp,
             name,
-            node_count,
+            int(spec.get("node_count", 1)),
+            spec.get("max_wall_clock_seconds"),
             status.creation_time,
             status.start_time,
             time.time(),
             json.dumps(status.nodes or []),
             status.tag,
+            int(status.attempt if status.attempt is not None else len(attempts)),
             exit_code,
             json.dumps([cause, reason]),
+            spec.get("hang_timeout"),
+            spec.get("hang_notice"),
+            int(spec.get("max_retries") or 0),
+            json.dumps(codes),
+            json.dumps(attempts),
+            (load_or_none(paths.launch_config(exp, name)) or {}).get("stdouterr_dir"),
+            priority_rank(spec.get("scheduling_priority")),
         ),
     )
 
