@@ -177,7 +177,7 @@ def test_a_name_runs_once_and_a_repeated_request_is_not_a_second_job(h: Harness)
     again = h.sched.handle(
         {"op": "submit", "experiment": "e", "name": "x", "node_count": 1, "request_id": "r1"}
     )
-    assert again == {"ok": True, "id": first["id"], "repeated": True}
+    assert again == {"ok": True, "id": first["id"], "key": "e/x", "repeated": True}
     with pytest.raises(RequestError) as err:
         h.sched.handle({"op": "submit", "experiment": "e", "name": "x", "node_count": 1, "request_id": "r2"})
     assert err.value.code == "exists"
