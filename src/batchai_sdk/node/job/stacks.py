@@ -148,6 +148,7 @@ def _faulthandler_signal(pid: int) -> str:
 
 _RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK", "HOROVOD_RANK", "SLURM_PROCID")
 _NODE_MAIN_TAIL = os.path.join("node", "__main__.py")
+_INLINE = ("<string>", "<stdin>")  # code run by python -c or from stdin, but also code libraries exec
 
 
 def _environ(pid: int) -> dict[str, str]:
@@ -202,8 +203,6 @@ def _source_line(path: str, line: int) -> str:
 def is_user_file(path: str) -> bool:
     """Whether a frame's file is the user's: not the standard library, an installed package or the SDK."""
     norm = path.replace("\\", "/")
-    if norm in ("<string>", "<stdin>"):  # python -c, python - < script
-        return True
     if norm.startswith("<") or "/site-packages/" in norm or "/dist-packages/" in norm:
         return False
     return not ("/batchai_sdk/" in norm or re.search(r"/lib/python\d[\d.]*/", norm))
@@ -237,6 +236,10 @@ def _py_spy_json(py_spy: str, pid: int, timeout: float, stopped: bool) -> tuple[
             }
             for f in t.get("frames") or []
         ]
+        for f in reversed(frames):  # python -c's code: the outermost frames, all "<string>"
+            if f["file"] not in _INLINE:
+                break
+            f["user"] = True
         for f in frames:
             if f["user"]:
                 f["code"] = _source_line(f["file"], f["line"])
