@@ -49,10 +49,12 @@ def test_a_job_that_needs_a_node_that_stopped_answering_names_it(
     out.mkdir()
     quiet = tmp_path / "quiet.py"
     quiet.write_text(textwrap.dedent(QUIET))
-    holder = exp.create_job("holder", cluster=cluster, node_count=2, hang_timeout=3,
+    # the hang watch finds the stopped node when it collects the stacks: after 8 s of silence, time
+    # enough to stop the node first on a loaded machine (with 3 s the job could end as a plain hang)
+    holder = exp.create_job("holder", cluster=cluster, node_count=2, hang_timeout=8,
                             command_line=f"{sys.executable} {quiet} {out}").submit()  # fmt: skip
-    wait_for(lambda: len(list(out.glob("up-*"))) == 2, 60, "both ranks to run")
     waiting = exp.create_job("waiting", cluster=cluster, node_count=2, command_line="true").submit()
+    wait_for(lambda: len(list(out.glob("up-*"))) == 2, 60, "both ranks to run")
     sshd = ssh_nodes.nodes[SECOND].process
     assert sshd is not None
     frozen = [sshd.pid, *(p for p in descendants(sshd.pid) if not comm(p).startswith(("bash", "pyenv")))]
