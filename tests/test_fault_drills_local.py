@@ -107,6 +107,7 @@ def test_lose_node_ends_the_attempt_as_a_lost_node_and_the_job_resumes_from_its_
     assert loss.steps_repeated <= 5  # at most the steps since the last checkpoint, run again
     print(f"\nlose_node: {g.summary()}; {loss}")
     assert job.to_dict()["goodput"]["lost"][0]["cause"] == "node_lost"  # job show
+    assert "goodput " + f"{100 * g.goodput:.1f}%" in job._repr_html_()  # the notebook view
 
 
 def test_evict_requeues_without_a_retry_and_the_job_resumes(
