@@ -14,18 +14,70 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import os
 import re
 import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import responses
+from jsonschema import Draft4Validator  # type: ignore[import-untyped]
 
 Reply = tuple[int, dict[str, str], str]
+# Measuring (the issue's count): each body a PUT/PATCH/POST carried is appended to this file, and
+# invalid bodies are taken as the service might (not refused)
+MEASURE = os.environ.get("BATCHAI_FAKE_ARM_BODIES")
+SPEC = Path(__file__).resolve().parents[1] / "data" / "arm_spec" / "definitions.json"
+
+
+def _closed(schema: Any) -> Any:
+    """Each object definition with ``additionalProperties: false`` unless it says otherwise, and each
+    ``readOnly`` property refused (oav's rules for a request: an undeclared or read-only property is an
+    error; ARM itself answers an unknown member with ``InvalidRequestContent``)."""
+    if isinstance(schema, dict):
+        if schema.get("readOnly") is True:
+            return {"not": {}, "description": "read-only: set by the service, never in a request"}
+        out = {k: _closed(v) for k, v in schema.items()}
+        if out.get("type") == "object" and "properties" in out and "additionalProperties" not in out:
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [_closed(v) for v in schema]
+    return schema
+
+
+class ArmSpecBodies:
+    """The request bodies of the ARM operations listed in ``tests/data/arm_spec``, checked against its
+    definitions (path templates match case-insensitively, as ARM's do; ``{scope}`` spans segments)."""
+
+    def __init__(self) -> None:
+        doc = json.loads(SPEC.read_text())
+        self.definitions = _closed(doc["definitions"])
+        self.operations = []
+        for op, name in doc["operations"].items():
+            verb, template = op.split()
+            rx = re.sub(r"\\\{scope\\\}", ".+", re.escape(template))
+            rx = re.sub(r"\\\{[^}]+\\\}", "[^/]+", rx)
+            self.operations.append((verb, re.compile("^" + rx + "$", re.I), name))
+
+    def errors(self, method: str, path: str, body: Any) -> tuple[str, list[str]] | None:
+        """(definition, its errors) for a body the excerpt defines; None for other requests."""
+        for verb, rx, name in self.operations:
+            if verb == method and rx.match(path):
+                schema = {"$ref": f"#/definitions/{name}", "definitions": self.definitions}
+                found = Draft4Validator(schema).iter_errors(body if body is not None else {})
+                return name, sorted(
+                    f"{'.'.join(str(p) for p in e.absolute_path) or '(body)'}: {e.message}" for e in found
+                )
+        return None
+
+
+ARM_SPEC_BODIES = ArmSpecBodies()
 SETUP_EXTENSION = "batchai-node-setup"
 
 
@@ -141,6 +193,9 @@ class FakeArm:
         self.usages: dict[str, list[dict[str, Any]]] = {"eastus": copy.deepcopy(DEFAULT_USAGES)}
         self.created: dict[str, str] = {}  # lower-case id → createdTime (what $expand=createdTime gives)
         self.evicted: list[tuple[str, str]] = []  # (scale set id, instance id) of simulateEviction calls
+        # every body an operation of tests/data/arm_spec received: (method, path, definition, errors)
+        self.checked_bodies: list[tuple[str, str, str, list[str]]] = []
+        self.validate = MEASURE is None  # False: take invalid bodies as the service might (measuring)
         self._httpd: Any = None
         self._lock = threading.RLock()
         self._next_instance: dict[str, itertools.count[int]] = {}
@@ -170,6 +225,10 @@ class FakeArm:
         rx = re.compile(path_regex, re.I)
         return sum(1 for m, p in self.calls if m == method and rx.search(p))
 
+    @property
+    def invalid_bodies(self) -> list[tuple[str, str, str, list[str]]]:
+        return [c for c in self.checked_bodies if c[3]]
+
     def rg_id(self, rg: str) -> str:
         return f"/subscriptions/{self.sub}/resourceGroups/{rg}"
 
@@ -194,6 +253,9 @@ class FakeArm:
         with self._lock:
             self.calls.append((request.method, path))
             self.bodies.append((request.method, path, data))
+            if MEASURE and request.method in ("PUT", "PATCH", "POST"):
+                with open(MEASURE, "a") as out:
+                    out.write(json.dumps([request.method, path, query.get("api-version"), data]) + "\n")
             self.auth_headers.append(request.headers.get("Authorization"))
             self.queries.append(query)
             injected = take_injected(self.injected, seen)
@@ -206,6 +268,19 @@ class FakeArm:
                 )
             if self.accepted_tokens is not None and auth[len("Bearer ") :] not in self.accepted_tokens:
                 return self._error(401, "InvalidAuthenticationToken", "The access token is invalid.")
+            checked = ARM_SPEC_BODIES.errors(request.method, path, data)
+            if checked is not None:
+                definition, problems = checked
+                self.checked_bodies.append((request.method, path, definition, problems))
+                if MEASURE:
+                    with open(MEASURE + ".checked", "a") as out:
+                        out.write(json.dumps([request.method, path, definition, problems]) + "\n")
+                if problems and self.validate:
+                    return self._error(
+                        400,
+                        "InvalidRequestContent",
+                        f"The request content was invalid ({definition}): {'; '.join(problems)}",
+                    )
             try:
                 return self._route(request.method, path, query, data)
             except KeyError:
