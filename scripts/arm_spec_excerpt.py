@@ -9,6 +9,7 @@ project's .venv: ``.venv/bin/python scripts/arm_spec_excerpt.py``.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import importlib
@@ -20,23 +21,51 @@ OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "arm_spec" / "def
 
 # operation (verb, path template) → (package prefix, model module, model): what each request body is
 OPERATIONS = {
-    "PUT /subscriptions/{s}/resourcegroups/{rg}": ("resource", "azure.mgmt.resource.resources.models", "ResourceGroup"),
+    "PUT /subscriptions/{s}/resourcegroups/{rg}": (
+        "resource",
+        "azure.mgmt.resource.resources.models",
+        "ResourceGroup",
+    ),
     "PUT /subscriptions/{s}/resourceGroups/{rg}/providers/Microsoft.Storage/storageAccounts/{n}": (
-        "storage", "azure.mgmt.storage.models", "StorageAccountCreateParameters"),
+        "storage",
+        "azure.mgmt.storage.models",
+        "StorageAccountCreateParameters",
+    ),
     "PUT /subscriptions/{s}/resourceGroups/{rg}/providers/Microsoft.Network/networkSecurityGroups/{n}": (
-        "network", "azure.mgmt.network.models", "NetworkSecurityGroup"),
+        "network",
+        "azure.mgmt.network.models",
+        "NetworkSecurityGroup",
+    ),
     "PUT /subscriptions/{s}/resourceGroups/{rg}/providers/Microsoft.Network/virtualNetworks/{n}": (
-        "network", "azure.mgmt.network.models", "VirtualNetwork"),
+        "network",
+        "azure.mgmt.network.models",
+        "VirtualNetwork",
+    ),
     "PUT /subscriptions/{s}/resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachineScaleSets/{n}": (
-        "compute", "azure.mgmt.compute.models", "VirtualMachineScaleSet"),
+        "compute",
+        "azure.mgmt.compute.models",
+        "VirtualMachineScaleSet",
+    ),
     "PATCH /subscriptions/{s}/resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachineScaleSets/{n}": (
-        "compute", "azure.mgmt.compute.models", "VirtualMachineScaleSetUpdate"),
-    "POST /subscriptions/{s}/resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachineScaleSets/{n}/delete": (
-        "compute", "azure.mgmt.compute.models", "VirtualMachineScaleSetVMInstanceRequiredIDs"),
-    "POST /subscriptions/{s}/resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachineScaleSets/{n}/virtualMachines/{i}/runCommand": (
-        "compute", "azure.mgmt.compute.models", "RunCommandInput"),
+        "compute",
+        "azure.mgmt.compute.models",
+        "VirtualMachineScaleSetUpdate",
+    ),
+    "POST /subscriptions/{s}/resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachineScaleSets/{n}/delete": (  # noqa: E501
+        "compute",
+        "azure.mgmt.compute.models",
+        "VirtualMachineScaleSetVMInstanceRequiredIDs",
+    ),
+    "POST /subscriptions/{s}/resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachineScaleSets/{n}/virtualMachines/{i}/runCommand": (  # noqa: E501
+        "compute",
+        "azure.mgmt.compute.models",
+        "RunCommandInput",
+    ),
     "PUT /subscriptions/{s}/resourceGroups/{rg}/providers/Microsoft.Batch/batchAccounts/{n}": (
-        "batch", "azure.mgmt.batch.models", "BatchAccountCreateParameters"),
+        "batch",
+        "azure.mgmt.batch.models",
+        "BatchAccountCreateParameters",
+    ),
 }
 
 defs: dict[str, Any] = {}
@@ -65,7 +94,12 @@ def schema_of(t: Any, prefix: str) -> Any:
         p = t.args[0]
         if isinstance(p, type) and issubclass(p, enum.Enum):
             return {"type": "string"}
-        return {bool: {"type": "boolean"}, int: {"type": "integer"}, float: {"type": "number"}, str: {"type": "string"}}.get(p, {})
+        return {
+            bool: {"type": "boolean"},
+            int: {"type": "integer"},
+            float: {"type": "number"},
+            str: {"type": "string"},
+        }.get(p, {})
     return {}
 
 
@@ -73,20 +107,19 @@ def ref(cls: Any, prefix: str) -> Any:
     name = f"{prefix}.{cls.__name__}"
     if name not in defs:
         defs[name] = None
-        try:
+        with contextlib.suppress(Exception):  # a model with required arguments
             cls()  # the model_base metaclass sets each field's REST name on first use
-        except Exception:  # noqa: BLE001 - required positional arguments
-            pass
         props: dict[str, Any] = {}
         required: list[str] = []
+        optional = ("Optional", "Union")  # Union: an enum or str, optional in every body sent here
         for c in reversed(cls.__mro__):
             for attr, v in vars(c).items():
                 if type(v).__name__ == "_RestField":
                     s = schema_of(v._type, prefix)
                     if v._visibility == ["read"]:
                         s = {**s, "readOnly": True}
-                    elif not any(w in str(c.__annotations__.get(attr, "Optional")) for w in ("Optional", "Union")) and v._rest_name not in required:
-                        required.append(v._rest_name)
+                    elif not any(w in str(c.__annotations__.get(attr, "Optional")) for w in optional):
+                        required.append(v._rest_name) if v._rest_name not in required else None
                     props[v._rest_name] = s
         defs[name] = {"type": "object", "properties": props, **({"required": required} if required else {})}
     return {"$ref": f"#/definitions/{name}"}
@@ -126,11 +159,13 @@ def main() -> None:
     for op, (prefix, module, model) in OPERATIONS.items():
         ref(getattr(importlib.import_module(module), model), prefix)
         operations[op] = f"{prefix}.{model}"
-    operations[
-        "PUT /{scope}/providers/Microsoft.Authorization/roleAssignments/{n}"
-    ] = "authorization.RoleAssignmentCreateParameters"
+    operations["PUT /{scope}/providers/Microsoft.Authorization/roleAssignments/{n}"] = (
+        "authorization.RoleAssignmentCreateParameters"
+    )
     defs.update(ROLE_ASSIGNMENT)
-    OUT.write_text(json.dumps({"operations": operations, "definitions": defs}, indent=1, sort_keys=True) + "\n")
+    OUT.write_text(
+        json.dumps({"operations": operations, "definitions": defs}, indent=1, sort_keys=True) + "\n"
+    )
 
 
 if __name__ == "__main__":

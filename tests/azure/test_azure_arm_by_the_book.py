@@ -1,0 +1,103 @@
+"""The VMSS path and the Batch account against the ARM request-body definitions (``tests/data/arm_spec``;
+issue #30, "the same for the VMSS path"): every body batchai_sdk sends through the public API is valid,
+and the fake refuses what ARM refuses (an undeclared member: ``400 InvalidRequestContent``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from azure.core.exceptions import HttpResponseError
+from azure.mgmt.compute import ComputeManagementClient
+from azure.mgmt.compute.models import VirtualMachineScaleSet
+from azure.mgmt.resource.resources import ResourceManagementClient
+from azure_helpers import SUBSCRIPTION, FakeCredential
+from fake_arm import FakeArm
+from fake_files import FakeFilesService
+
+from batchai_sdk import Workspace
+from batchai_sdk.backends.azure import AzureBackend
+
+
+def _checked(arm: FakeArm) -> set[str]:
+    return {definition for _m, _p, definition, _e in arm.checked_bodies}
+
+
+def test_every_body_of_a_cluster_lifecycle_is_valid_against_the_spec(
+    make_backend: Callable[..., AzureBackend], arm: FakeArm, files: FakeFilesService
+) -> None:
+    ws = Workspace(make_backend())
+    spot = ws.create_cluster("lowpri", vm_size="Standard_NC4as_T4_v3", nodes=1, vm_priority="lowpriority")
+    ws.create_cluster("dedicated", vm_size="Standard_NC4as_T4_v3", nodes=1)
+    arm.make_ready()
+    spot.resize(3)
+    arm.make_ready()
+    spot.resize(1)
+    ws.backend.delete_cluster(spot.spec)
+    assert arm.invalid_bodies == []
+    assert {
+        "resource.ResourceGroup",
+        "storage.StorageAccountCreateParameters",
+        "network.NetworkSecurityGroup",
+        "network.VirtualNetwork",
+        "compute.VirtualMachineScaleSet",
+    } <= _checked(arm)
+    assert len(arm.checked_bodies) >= 6
+    ws.close()
+
+
+def _clients(arm: FakeArm) -> tuple[ResourceManagementClient, ComputeManagementClient]:
+    options: dict[str, Any] = {"base_url": arm.base, "polling_interval": 0, "retry_total": 0}
+    return (
+        ResourceManagementClient(FakeCredential(), SUBSCRIPTION, **options),  # type: ignore[arg-type]
+        ComputeManagementClient(FakeCredential(), SUBSCRIPTION, **options),  # type: ignore[arg-type]
+    )
+
+
+BODY: dict[str, Any] = {
+    "location": "eastus",
+    "sku": {"name": "Standard_D2s_v5", "capacity": 0},
+    "properties": {
+        "upgradePolicy": {"mode": "Manual"},
+        "virtualMachineProfile": {"osProfile": {"computerNamePrefix": "x", "adminUsername": "batchai"}},
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"overProvision": False}, "overProvision"),  # ARM's member is overprovision
+        (
+            {
+                "virtualMachineProfile": {
+                    "osProfile": {
+                        "computerNamePrefix": "x",
+                        "adminUsername": "batchai",
+                        "linuxConfiguration": {"disablePasswordAuth": True},
+                    }
+                }
+            },
+            "disablePasswordAuth",
+        ),
+    ],
+)
+def test_the_fake_refuses_an_undeclared_property_as_arm_does(
+    arm: FakeArm, change: dict[str, Any], named: str
+) -> None:
+    resource, compute = _clients(arm)
+    resource.resource_groups.create_or_update("rg", {"location": "eastus"})
+    body = {**BODY, "properties": {**BODY["properties"], **change}}
+    with pytest.raises(HttpResponseError) as caught:
+        compute.virtual_machine_scale_sets.begin_create_or_update(
+            "rg", "vmss", VirtualMachineScaleSet(body)
+        ).result()
+    assert caught.value.status_code == 400
+    assert caught.value.error is not None and caught.value.error.code == "InvalidRequestContent"
+    assert named in str(caught.value)
+    compute.virtual_machine_scale_sets.begin_create_or_update(
+        "rg", "vmss", VirtualMachineScaleSet(BODY)
+    ).result()
+    assert arm.invalid_bodies[0][3][0].startswith("properties")
+    assert arm.checked_bodies[-1][3] == []  # the same body without it is taken
