@@ -401,7 +401,9 @@ class AzureBackend(Backend):
         ]
         with azure_call(f"remove {len(victims)} instance(s) of scale set {vmss}", secrets=self._secrets()):
             poller = self.clients.compute.virtual_machine_scale_sets.begin_delete_instances(
-                self.names.resource_group, vmss, {"instanceIds": victims}
+                self.names.resource_group,
+                vmss,
+                _sdk.compute().models.VirtualMachineScaleSetVMInstanceRequiredIDs(instance_ids=victims),
             )
         self._track(spec, poller, timeout, f"resize scale set {vmss} to {nodes}")
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..._models import ClusterSpec, VmPriority
 from ...exceptions import AzureError, ValidationError
+from . import _sdk
 from .clients import AzureClients
 from .errors import azure_call, call_or_none
 from .states import SETUP_EXTENSION
@@ -517,10 +518,11 @@ def begin_resize_scale_set(
 ) -> Any:
     """PATCH the capacity. Past 100 VMs a scale set in one placement group (``current``: its GET) is
     switched to several in the same PATCH — ARM allows true → false, never back (docs/azure.md)."""
-    body: dict[str, Any] = {"sku": {"capacity": capacity}}
+    models = _sdk.compute().models
+    body = models.VirtualMachineScaleSetUpdate(sku=models.Sku(capacity=capacity))
     single = ((current or {}).get("properties") or {}).get("singlePlacementGroup")
     if capacity > PLACEMENT_GROUP_MAX and single is not False:
-        body["properties"] = {"singlePlacementGroup": False}
+        body.properties = models.VirtualMachineScaleSetUpdateProperties(single_placement_group=False)
     with azure_call(f"resize scale set {vmss} to {capacity}"):
         return clients.compute.virtual_machine_scale_sets.begin_update(names.resource_group, vmss, body)
 
