@@ -16,15 +16,15 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..._models import ClusterSpec, VmPriority
 from ...exceptions import AzureError, ValidationError
-from . import _sdk
 from .clients import AzureClients
 from .errors import azure_call, call_or_none
+from .models import am, cm, nm, rm, sm
 from .states import SETUP_EXTENSION
 
 log = logging.getLogger(__name__)
@@ -152,7 +152,7 @@ def ensure_resource_group(clients: AzureClients, names: WorkspaceNames) -> bool:
     if existing is not None:
         tags = existing.get("tags") or {}
         return bool(tags.get(TAG_CREATED_BY) == names.workspace)
-    body = {"location": names.location, "tags": {**names.tags(), TAG_CREATED_BY: names.workspace}}
+    body = rm.ResourceGroup(location=names.location, tags={**names.tags(), TAG_CREATED_BY: names.workspace})
     with azure_call(f"create resource group {names.resource_group}"):
         clients.resource.resource_groups.create_or_update(names.resource_group, body)
     return True
@@ -181,18 +181,18 @@ def ensure_storage_account(clients: AzureClients, names: WorkspaceNames) -> str:
     accounts = clients.storage.storage_accounts
     existing = read_storage_account(clients, names)
     if existing is None:
-        body = {
-            "location": names.location,
-            "tags": names.tags(),
-            "sku": {"name": "Standard_LRS"},
-            "kind": "StorageV2",
-            "properties": {
-                "minimumTlsVersion": "TLS1_2",
-                "supportsHttpsTrafficOnly": True,
-                "allowBlobPublicAccess": False,
-                "allowSharedKeyAccess": True,  # SMB mounts of Azure Files authenticate with the key
-            },
-        }
+        body = sm.StorageAccountCreateParameters(
+            location=names.location,
+            tags=names.tags(),
+            sku=sm.Sku(name="Standard_LRS"),
+            kind="StorageV2",
+            properties=sm.StorageAccountPropertiesCreateParameters(
+                minimum_tls_version="TLS1_2",
+                enable_https_traffic_only=True,
+                allow_blob_public_access=False,
+                allow_shared_key_access=True,  # SMB mounts of Azure Files authenticate with the key
+            ),
+        )
         with azure_call(f"create storage account {names.storage_account}"):
             accounts.begin_create(names.resource_group, names.storage_account, body).result()
     with azure_call(f"read the keys of storage account {names.storage_account}"):
@@ -204,29 +204,31 @@ def ensure_storage_account(clients: AzureClients, names: WorkspaceNames) -> str:
 
 
 # -- network ------------------------------------------------------------------------------------------
-def nsg_body(names: WorkspaceNames, ssh_source_cidr: str) -> dict[str, Any]:
-    return {
-        "location": names.location,
-        "tags": names.tags(),
-        "properties": {
-            "securityRules": [
-                {
-                    "name": SSH_RULE,
-                    "properties": {
-                        "description": "SSH to the cluster nodes from the batchai_sdk client only",
-                        "protocol": "Tcp",
-                        "sourceAddressPrefix": ssh_source_cidr,
-                        "sourcePortRange": "*",
-                        "destinationAddressPrefix": "*",
-                        "destinationPortRange": "22",
-                        "access": "Allow",
-                        "priority": 1000,
-                        "direction": "Inbound",
-                    },
-                }
-            ]
-        },
-    }
+def nsg_body(
+    names: WorkspaceNames, ssh_source_cidr: str, others: Sequence[Mapping[str, Any]] = ()
+) -> nm.NetworkSecurityGroup:
+    """The NSG: ``others`` (rules someone added by hand, as read) kept, then the SSH rule."""
+    ssh = nm.SecurityRule(
+        name=SSH_RULE,
+        properties=nm.SecurityRulePropertiesFormat(
+            description="SSH to the cluster nodes from the batchai_sdk client only",
+            protocol="Tcp",
+            source_address_prefix=ssh_source_cidr,
+            source_port_range="*",
+            destination_address_prefix="*",
+            destination_port_range="22",
+            access="Allow",
+            priority=1000,
+            direction="Inbound",
+        ),
+    )
+    return nm.NetworkSecurityGroup(
+        location=names.location,
+        tags=names.tags(),
+        properties=nm.NetworkSecurityGroupPropertiesFormat(
+            security_rules=[nm.SecurityRule(rule) for rule in others] + [ssh]
+        ),
+    )
 
 
 def ensure_network(clients: AzureClients, names: WorkspaceNames, ssh_source_cidr: str) -> str:
@@ -243,32 +245,30 @@ def ensure_network(clients: AzureClients, names: WorkspaceNames, ssh_source_cidr
     rules = {r.get("name"): r for r in ((current or {}).get("properties") or {}).get("securityRules") or ()}
     rule = rules.get(SSH_RULE) or {}
     if (rule.get("properties") or {}).get("sourceAddressPrefix") != ssh_source_cidr:
-        body = nsg_body(names, ssh_source_cidr)
-        if current is not None:  # keep rules someone added by hand
-            others = [r for name, r in rules.items() if name != SSH_RULE]
-            body["properties"]["securityRules"] = others + body["properties"]["securityRules"]
+        others = [r for name, r in rules.items() if name != SSH_RULE]  # rules someone added by hand
+        body = nsg_body(names, ssh_source_cidr, others)
         with azure_call(f"create network security group {names.nsg}"):
             net.network_security_groups.begin_create_or_update(names.resource_group, names.nsg, body).result()
     if call_or_none(
         f"read virtual network {names.vnet}", net.virtual_networks.get, names.resource_group, names.vnet
     ):
         return names.subnet_id
-    vnet = {
-        "location": names.location,
-        "tags": names.tags(),
-        "properties": {
-            "addressSpace": {"addressPrefixes": [VNET_PREFIX]},
-            "subnets": [
-                {
-                    "name": names.subnet,
-                    "properties": {
-                        "addressPrefix": SUBNET_PREFIX,
-                        "networkSecurityGroup": {"id": names.nsg_id},
-                    },
-                }
+    vnet = nm.VirtualNetwork(
+        location=names.location,
+        tags=names.tags(),
+        properties=nm.VirtualNetworkPropertiesFormat(
+            address_space=nm.AddressSpace(address_prefixes=[VNET_PREFIX]),
+            subnets=[
+                nm.Subnet(
+                    name=names.subnet,
+                    properties=nm.SubnetPropertiesFormat(
+                        address_prefix=SUBNET_PREFIX,
+                        network_security_group=nm.NetworkSecurityGroup(id=names.nsg_id),
+                    ),
+                )
             ],
-        },
-    }
+        ),
+    )
     with azure_call(f"create virtual network {names.vnet}"):
         net.virtual_networks.begin_create_or_update(names.resource_group, names.vnet, vnet).result()
     return names.subnet_id
@@ -445,14 +445,12 @@ def grant_scale_set_role(
         log.warning("scale set %s has no managed identity: it cannot scale itself down", vmss)
         return False
     scope = scale_set_id(names, vmss)
-    body = {
-        "properties": {
-            "roleDefinitionId": role_definition_id(names),
-            "principalId": principal,
-            "principalType": "ServicePrincipal",  # no directory lookup: a new identity works at once
-            "description": f"batchai_sdk: cluster {vmss} scales itself (workspace {names.workspace})",
-        }
-    }
+    body = am.RoleAssignmentCreateParameters(
+        role_definition_id=role_definition_id(names),
+        principal_id=principal,
+        principal_type="ServicePrincipal",  # no directory lookup: a new identity works at once
+        description=f"batchai_sdk: cluster {vmss} scales itself (workspace {names.workspace})",
+    )
     name = role_assignment_name(scope, principal)
     for attempt in range(ROLE_ATTEMPTS):
         try:
@@ -518,11 +516,10 @@ def begin_resize_scale_set(
 ) -> Any:
     """PATCH the capacity. Past 100 VMs a scale set in one placement group (``current``: its GET) is
     switched to several in the same PATCH — ARM allows true → false, never back (docs/azure.md)."""
-    models = _sdk.compute().models
-    body = models.VirtualMachineScaleSetUpdate(sku=models.Sku(capacity=capacity))
+    body = cm.VirtualMachineScaleSetUpdate(sku=cm.Sku(capacity=capacity))
     single = ((current or {}).get("properties") or {}).get("singlePlacementGroup")
     if capacity > PLACEMENT_GROUP_MAX and single is not False:
-        body.properties = models.VirtualMachineScaleSetUpdateProperties(single_placement_group=False)
+        body.properties = cm.VirtualMachineScaleSetUpdateProperties(single_placement_group=False)
     with azure_call(f"resize scale set {vmss} to {capacity}"):
         return clients.compute.virtual_machine_scale_sets.begin_update(names.resource_group, vmss, body)
 
