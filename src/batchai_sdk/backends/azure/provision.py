@@ -285,97 +285,95 @@ def scale_set_body(
     setup_script: str,
     os_disk_gb: int = 128,
     managed_identity: bool = True,
-) -> dict[str, Any]:
+) -> cm.VirtualMachineScaleSet:
     """The VMSS PUT body: Uniform, manual upgrades, no overprovisioning, a public IP per instance, the
     workspace's SSH key, node setup as a CustomScript extension whose script (it holds the storage key)
     travels in ``protectedSettings`` — encrypted, never returned by a GET. ``managed_identity``: a
     system-assigned identity, through which the head node scales the set (``grant_scale_set_role``)."""
-    profile: dict[str, Any] = {
-        "osProfile": {
-            "computerNamePrefix": computer_name_prefix(spec.name),
-            "adminUsername": admin_user,
-            "linuxConfiguration": {
-                "disablePasswordAuthentication": True,
-                "ssh": {
-                    "publicKeys": [
-                        {"path": f"/home/{admin_user}/.ssh/authorized_keys", "keyData": public_key}
+    script = base64.b64encode(gzip.compress(setup_script.encode("utf-8"))).decode("ascii")
+    public_ip = cm.VirtualMachineScaleSetPublicIPAddressConfiguration(
+        name="pip",
+        # no "sku": the spec lets only Flexible scale sets set the public IP's SKU; on a Uniform one
+        # Azure picks it
+        properties=cm.VirtualMachineScaleSetPublicIPAddressConfigurationProperties(
+            idle_timeout_in_minutes=30, delete_option="Delete"
+        ),
+    )
+    nic = cm.VirtualMachineScaleSetNetworkConfiguration(
+        name="nic",
+        properties=cm.VirtualMachineScaleSetNetworkConfigurationProperties(
+            primary=True,
+            ip_configurations=[
+                cm.VirtualMachineScaleSetIPConfiguration(
+                    name="ipconfig",
+                    properties=cm.VirtualMachineScaleSetIPConfigurationProperties(
+                        primary=True,
+                        # cluster.json's subnet.id, else the workspace's own VNet
+                        subnet=cm.ApiEntityReference(id=spec.extra.get("subnet") or names.subnet_id),
+                        public_ip_address_configuration=public_ip,
+                    ),
+                )
+            ],
+        ),
+    )
+    setup = cm.VirtualMachineScaleSetExtension(
+        name=SETUP_EXTENSION,
+        properties=cm.VirtualMachineScaleSetExtensionProperties(
+            publisher="Microsoft.Azure.Extensions",
+            type="CustomScript",
+            type_handler_version="2.1",
+            auto_upgrade_minor_version=True,
+            settings={},
+            protected_settings={"script": script},
+        ),
+    )
+    profile = cm.VirtualMachineScaleSetVMProfile(
+        os_profile=cm.VirtualMachineScaleSetOSProfile(
+            computer_name_prefix=computer_name_prefix(spec.name),
+            admin_username=admin_user,
+            linux_configuration=cm.LinuxConfiguration(
+                disable_password_authentication=True,
+                ssh=cm.SshConfiguration(
+                    public_keys=[
+                        cm.SshPublicKey(path=f"/home/{admin_user}/.ssh/authorized_keys", key_data=public_key)
                     ]
-                },
-            },
-        },
-        "storageProfile": {
-            "imageReference": parse_image(image),
-            "osDisk": {
-                "createOption": "FromImage",
-                "caching": "ReadWrite",
-                "diskSizeGB": os_disk_gb,
-                "managedDisk": {"storageAccountType": "StandardSSD_LRS"},
-            },
-        },
-        "networkProfile": {
-            "networkInterfaceConfigurations": [
-                {
-                    "name": "nic",
-                    "properties": {
-                        "primary": True,
-                        "ipConfigurations": [
-                            {
-                                "name": "ipconfig",
-                                "properties": {
-                                    "primary": True,
-                                    # cluster.json's subnet.id, else the workspace's own VNet
-                                    "subnet": {"id": spec.extra.get("subnet") or names.subnet_id},
-                                    # no "sku": the spec lets only Flexible scale sets set the
-                                    # public IP's SKU; on a Uniform one Azure picks it
-                                    "publicIPAddressConfiguration": {
-                                        "name": "pip",
-                                        "properties": {"idleTimeoutInMinutes": 30, "deleteOption": "Delete"},
-                                    },
-                                },
-                            }
-                        ],
-                    },
-                }
-            ]
-        },
-        "extensionProfile": {
-            "extensions": [
-                {
-                    "name": SETUP_EXTENSION,
-                    "properties": {
-                        "publisher": "Microsoft.Azure.Extensions",
-                        "type": "CustomScript",
-                        "typeHandlerVersion": "2.1",
-                        "autoUpgradeMinorVersion": True,
-                        "settings": {},
-                        "protectedSettings": {
-                            "script": base64.b64encode(gzip.compress(setup_script.encode("utf-8"))).decode(
-                                "ascii"
-                            )
-                        },
-                    },
-                }
-            ]
-        },
-    }
+                ),
+            ),
+        ),
+        storage_profile=cm.VirtualMachineScaleSetStorageProfile(
+            image_reference=cm.ImageReference(**parse_image(image)),
+            os_disk=cm.VirtualMachineScaleSetOSDisk(
+                create_option="FromImage",
+                caching="ReadWrite",
+                disk_size_gb=os_disk_gb,
+                managed_disk=cm.VirtualMachineScaleSetManagedDiskParameters(
+                    storage_account_type="StandardSSD_LRS"
+                ),
+            ),
+        ),
+        network_profile=cm.VirtualMachineScaleSetNetworkProfile(network_interface_configurations=[nic]),
+        extension_profile=cm.VirtualMachineScaleSetExtensionProfile(extensions=[setup]),
+    )
     if spec.vm_priority is VmPriority.LOWPRIORITY:
-        profile.update(priority="Spot", evictionPolicy="Delete", billingProfile={"maxPrice": -1})
+        profile.priority = "Spot"
+        profile.eviction_policy = "Delete"
+        profile.billing_profile = cm.BillingProfile(max_price=-1)
     else:
-        profile["priority"] = "Regular"
-    body: dict[str, Any] = {
-        "location": names.location,
-        "tags": names.tags(spec.name),
-        "sku": {"name": spec.vm_size, "tier": "Standard", "capacity": spec.nodes},
-        "properties": {
-            "orchestrationMode": "Uniform",
-            "upgradePolicy": {"mode": "Manual"},
-            "overprovision": False,
-            "singlePlacementGroup": single_placement_group(spec),
-            "virtualMachineProfile": profile,
-        },
-    }
+        profile.priority = "Regular"
+    body = cm.VirtualMachineScaleSet(
+        location=names.location,
+        tags=names.tags(spec.name),
+        sku=cm.Sku(name=spec.vm_size, tier="Standard", capacity=spec.nodes),
+        properties=cm.VirtualMachineScaleSetProperties(
+            orchestration_mode="Uniform",
+            upgrade_policy=cm.UpgradePolicy(mode="Manual"),
+            overprovision=False,
+            single_placement_group=single_placement_group(spec),
+            virtual_machine_profile=profile,
+        ),
+    )
     if managed_identity:
-        body["identity"] = {"type": "SystemAssigned"}
+        body.identity = cm.VirtualMachineScaleSetIdentity(type="SystemAssigned")
     return body
 
 
@@ -498,7 +496,7 @@ def get_scale_set(clients: AzureClients, names: WorkspaceNames, vmss: str) -> di
 
 
 def begin_create_scale_set(
-    clients: AzureClients, names: WorkspaceNames, vmss: str, body: Mapping[str, Any]
+    clients: AzureClients, names: WorkspaceNames, vmss: str, body: cm.VirtualMachineScaleSet
 ) -> Any:
     with azure_call(f"create scale set {vmss}"):
         return clients.compute.virtual_machine_scale_sets.begin_create_or_update(
