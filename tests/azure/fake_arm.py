@@ -1,9 +1,14 @@
 """A stateful fake of the ARM endpoints batchai_sdk calls, served through ``responses`` to the real
 azure-mgmt-* clients.
 
-Payloads follow the azure-rest-api-specs examples (``VirtualMachineScaleSetVM_List``, ``RunCommand``,
-``StorageAccountListKeys``, ...). Long-running operations answer the way the services do: network and
-compute PUTs with ``201`` + ``Azure-AsyncOperation``, deletes and storage creation with ``202`` +
+Every request body of an operation listed in ``tests/data/arm_spec`` (resource groups, storage accounts,
+NSG, VNet, scale set PUT/PATCH/delete instances/run command, role assignments, Batch accounts) is checked
+against its definitions (jsonschema; an undeclared or read-only property is refused with ``400
+InvalidRequestContent`` naming it; ``checked_bodies``/``invalid_bodies`` keep them). ``listKeys`` and a
+role assignment's creation answer with the official ``x-ms-examples`` responses
+(``tests/data/arm_spec/examples``), ids and the request's own properties adapted; the other payloads
+follow the shape of the azure-rest-api-specs examples (``VirtualMachineScaleSetVM_List``,
+``RunCommand``, ...). Long-running operations answer the way the services do: network and compute PUTs with ``201`` + ``Azure-AsyncOperation``, deletes and storage creation with ``202`` +
 ``Location`` (polled until ``200``), each staying ``InProgress`` for ``op_polls`` polls. Scale-set
 instances start ``Creating`` with their node setup extension ``transitioning`` and become ready after
 ``instance_delay`` listings. ``inject()`` queues canned answers (429, quota errors, ...) for matching calls.
@@ -78,6 +83,17 @@ class ArmSpecBodies:
 
 
 ARM_SPEC_BODIES = ArmSpecBodies()
+EXAMPLES = SPEC.parent / "examples"
+
+
+def example(operation: str, status: str = "200") -> Any:
+    """The response body of an official ``x-ms-examples`` file (``tests/data/arm_spec/examples``), a fresh
+    copy: the fake adapts only its ids and what the request itself set."""
+    return copy.deepcopy(
+        json.loads((EXAMPLES / f"{operation}.json").read_text())["responses"][status]["body"]
+    )
+
+
 SETUP_EXTENSION = "batchai-node-setup"
 
 
@@ -433,25 +449,10 @@ class FakeArm:
         if len(parts) == 5 and parts[4].lower() == "listkeys" and method == "POST":
             if key not in self.resources:
                 raise KeyError(key)
-            return self._json(
-                200,
-                {
-                    "keys": [
-                        {
-                            "keyName": "key1",
-                            "value": self.storage_keys[0],
-                            "permissions": "FULL",
-                            "creationTime": now(),
-                        },
-                        {
-                            "keyName": "key2",
-                            "value": self.storage_keys[1],
-                            "permissions": "FULL",
-                            "creationTime": now(),
-                        },
-                    ]
-                },
-            )
+            listed = example("StorageAccountListKeys")
+            for entry, value in zip(listed["keys"], self.storage_keys, strict=True):
+                entry["value"] = value
+            return self._json(200, listed)
         if method == "GET":
             return self._json(200, self.resources[key])
         if method == "PUT":
@@ -767,26 +768,11 @@ class FakeArm:
                     and o["roleDefinitionId"].lower() == props["roleDefinitionId"].lower()
                 ):
                     return self._error(409, "RoleAssignmentExists", "The role assignment already exists.")
-            stamp = now()
-            body = {
-                "properties": {
-                    "roleDefinitionId": props["roleDefinitionId"],
-                    "principalId": props["principalId"],
-                    "principalType": props.get("principalType", "User"),
-                    "scope": scope,
-                    "condition": None,
-                    "conditionVersion": None,
-                    "createdOn": stamp,
-                    "updatedOn": stamp,
-                    "createdBy": None,
-                    "updatedBy": "f3a5e1b2-0c4d-4e6f-8a9b-1c2d3e4f5a6b",
-                    "delegatedManagedIdentityResourceId": None,
-                    "description": props.get("description"),
-                },
-                "id": rid,
-                "type": "Microsoft.Authorization/roleAssignments",
-                "name": name,
-            }
+            body = example("RoleAssignments_CreateForResource", "201")
+            body.update(id=rid, name=name)
+            body["properties"].update(
+                {k: v for k, v in props.items() if k != "scope"}, scope=scope
+            )  # the request's own properties (description included), the scope from its path
             self.role_assignments[key] = body
             return self._json(201, body)
         if method == "DELETE":
