@@ -77,7 +77,13 @@ class ArmSpecBodies:
                 schema = {"$ref": f"#/definitions/{name}", "definitions": self.definitions}
                 found = Draft4Validator(schema).iter_errors(body if body is not None else {})
                 return name, sorted(
-                    f"{'.'.join(str(p) for p in e.absolute_path) or '(body)'}: {e.message}" for e in found
+                    f"{'.'.join(str(p) for p in e.absolute_path) or '(body)'}: "
+                    + (
+                        "read-only (set by the service, not in a request)"
+                        if e.validator == "not"
+                        else e.message
+                    )
+                    for e in found
                 )
         return None
 

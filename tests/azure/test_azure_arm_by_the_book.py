@@ -11,6 +11,8 @@ import pytest
 from azure.core.exceptions import HttpResponseError
 from azure.mgmt.compute import ComputeManagementClient
 from azure.mgmt.compute.models import VirtualMachineScaleSet
+from azure.mgmt.network import NetworkManagementClient
+from azure.mgmt.network.models import SecurityRule, SecurityRulePropertiesFormat
 from azure.mgmt.resource.resources import ResourceManagementClient
 from azure_helpers import SUBSCRIPTION, FakeCredential
 from fake_arm import FakeArm
@@ -18,6 +20,11 @@ from fake_files import FakeFilesService
 
 from batchai_sdk import Workspace
 from batchai_sdk.backends.azure import AzureBackend
+from batchai_sdk.backends.azure import provision as prov
+from batchai_sdk.backends.azure.clients import AzureClients, ClientOptions
+
+NAMES = prov.WorkspaceNames("batchaidev", SUBSCRIPTION, "batchai.horovod", "eastus", "batchaitest", "share")
+FAST = ClientOptions(polling_interval=0, retry_total=0)
 
 
 def _checked(arm: FakeArm) -> set[str]:
@@ -101,3 +108,42 @@ def test_the_fake_refuses_an_undeclared_property_as_arm_does(
     ).result()
     assert arm.invalid_bodies[0][3][0].startswith("properties")
     assert arm.checked_bodies[-1][3] == []  # the same body without it is taken
+
+
+def test_a_rule_added_by_hand_is_kept_and_sent_back_without_its_read_only_fields(
+    arm: FakeArm, credential: FakeCredential
+) -> None:
+    """Changing the SSH source re-sends the NSG with the rules someone added (portal, az CLI) as they were
+    read: with their ``etag`` and ``provisioningState``, which the spec marks read-only (a request that
+    carries them is invalid). Before the bodies were models, they went back verbatim."""
+    clients = AzureClients(credential, SUBSCRIPTION, FAST)
+    prov.ensure_resource_group(clients, NAMES)
+    prov.ensure_network(clients, NAMES, "203.0.113.7/32")
+    network = NetworkManagementClient(credential, SUBSCRIPTION, base_url=arm.base, polling_interval=0)
+    nsg = network.network_security_groups.get(NAMES.resource_group, NAMES.nsg)
+    jupyter = SecurityRule(
+        name="jupyter",
+        properties=SecurityRulePropertiesFormat(
+            protocol="Tcp",
+            source_address_prefix="203.0.113.7/32",
+            source_port_range="*",
+            destination_address_prefix="*",
+            destination_port_range="8888",
+            access="Allow",
+            priority=1010,
+            direction="Inbound",
+        ),
+    )
+    assert nsg.properties is not None and nsg.properties.security_rules is not None
+    nsg.properties.security_rules.append(jupyter)
+    network.network_security_groups.begin_create_or_update(NAMES.resource_group, NAMES.nsg, nsg).result()
+
+    prov.ensure_network(clients, NAMES, "198.51.100.0/24")  # the client moved: the SSH rule changes
+
+    assert arm.invalid_bodies == []
+    rules = {
+        r["name"]: r["properties"] for r in arm.resources[NAMES.nsg_id.lower()]["properties"]["securityRules"]
+    }
+    assert rules["jupyter"]["destinationPortRange"] == "8888"
+    assert rules[prov.SSH_RULE]["sourceAddressPrefix"] == "198.51.100.0/24"
+    clients.close()
