@@ -37,6 +37,8 @@ Reply = tuple[int, dict[str, str], str]
 # Measuring (the count): each body a PUT/PATCH/POST carried is appended to this file, and
 # invalid bodies are taken as the service might (not refused)
 MEASURE = os.environ.get("BATCHAI_FAKE_ARM_BODIES")
+# Each check (method, path, definition, errors) is appended to this file, invalid bodies still refused
+CHECKED = os.environ.get("BATCHAI_FAKE_ARM_CHECKED")
 SPEC = Path(__file__).resolve().parents[1] / "data" / "arm_spec" / "definitions.json"
 
 
@@ -294,8 +296,8 @@ class FakeArm:
             if checked is not None:
                 definition, problems = checked
                 self.checked_bodies.append((request.method, path, definition, problems))
-                if MEASURE:
-                    with open(MEASURE + ".checked", "a") as out:
+                if MEASURE or CHECKED:
+                    with open(CHECKED or MEASURE + ".checked", "a") as out:
                         out.write(json.dumps([request.method, path, definition, problems]) + "\n")
                 if problems and self.validate:
                     return self._error(
