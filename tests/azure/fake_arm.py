@@ -297,7 +297,7 @@ class FakeArm:
                 definition, problems = checked
                 self.checked_bodies.append((request.method, path, definition, problems))
                 if MEASURE or CHECKED:
-                    with open(CHECKED or MEASURE + ".checked", "a") as out:
+                    with open(CHECKED or f"{MEASURE}.checked", "a") as out:
                         out.write(json.dumps([request.method, path, definition, problems]) + "\n")
                 if problems and self.validate:
                     return self._error(
