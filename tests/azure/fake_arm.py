@@ -1,9 +1,14 @@
 """A stateful fake of the ARM endpoints batchai_sdk calls, served through ``responses`` to the real
 azure-mgmt-* clients.
 
-Payloads follow the azure-rest-api-specs examples (``VirtualMachineScaleSetVM_List``, ``RunCommand``,
-``StorageAccountListKeys``, ...). Long-running operations answer the way the services do: network and
-compute PUTs with ``201`` + ``Azure-AsyncOperation``, deletes and storage creation with ``202`` +
+Every request body of an operation listed in ``tests/data/arm_spec`` (resource groups, storage accounts,
+NSG, VNet, scale set PUT/PATCH/delete instances/run command, role assignments, Batch accounts) is checked
+against its definitions (jsonschema; an undeclared or read-only property is refused with ``400
+InvalidRequestContent`` naming it; ``checked_bodies``/``invalid_bodies`` keep them). ``listKeys`` and a
+role assignment's creation answer with the official ``x-ms-examples`` responses
+(``tests/data/arm_spec/examples``), ids and the request's own properties adapted; the other payloads
+follow the shape of the azure-rest-api-specs examples (``VirtualMachineScaleSetVM_List``,
+``RunCommand``, ...). Long-running operations answer the way the services do: network and compute PUTs with ``201`` + ``Azure-AsyncOperation``, deletes and storage creation with ``202`` +
 ``Location`` (polled until ``200``), each staying ``InProgress`` for ``op_polls`` polls. Scale-set
 instances start ``Creating`` with their node setup extension ``transitioning`` and become ready after
 ``instance_delay`` listings. ``inject()`` queues canned answers (429, quota errors, ...) for matching calls.
@@ -14,18 +19,89 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import os
 import re
 import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import responses
+from jsonschema import Draft4Validator  # type: ignore[import-untyped]
 
 Reply = tuple[int, dict[str, str], str]
+# Measuring (the issue's count): each body a PUT/PATCH/POST carried is appended to this file, and
+# invalid bodies are taken as the service might (not refused)
+MEASURE = os.environ.get("BATCHAI_FAKE_ARM_BODIES")
+# Each check (method, path, definition, errors) is appended to this file, invalid bodies still refused
+CHECKED = os.environ.get("BATCHAI_FAKE_ARM_CHECKED")
+SPEC = Path(__file__).resolve().parents[1] / "data" / "arm_spec" / "definitions.json"
+
+
+def _closed(schema: Any) -> Any:
+    """Each object definition with ``additionalProperties: false`` unless it says otherwise, and each
+    ``readOnly`` property refused (oav's rules for a request: an undeclared or read-only property is an
+    error; ARM itself answers an unknown member with ``InvalidRequestContent``)."""
+    if isinstance(schema, dict):
+        if schema.get("readOnly") is True:
+            return {"not": {}, "description": "read-only: set by the service, never in a request"}
+        out = {k: _closed(v) for k, v in schema.items()}
+        if out.get("type") == "object" and "properties" in out and "additionalProperties" not in out:
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [_closed(v) for v in schema]
+    return schema
+
+
+class ArmSpecBodies:
+    """The request bodies of the ARM operations listed in ``tests/data/arm_spec``, checked against its
+    definitions (path templates match case-insensitively, as ARM's do; ``{scope}`` spans segments)."""
+
+    def __init__(self) -> None:
+        doc = json.loads(SPEC.read_text())
+        self.definitions = _closed(doc["definitions"])
+        self.operations = []
+        for op, name in doc["operations"].items():
+            verb, template = op.split()
+            rx = re.sub(r"\\\{scope\\\}", ".+", re.escape(template))
+            rx = re.sub(r"\\\{[^}]+\\\}", "[^/]+", rx)
+            self.operations.append((verb, re.compile("^" + rx + "$", re.I), name))
+
+    def errors(self, method: str, path: str, body: Any) -> tuple[str, list[str]] | None:
+        """(definition, its errors) for a body the excerpt defines; None for other requests."""
+        for verb, rx, name in self.operations:
+            if verb == method and rx.match(path):
+                schema = {"$ref": f"#/definitions/{name}", "definitions": self.definitions}
+                found = Draft4Validator(schema).iter_errors(body if body is not None else {})
+                return name, sorted(
+                    f"{'.'.join(str(p) for p in e.absolute_path) or '(body)'}: "
+                    + (
+                        "read-only (set by the service, not in a request)"
+                        if e.validator == "not"
+                        else e.message
+                    )
+                    for e in found
+                )
+        return None
+
+
+ARM_SPEC_BODIES = ArmSpecBodies()
+EXAMPLES = SPEC.parent / "examples"
+
+
+def example(operation: str, status: str = "200") -> Any:
+    """The response body of an official ``x-ms-examples`` file (``tests/data/arm_spec/examples``), a fresh
+    copy: the fake adapts only its ids and what the request itself set."""
+    return copy.deepcopy(
+        json.loads((EXAMPLES / f"{operation}.json").read_text())["responses"][status]["body"]
+    )
+
+
 SETUP_EXTENSION = "batchai-node-setup"
 
 
@@ -141,6 +217,9 @@ class FakeArm:
         self.usages: dict[str, list[dict[str, Any]]] = {"eastus": copy.deepcopy(DEFAULT_USAGES)}
         self.created: dict[str, str] = {}  # lower-case id → createdTime (what $expand=createdTime gives)
         self.evicted: list[tuple[str, str]] = []  # (scale set id, instance id) of simulateEviction calls
+        # every body an operation of tests/data/arm_spec received: (method, path, definition, errors)
+        self.checked_bodies: list[tuple[str, str, str, list[str]]] = []
+        self.validate = MEASURE is None  # False: take invalid bodies as the service might (measuring)
         self._httpd: Any = None
         self._lock = threading.RLock()
         self._next_instance: dict[str, itertools.count[int]] = {}
@@ -170,6 +249,10 @@ class FakeArm:
         rx = re.compile(path_regex, re.I)
         return sum(1 for m, p in self.calls if m == method and rx.search(p))
 
+    @property
+    def invalid_bodies(self) -> list[tuple[str, str, str, list[str]]]:
+        return [c for c in self.checked_bodies if c[3]]
+
     def rg_id(self, rg: str) -> str:
         return f"/subscriptions/{self.sub}/resourceGroups/{rg}"
 
@@ -194,6 +277,9 @@ class FakeArm:
         with self._lock:
             self.calls.append((request.method, path))
             self.bodies.append((request.method, path, data))
+            if MEASURE and request.method in ("PUT", "PATCH", "POST"):
+                with open(MEASURE, "a") as out:
+                    out.write(json.dumps([request.method, path, query.get("api-version"), data]) + "\n")
             self.auth_headers.append(request.headers.get("Authorization"))
             self.queries.append(query)
             injected = take_injected(self.injected, seen)
@@ -206,6 +292,19 @@ class FakeArm:
                 )
             if self.accepted_tokens is not None and auth[len("Bearer ") :] not in self.accepted_tokens:
                 return self._error(401, "InvalidAuthenticationToken", "The access token is invalid.")
+            checked = ARM_SPEC_BODIES.errors(request.method, path, data)
+            if checked is not None:
+                definition, problems = checked
+                self.checked_bodies.append((request.method, path, definition, problems))
+                if MEASURE or CHECKED:
+                    with open(CHECKED or f"{MEASURE}.checked", "a") as out:
+                        out.write(json.dumps([request.method, path, definition, problems]) + "\n")
+                if problems and self.validate:
+                    return self._error(
+                        400,
+                        "InvalidRequestContent",
+                        f"The request content was invalid ({definition}): {'; '.join(problems)}",
+                    )
             try:
                 return self._route(request.method, path, query, data)
             except KeyError:
@@ -358,25 +457,10 @@ class FakeArm:
         if len(parts) == 5 and parts[4].lower() == "listkeys" and method == "POST":
             if key not in self.resources:
                 raise KeyError(key)
-            return self._json(
-                200,
-                {
-                    "keys": [
-                        {
-                            "keyName": "key1",
-                            "value": self.storage_keys[0],
-                            "permissions": "FULL",
-                            "creationTime": now(),
-                        },
-                        {
-                            "keyName": "key2",
-                            "value": self.storage_keys[1],
-                            "permissions": "FULL",
-                            "creationTime": now(),
-                        },
-                    ]
-                },
-            )
+            listed = example("StorageAccountListKeys")
+            for entry, value in zip(listed["keys"], self.storage_keys, strict=True):
+                entry["value"] = value
+            return self._json(200, listed)
         if method == "GET":
             return self._json(200, self.resources[key])
         if method == "PUT":
@@ -692,26 +776,11 @@ class FakeArm:
                     and o["roleDefinitionId"].lower() == props["roleDefinitionId"].lower()
                 ):
                     return self._error(409, "RoleAssignmentExists", "The role assignment already exists.")
-            stamp = now()
-            body = {
-                "properties": {
-                    "roleDefinitionId": props["roleDefinitionId"],
-                    "principalId": props["principalId"],
-                    "principalType": props.get("principalType", "User"),
-                    "scope": scope,
-                    "condition": None,
-                    "conditionVersion": None,
-                    "createdOn": stamp,
-                    "updatedOn": stamp,
-                    "createdBy": None,
-                    "updatedBy": "f3a5e1b2-0c4d-4e6f-8a9b-1c2d3e4f5a6b",
-                    "delegatedManagedIdentityResourceId": None,
-                    "description": props.get("description"),
-                },
-                "id": rid,
-                "type": "Microsoft.Authorization/roleAssignments",
-                "name": name,
-            }
+            body = example("RoleAssignments_CreateForResource", "201")
+            body.update(id=rid, name=name)
+            body["properties"].update(
+                {k: v for k, v in props.items() if k != "scope"}, scope=scope
+            )  # the request's own properties (description included), the scope from its path
             self.role_assignments[key] = body
             return self._json(201, body)
         if method == "DELETE":

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from azure.core.exceptions import ClientAuthenticationError
+from azure.mgmt.compute.models import Sku, VirtualMachineScaleSet
 from azure_helpers import SUBSCRIPTION, TOKEN, FakeCredential, all_messages
 from fake_arm import FakeArm
 
@@ -167,7 +168,9 @@ def test_quota_and_sku_errors_say_what_to_change(
 ) -> None:
     arm.inject("PUT", r"/virtualMachineScaleSets/nc6$", 409, {"error": {"code": code, "message": message}})
     with pytest.raises(AzureQuotaError) as info:
-        prov.begin_create_scale_set(clients, NAMES, "nc6", {"location": "eastus", "sku": {"capacity": 4}})
+        prov.begin_create_scale_set(
+            clients, NAMES, "nc6", VirtualMachineScaleSet(location="eastus", sku=Sku(capacity=4))
+        )
     err = info.value
     assert err.code == code and err.status == 409
     assert hint in err.hint and hint in str(err)
@@ -190,7 +193,7 @@ def test_nested_deployment_error_reports_the_inner_quota_code(clients: AzureClie
         },
     )
     with pytest.raises(AzureQuotaError) as info:
-        prov.begin_create_scale_set(clients, NAMES, "nc6", {"location": "eastus"})
+        prov.begin_create_scale_set(clients, NAMES, "nc6", VirtualMachineScaleSet(location="eastus"))
     assert info.value.code == "QuotaExceeded"
 
 

@@ -36,7 +36,7 @@ VM_CONTRIBUTOR_ID = (
 )
 
 
-def body(name: str = "c", nodes: int = 3, **kw: Any) -> dict[str, Any]:
+def body(name: str = "c", nodes: int = 3, **kw: Any) -> Any:
     return prov.scale_set_body(
         NAMES,
         ClusterSpec(name, "Standard_NC4as_T4_v3", nodes),
@@ -159,7 +159,7 @@ def served() -> Iterator[FakeArm]:
     call(
         "PUT", f"/subscriptions/{SUBSCRIPTION}/resourceGroups/{NAMES.resource_group}", {"location": "eastus"}
     )
-    call("PUT", prov.scale_set_id(NAMES, "c"), body("c", 3))
+    call("PUT", prov.scale_set_id(NAMES, "c"), body("c", 3).as_dict())
     fake.make_ready()
     fake.accepted_tokens = {fake.imds_token}
     yield fake

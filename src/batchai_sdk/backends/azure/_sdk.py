@@ -24,6 +24,11 @@ _PACKAGES = {
     "azure.batch": "azure-batch",
     "azure.batch.models": "azure-batch",
     "azure.mgmt.batch.models": "azure-mgmt-batch",
+    "azure.mgmt.compute.models": "azure-mgmt-compute",
+    "azure.mgmt.network.models": "azure-mgmt-network",
+    "azure.mgmt.storage.models": "azure-mgmt-storage",
+    "azure.mgmt.resource.resources.models": "azure-mgmt-resource",
+    "azure.mgmt.authorization.v2022_04_01.models": "azure-mgmt-authorization",
 }
 
 

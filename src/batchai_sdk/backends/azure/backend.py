@@ -37,6 +37,7 @@ from . import provision as prov
 from .clients import AzureClients, ClientOptions
 from .errors import azure_call
 from .host_key_pins import HostKeyPins, Instance, fetch_host_key
+from .models import cm
 from .node_setup import NodeEnvironment, setup_script
 from .preflight import SkuInfo, list_skus, preflight
 from .share import AzureFileShare
@@ -401,7 +402,9 @@ class AzureBackend(Backend):
         ]
         with azure_call(f"remove {len(victims)} instance(s) of scale set {vmss}", secrets=self._secrets()):
             poller = self.clients.compute.virtual_machine_scale_sets.begin_delete_instances(
-                self.names.resource_group, vmss, {"instanceIds": victims}
+                self.names.resource_group,
+                vmss,
+                cm.VirtualMachineScaleSetVMInstanceRequiredIDs(instance_ids=victims),
             )
         self._track(spec, poller, timeout, f"resize scale set {vmss} to {nodes}")
 

@@ -26,6 +26,7 @@ from ..._private_files import write_private
 from ...exceptions import AzureError, HostKeyError, NodeError
 from .clients import AzureClients
 from .errors import azure_call
+from .models import cm
 
 HOST_KEY_COMMAND = "cat /etc/ssh/ssh_host_ed25519_key.pub"
 _KEY_LINE = re.compile(r"^(ssh-ed25519|ecdsa-sha2-nistp256|ssh-rsa)\s+([A-Za-z0-9+/=]+)(\s.*)?$")
@@ -68,7 +69,7 @@ def fetch_host_key(clients: AzureClients, resource_group: str, vmss: str, instan
             resource_group,
             vmss,
             instance_id,
-            {"commandId": "RunShellScript", "script": [HOST_KEY_COMMAND]},
+            cm.RunCommandInput(command_id="RunShellScript", script=[HOST_KEY_COMMAND]),
         )
         result = poller.result()
     data = result.as_dict() if hasattr(result, "as_dict") else dict(result or {})

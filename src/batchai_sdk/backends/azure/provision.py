@@ -16,7 +16,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +24,7 @@ from ..._models import ClusterSpec, VmPriority
 from ...exceptions import AzureError, ValidationError
 from .clients import AzureClients
 from .errors import azure_call, call_or_none
+from .models import am, cm, nm, rm, sm
 from .states import SETUP_EXTENSION
 
 log = logging.getLogger(__name__)
@@ -151,7 +152,7 @@ def ensure_resource_group(clients: AzureClients, names: WorkspaceNames) -> bool:
     if existing is not None:
         tags = existing.get("tags") or {}
         return bool(tags.get(TAG_CREATED_BY) == names.workspace)
-    body = {"location": names.location, "tags": {**names.tags(), TAG_CREATED_BY: names.workspace}}
+    body = rm.ResourceGroup(location=names.location, tags={**names.tags(), TAG_CREATED_BY: names.workspace})
     with azure_call(f"create resource group {names.resource_group}"):
         clients.resource.resource_groups.create_or_update(names.resource_group, body)
     return True
@@ -180,18 +181,18 @@ def ensure_storage_account(clients: AzureClients, names: WorkspaceNames) -> str:
     accounts = clients.storage.storage_accounts
     existing = read_storage_account(clients, names)
     if existing is None:
-        body = {
-            "location": names.location,
-            "tags": names.tags(),
-            "sku": {"name": "Standard_LRS"},
-            "kind": "StorageV2",
-            "properties": {
-                "minimumTlsVersion": "TLS1_2",
-                "supportsHttpsTrafficOnly": True,
-                "allowBlobPublicAccess": False,
-                "allowSharedKeyAccess": True,  # SMB mounts of Azure Files authenticate with the key
-            },
-        }
+        body = sm.StorageAccountCreateParameters(
+            location=names.location,
+            tags=names.tags(),
+            sku=sm.Sku(name="Standard_LRS"),
+            kind="StorageV2",
+            properties=sm.StorageAccountPropertiesCreateParameters(
+                minimum_tls_version="TLS1_2",
+                enable_https_traffic_only=True,
+                allow_blob_public_access=False,
+                allow_shared_key_access=True,  # SMB mounts of Azure Files authenticate with the key
+            ),
+        )
         with azure_call(f"create storage account {names.storage_account}"):
             accounts.begin_create(names.resource_group, names.storage_account, body).result()
     with azure_call(f"read the keys of storage account {names.storage_account}"):
@@ -203,29 +204,31 @@ def ensure_storage_account(clients: AzureClients, names: WorkspaceNames) -> str:
 
 
 # -- network ------------------------------------------------------------------------------------------
-def nsg_body(names: WorkspaceNames, ssh_source_cidr: str) -> dict[str, Any]:
-    return {
-        "location": names.location,
-        "tags": names.tags(),
-        "properties": {
-            "securityRules": [
-                {
-                    "name": SSH_RULE,
-                    "properties": {
-                        "description": "SSH to the cluster nodes from the batchai_sdk client only",
-                        "protocol": "Tcp",
-                        "sourceAddressPrefix": ssh_source_cidr,
-                        "sourcePortRange": "*",
-                        "destinationAddressPrefix": "*",
-                        "destinationPortRange": "22",
-                        "access": "Allow",
-                        "priority": 1000,
-                        "direction": "Inbound",
-                    },
-                }
-            ]
-        },
-    }
+def nsg_body(
+    names: WorkspaceNames, ssh_source_cidr: str, others: Sequence[Mapping[str, Any]] = ()
+) -> nm.NetworkSecurityGroup:
+    """The NSG: ``others`` (rules someone added by hand, as read) kept, then the SSH rule."""
+    ssh = nm.SecurityRule(
+        name=SSH_RULE,
+        properties=nm.SecurityRulePropertiesFormat(
+            description="SSH to the cluster nodes from the batchai_sdk client only",
+            protocol="Tcp",
+            source_address_prefix=ssh_source_cidr,
+            source_port_range="*",
+            destination_address_prefix="*",
+            destination_port_range="22",
+            access="Allow",
+            priority=1000,
+            direction="Inbound",
+        ),
+    )
+    return nm.NetworkSecurityGroup(
+        location=names.location,
+        tags=names.tags(),
+        properties=nm.NetworkSecurityGroupPropertiesFormat(
+            security_rules=[nm.SecurityRule(rule) for rule in others] + [ssh]
+        ),
+    )
 
 
 def ensure_network(clients: AzureClients, names: WorkspaceNames, ssh_source_cidr: str) -> str:
@@ -242,32 +245,30 @@ def ensure_network(clients: AzureClients, names: WorkspaceNames, ssh_source_cidr
     rules = {r.get("name"): r for r in ((current or {}).get("properties") or {}).get("securityRules") or ()}
     rule = rules.get(SSH_RULE) or {}
     if (rule.get("properties") or {}).get("sourceAddressPrefix") != ssh_source_cidr:
-        body = nsg_body(names, ssh_source_cidr)
-        if current is not None:  # keep rules someone added by hand
-            others = [r for name, r in rules.items() if name != SSH_RULE]
-            body["properties"]["securityRules"] = others + body["properties"]["securityRules"]
+        others = [r for name, r in rules.items() if name != SSH_RULE]  # rules someone added by hand
+        body = nsg_body(names, ssh_source_cidr, others)
         with azure_call(f"create network security group {names.nsg}"):
             net.network_security_groups.begin_create_or_update(names.resource_group, names.nsg, body).result()
     if call_or_none(
         f"read virtual network {names.vnet}", net.virtual_networks.get, names.resource_group, names.vnet
     ):
         return names.subnet_id
-    vnet = {
-        "location": names.location,
-        "tags": names.tags(),
-        "properties": {
-            "addressSpace": {"addressPrefixes": [VNET_PREFIX]},
-            "subnets": [
-                {
-                    "name": names.subnet,
-                    "properties": {
-                        "addressPrefix": SUBNET_PREFIX,
-                        "networkSecurityGroup": {"id": names.nsg_id},
-                    },
-                }
+    vnet = nm.VirtualNetwork(
+        location=names.location,
+        tags=names.tags(),
+        properties=nm.VirtualNetworkPropertiesFormat(
+            address_space=nm.AddressSpace(address_prefixes=[VNET_PREFIX]),
+            subnets=[
+                nm.Subnet(
+                    name=names.subnet,
+                    properties=nm.SubnetPropertiesFormat(
+                        address_prefix=SUBNET_PREFIX,
+                        network_security_group=nm.NetworkSecurityGroup(id=names.nsg_id),
+                    ),
+                )
             ],
-        },
-    }
+        ),
+    )
     with azure_call(f"create virtual network {names.vnet}"):
         net.virtual_networks.begin_create_or_update(names.resource_group, names.vnet, vnet).result()
     return names.subnet_id
@@ -284,97 +285,95 @@ def scale_set_body(
     setup_script: str,
     os_disk_gb: int = 128,
     managed_identity: bool = True,
-) -> dict[str, Any]:
+) -> cm.VirtualMachineScaleSet:
     """The VMSS PUT body: Uniform, manual upgrades, no overprovisioning, a public IP per instance, the
     workspace's SSH key, node setup as a CustomScript extension whose script (it holds the storage key)
     travels in ``protectedSettings`` — encrypted, never returned by a GET. ``managed_identity``: a
     system-assigned identity, through which the head node scales the set (``grant_scale_set_role``)."""
-    profile: dict[str, Any] = {
-        "osProfile": {
-            "computerNamePrefix": computer_name_prefix(spec.name),
-            "adminUsername": admin_user,
-            "linuxConfiguration": {
-                "disablePasswordAuthentication": True,
-                "ssh": {
-                    "publicKeys": [
-                        {"path": f"/home/{admin_user}/.ssh/authorized_keys", "keyData": public_key}
+    script = base64.b64encode(gzip.compress(setup_script.encode("utf-8"))).decode("ascii")
+    public_ip = cm.VirtualMachineScaleSetPublicIPAddressConfiguration(
+        name="pip",
+        # no "sku": the spec lets only Flexible scale sets set the public IP's SKU; on a Uniform one
+        # Azure picks it
+        properties=cm.VirtualMachineScaleSetPublicIPAddressConfigurationProperties(
+            idle_timeout_in_minutes=30, delete_option="Delete"
+        ),
+    )
+    nic = cm.VirtualMachineScaleSetNetworkConfiguration(
+        name="nic",
+        properties=cm.VirtualMachineScaleSetNetworkConfigurationProperties(
+            primary=True,
+            ip_configurations=[
+                cm.VirtualMachineScaleSetIPConfiguration(
+                    name="ipconfig",
+                    properties=cm.VirtualMachineScaleSetIPConfigurationProperties(
+                        primary=True,
+                        # cluster.json's subnet.id, else the workspace's own VNet
+                        subnet=cm.ApiEntityReference(id=spec.extra.get("subnet") or names.subnet_id),
+                        public_ip_address_configuration=public_ip,
+                    ),
+                )
+            ],
+        ),
+    )
+    setup = cm.VirtualMachineScaleSetExtension(
+        name=SETUP_EXTENSION,
+        properties=cm.VirtualMachineScaleSetExtensionProperties(
+            publisher="Microsoft.Azure.Extensions",
+            type="CustomScript",
+            type_handler_version="2.1",
+            auto_upgrade_minor_version=True,
+            settings={},
+            protected_settings={"script": script},
+        ),
+    )
+    profile = cm.VirtualMachineScaleSetVMProfile(
+        os_profile=cm.VirtualMachineScaleSetOSProfile(
+            computer_name_prefix=computer_name_prefix(spec.name),
+            admin_username=admin_user,
+            linux_configuration=cm.LinuxConfiguration(
+                disable_password_authentication=True,
+                ssh=cm.SshConfiguration(
+                    public_keys=[
+                        cm.SshPublicKey(path=f"/home/{admin_user}/.ssh/authorized_keys", key_data=public_key)
                     ]
-                },
-            },
-        },
-        "storageProfile": {
-            "imageReference": parse_image(image),
-            "osDisk": {
-                "createOption": "FromImage",
-                "caching": "ReadWrite",
-                "diskSizeGB": os_disk_gb,
-                "managedDisk": {"storageAccountType": "StandardSSD_LRS"},
-            },
-        },
-        "networkProfile": {
-            "networkInterfaceConfigurations": [
-                {
-                    "name": "nic",
-                    "properties": {
-                        "primary": True,
-                        "ipConfigurations": [
-                            {
-                                "name": "ipconfig",
-                                "properties": {
-                                    "primary": True,
-                                    # cluster.json's subnet.id, else the workspace's own VNet
-                                    "subnet": {"id": spec.extra.get("subnet") or names.subnet_id},
-                                    # no "sku": the spec lets only Flexible scale sets set the
-                                    # public IP's SKU; on a Uniform one Azure picks it
-                                    "publicIPAddressConfiguration": {
-                                        "name": "pip",
-                                        "properties": {"idleTimeoutInMinutes": 30, "deleteOption": "Delete"},
-                                    },
-                                },
-                            }
-                        ],
-                    },
-                }
-            ]
-        },
-        "extensionProfile": {
-            "extensions": [
-                {
-                    "name": SETUP_EXTENSION,
-                    "properties": {
-                        "publisher": "Microsoft.Azure.Extensions",
-                        "type": "CustomScript",
-                        "typeHandlerVersion": "2.1",
-                        "autoUpgradeMinorVersion": True,
-                        "settings": {},
-                        "protectedSettings": {
-                            "script": base64.b64encode(gzip.compress(setup_script.encode("utf-8"))).decode(
-                                "ascii"
-                            )
-                        },
-                    },
-                }
-            ]
-        },
-    }
+                ),
+            ),
+        ),
+        storage_profile=cm.VirtualMachineScaleSetStorageProfile(
+            image_reference=cm.ImageReference(**parse_image(image)),
+            os_disk=cm.VirtualMachineScaleSetOSDisk(
+                create_option="FromImage",
+                caching="ReadWrite",
+                disk_size_gb=os_disk_gb,
+                managed_disk=cm.VirtualMachineScaleSetManagedDiskParameters(
+                    storage_account_type="StandardSSD_LRS"
+                ),
+            ),
+        ),
+        network_profile=cm.VirtualMachineScaleSetNetworkProfile(network_interface_configurations=[nic]),
+        extension_profile=cm.VirtualMachineScaleSetExtensionProfile(extensions=[setup]),
+    )
     if spec.vm_priority is VmPriority.LOWPRIORITY:
-        profile.update(priority="Spot", evictionPolicy="Delete", billingProfile={"maxPrice": -1})
+        profile.priority = "Spot"
+        profile.eviction_policy = "Delete"
+        profile.billing_profile = cm.BillingProfile(max_price=-1)
     else:
-        profile["priority"] = "Regular"
-    body: dict[str, Any] = {
-        "location": names.location,
-        "tags": names.tags(spec.name),
-        "sku": {"name": spec.vm_size, "tier": "Standard", "capacity": spec.nodes},
-        "properties": {
-            "orchestrationMode": "Uniform",
-            "upgradePolicy": {"mode": "Manual"},
-            "overprovision": False,
-            "singlePlacementGroup": single_placement_group(spec),
-            "virtualMachineProfile": profile,
-        },
-    }
+        profile.priority = "Regular"
+    body = cm.VirtualMachineScaleSet(
+        location=names.location,
+        tags=names.tags(spec.name),
+        sku=cm.Sku(name=spec.vm_size, tier="Standard", capacity=spec.nodes),
+        properties=cm.VirtualMachineScaleSetProperties(
+            orchestration_mode="Uniform",
+            upgrade_policy=cm.UpgradePolicy(mode="Manual"),
+            overprovision=False,
+            single_placement_group=single_placement_group(spec),
+            virtual_machine_profile=profile,
+        ),
+    )
     if managed_identity:
-        body["identity"] = {"type": "SystemAssigned"}
+        body.identity = cm.VirtualMachineScaleSetIdentity(type="SystemAssigned")
     return body
 
 
@@ -444,14 +443,12 @@ def grant_scale_set_role(
         log.warning("scale set %s has no managed identity: it cannot scale itself down", vmss)
         return False
     scope = scale_set_id(names, vmss)
-    body = {
-        "properties": {
-            "roleDefinitionId": role_definition_id(names),
-            "principalId": principal,
-            "principalType": "ServicePrincipal",  # no directory lookup: a new identity works at once
-            "description": f"batchai_sdk: cluster {vmss} scales itself (workspace {names.workspace})",
-        }
-    }
+    body = am.RoleAssignmentCreateParameters(
+        role_definition_id=role_definition_id(names),
+        principal_id=principal,
+        principal_type="ServicePrincipal",  # no directory lookup: a new identity works at once
+        description=f"batchai_sdk: cluster {vmss} scales itself (workspace {names.workspace})",
+    )
     name = role_assignment_name(scope, principal)
     for attempt in range(ROLE_ATTEMPTS):
         try:
@@ -499,7 +496,7 @@ def get_scale_set(clients: AzureClients, names: WorkspaceNames, vmss: str) -> di
 
 
 def begin_create_scale_set(
-    clients: AzureClients, names: WorkspaceNames, vmss: str, body: Mapping[str, Any]
+    clients: AzureClients, names: WorkspaceNames, vmss: str, body: cm.VirtualMachineScaleSet
 ) -> Any:
     with azure_call(f"create scale set {vmss}"):
         return clients.compute.virtual_machine_scale_sets.begin_create_or_update(
@@ -517,10 +514,10 @@ def begin_resize_scale_set(
 ) -> Any:
     """PATCH the capacity. Past 100 VMs a scale set in one placement group (``current``: its GET) is
     switched to several in the same PATCH — ARM allows true → false, never back (docs/azure.md)."""
-    body: dict[str, Any] = {"sku": {"capacity": capacity}}
+    body = cm.VirtualMachineScaleSetUpdate(sku=cm.Sku(capacity=capacity))
     single = ((current or {}).get("properties") or {}).get("singlePlacementGroup")
     if capacity > PLACEMENT_GROUP_MAX and single is not False:
-        body["properties"] = {"singlePlacementGroup": False}
+        body.properties = cm.VirtualMachineScaleSetUpdateProperties(single_placement_group=False)
     with azure_call(f"resize scale set {vmss} to {capacity}"):
         return clients.compute.virtual_machine_scale_sets.begin_update(names.resource_group, vmss, body)
 
