@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
+from typing import Any
 
 from ...exceptions import MissingExtraError
 
@@ -39,6 +40,19 @@ def load(module: str) -> ModuleType:
     except ImportError as exc:
         package = _PACKAGES.get(module, module.replace(".", "-"))
         raise MissingExtraError(package, "azure") from exc
+
+
+class LazyModule:
+    """A module imported by ``load`` on its first attribute access (the request-body model modules)."""
+
+    def __init__(self, module: str) -> None:
+        self._module = module
+        self._loaded: ModuleType | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._loaded is None:
+            self._loaded = load(self._module)
+        return getattr(self._loaded, name)
 
 
 def core_exceptions() -> ModuleType:

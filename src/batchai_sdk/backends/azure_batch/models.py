@@ -4,28 +4,15 @@ real module, so a body's property names and types are checked (``UserIdentity(us
 
 from __future__ import annotations
 
-from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ..azure import _sdk
-
-
-class _Lazy:
-    def __init__(self, module: str) -> None:
-        self._module = module
-        self._loaded: ModuleType | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        if self._loaded is None:
-            self._loaded = _sdk.load(self._module)
-        return getattr(self._loaded, name)
-
+from ..azure._sdk import LazyModule
 
 if TYPE_CHECKING:
     from azure.batch import models as bm
     from azure.mgmt.batch import models as mgmt
 else:
-    bm = _Lazy("azure.batch.models")
-    mgmt = _Lazy("azure.mgmt.batch.models")
+    bm = LazyModule("azure.batch.models")
+    mgmt = LazyModule("azure.mgmt.batch.models")
 
 __all__ = ["bm", "mgmt"]
