@@ -31,7 +31,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import responses
-from jsonschema import Draft4Validator  # type: ignore[import-untyped]
+from spec_bodies import SpecBodies
 
 Reply = tuple[int, dict[str, str], str]
 # Measuring (the issue's count): each body a PUT/PATCH/POST carried is appended to this file, and
@@ -40,57 +40,7 @@ MEASURE = os.environ.get("BATCHAI_FAKE_ARM_BODIES")
 # Each check (method, path, definition, errors) is appended to this file, invalid bodies still refused
 CHECKED = os.environ.get("BATCHAI_FAKE_ARM_CHECKED")
 SPEC = Path(__file__).resolve().parents[1] / "data" / "arm_spec" / "definitions.json"
-
-
-def _closed(schema: Any) -> Any:
-    """Each object definition with ``additionalProperties: false`` unless it says otherwise, and each
-    ``readOnly`` property refused (oav's rules for a request: an undeclared or read-only property is an
-    error; ARM itself answers an unknown member with ``InvalidRequestContent``)."""
-    if isinstance(schema, dict):
-        if schema.get("readOnly") is True:
-            return {"not": {}, "description": "read-only: set by the service, never in a request"}
-        out = {k: _closed(v) for k, v in schema.items()}
-        if out.get("type") == "object" and "properties" in out and "additionalProperties" not in out:
-            out["additionalProperties"] = False
-        return out
-    if isinstance(schema, list):
-        return [_closed(v) for v in schema]
-    return schema
-
-
-class ArmSpecBodies:
-    """The request bodies of the ARM operations listed in ``tests/data/arm_spec``, checked against its
-    definitions (path templates match case-insensitively, as ARM's do; ``{scope}`` spans segments)."""
-
-    def __init__(self) -> None:
-        doc = json.loads(SPEC.read_text())
-        self.definitions = _closed(doc["definitions"])
-        self.operations = []
-        for op, name in doc["operations"].items():
-            verb, template = op.split()
-            rx = re.sub(r"\\\{scope\\\}", ".+", re.escape(template))
-            rx = re.sub(r"\\\{[^}]+\\\}", "[^/]+", rx)
-            self.operations.append((verb, re.compile("^" + rx + "$", re.I), name))
-
-    def errors(self, method: str, path: str, body: Any) -> tuple[str, list[str]] | None:
-        """(definition, its errors) for a body the excerpt defines; None for other requests."""
-        for verb, rx, name in self.operations:
-            if verb == method and rx.match(path):
-                schema = {"$ref": f"#/definitions/{name}", "definitions": self.definitions}
-                found = Draft4Validator(schema).iter_errors(body if body is not None else {})
-                return name, sorted(
-                    f"{'.'.join(str(p) for p in e.absolute_path) or '(body)'}: "
-                    + (
-                        "read-only (set by the service, not in a request)"
-                        if e.validator == "not"
-                        else e.message
-                    )
-                    for e in found
-                )
-        return None
-
-
-ARM_SPEC_BODIES = ArmSpecBodies()
+ARM_SPEC_BODIES = SpecBodies(SPEC, ignore_case=True, separator=".")
 EXAMPLES = SPEC.parent / "examples"
 
 

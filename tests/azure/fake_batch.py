@@ -35,48 +35,10 @@ from typing import Any
 
 import responses
 from fake_arm import FakeArm, Injected, now, read_request, take_injected
-from jsonschema import Draft4Validator  # type: ignore[import-untyped]
+from spec_bodies import SpecBodies
 
 SPEC = Path(__file__).resolve().parents[1] / "data" / "batch_spec" / "definitions-2025-06-01.json"
-
-
-def _closed(schema: Any) -> Any:
-    """Each object definition with ``additionalProperties: false`` unless it says otherwise (oav's rule:
-    a property the spec does not declare is an error)."""
-    if isinstance(schema, dict):
-        out = {k: _closed(v) for k, v in schema.items()}
-        if out.get("type") == "object" and "properties" in out and "additionalProperties" not in out:
-            out["additionalProperties"] = False
-        return out
-    if isinstance(schema, list):
-        return [_closed(v) for v in schema]
-    return schema
-
-
-class SpecBodies:
-    """The request bodies of the operations the spec excerpt lists, checked against its definitions."""
-
-    def __init__(self) -> None:
-        doc = json.loads(SPEC.read_text())
-        self.definitions = _closed(doc["definitions"])
-        self.operations = [
-            (op.split()[0], re.compile("^" + re.sub(r"\{[^}]+\}", "[^/]+", op.split()[1]) + "$"), name)
-            for op, name in doc["operations"].items()
-        ]
-
-    def errors(self, method: str, path: str, body: Any) -> tuple[str, list[str]] | None:
-        """(definition, its errors) for a body the spec defines; None for other requests."""
-        for verb, rx, name in self.operations:
-            if verb == method and rx.match(path):
-                schema = {"$ref": f"#/definitions/{name}", "definitions": self.definitions}
-                found = Draft4Validator(schema).iter_errors(body if body is not None else {})
-                return name, sorted(
-                    f"{'/'.join(str(p) for p in e.absolute_path) or '(body)'}: {e.message}" for e in found
-                )
-        return None
-
-
-SPEC_BODIES = SpecBodies()
+SPEC_BODIES = SpecBodies(SPEC, ignore_case=False, separator="/")
 EXAMPLES = SPEC.parent / "examples"
 
 
