@@ -22,40 +22,19 @@ import json
 import os
 import signal
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from batchai_sdk import Job, Workspace
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
 
-TRAIN = """\
-import json, os, sys, threading, time
-rank = int(os.environ["RANK"])
-def chatter():
-    while True:
-        print(f"rank {rank}: prefetching", flush=True)
-        time.sleep(2)
-threading.Thread(target=chatter, daemon=True).start()
-import torch, torch.distributed as dist
-from batchai_sdk import log_metric
-dist.init_process_group(backend="gloo", init_method=os.environ["AZ_BATCHAI_PYTORCH_INIT_METHOD"], rank=rank,
-                        world_size=int(os.environ["WORLD_SIZE"]))
-mode, steps = sys.argv[1], int(sys.argv[2])
-with open(os.path.join(sys.argv[3], f"rank-{rank}.json"), "w") as f:
-    json.dump({"pid": os.getpid(), "shim": os.getppid()}, f)
-t = torch.ones(1)
-for step in range(1, steps + 1):
-    if mode == "sleep" and rank == 1 and step == 6:
-        time.sleep(3600)
-    if mode == "skip" and rank == 1 and step == 6:
-        dist.barrier()
-    else:
-        dist.all_reduce(t)
-    log_metric(step=step, loss=1.0 / step)
-    time.sleep(0.3 if step % 4 else 2.5)
-dist.destroy_process_group()
-time.sleep(0.3)
-"""
+from batchai_sdk import Job, Workspace  # noqa: E402
+from hang_jobs import write_train  # noqa: E402
+
+# the tests' training script (tests/hang_jobs.py); gloo's own default timeout, 30 minutes
+GLOO_TIMEOUT = 1800
 OLD_DEFAULT = 600.0
 
 
@@ -76,7 +55,7 @@ def run_case(ws: Workspace, train: Path, case: str, notice: float, n: int = 0) -
     cluster = ws.create_cluster("c", nodes=2, exist_ok=True)
     job = exp.create_job(f"{case}-{n}", cluster=cluster, node_count=2, toolkit="pytorch",
                          process_count=3 if case == "skip" else 2, python_script=str(train),
-                         args=[mode, str(steps), str(pids)], hang_notice=notice,
+                         args=[mode, str(steps), str(GLOO_TIMEOUT), str(pids)], hang_notice=notice,
                          toolkit_settings={"communication_backend": "TCP"}).submit()  # fmt: skip
     stopped: list[int] = []
     try:
@@ -123,8 +102,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="run each case this many times")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        train = Path(tmp) / "train.py"
-        train.write_text(TRAIN)
+        train = write_train(Path(tmp))
         ws = Workspace.local(root=Path(tmp) / "ws")
         try:
             floor = min(60.0, args.hang_notice)
