@@ -13,7 +13,8 @@ from typing import Any
 
 # A field or mapping key with one of these words in its name holds a secret: an error shows "***" for it.
 _SECRET_NAME = re.compile(r"key|secret|passw|token|sas|credential|connection_string|signature", re.IGNORECASE)
-_NAMES_ONLY = ("_names", "secret_environment")  # fields that hold variable names, not values
+# fields that name or locate a secret but do not hold it: variable names, a key file's path
+_NAMES_ONLY = ("_names", "secret_environment", "_file", "_path")
 
 
 def _secret_name(name: object) -> bool:
