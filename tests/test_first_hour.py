@@ -132,7 +132,8 @@ def test_the_cli_streams_says_why_and_exits_with_the_job(capsys: pytest.CaptureF
     assert cli(capsys, "job", "create", *G, "-e", "e", "-c", "c", "-n", "later", "--command-line",
                "echo two; echo 'ValueError: bad lr' >&2; exit 5")[0] == 0  # fmt: skip
     code, out, err = cli(capsys, "job", "file", "stream", *G, "-e", "e", "-j", "later", "-f", "stdout.txt")
-    assert "later is queued: waiting for 1 node(s) of cluster 'c' (1 busy, 0 idle" in err
+    # why it waits, in the stream: its place and the job that holds the node
+    assert "later is queued: waiting_for_nodes (#1 in the queue)" in err and "1 busy by hold" in err
     assert out.splitlines() == ["two"] and code == 5
     assert "job later failed: " in err and "exited with code 5: ValueError: bad lr" in err
     assert "batchai job logs -g g -w w -e e -n later --file-name stderr.txt" in err
