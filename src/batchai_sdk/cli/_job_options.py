@@ -20,7 +20,7 @@ from ..batchai_json.values import parse_duration
 from ..node.names import LEVELS, PRIORITIES
 from ._context import NO_GROUP, Context, UsageError
 from ._mount_flags import add_mount_args, mounts_from_args, storage_key
-from ._params import positive
+from ._params import non_negative, positive
 
 
 def add_job_options(p: argparse.ArgumentParser) -> None:
@@ -95,7 +95,8 @@ def duration(text: str, *, zero: bool = False) -> float:
     return value
 
 
-def _off_or_duration(text: str) -> float:
+def off_or_duration(text: str) -> float:
+    """A duration, or 0 for off."""
     return duration(text, zero=True)
 
 
@@ -113,16 +114,6 @@ def _exit_codes(text: str) -> list[int]:
     return codes
 
 
-def _retries(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
-
-
 def add_job_run_options(parser: argparse.ArgumentParser) -> None:
     """The flags of the settings a job runs under (see the module's docstring)."""
     group = parser.add_argument_group("how the job runs (override --config-file)")
@@ -135,19 +126,19 @@ def add_job_run_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--hang-notice",
-        type=_off_or_duration,
+        type=off_or_duration,
         metavar="DURATION",
         help="say 'possibly hung' (with the ranks' stacks) after this long without progress; the job goes "
         "on (default 10m; 0: off)",
     )
     group.add_argument(
         "--hang-timeout",
-        type=_off_or_duration,
+        type=off_or_duration,
         metavar="DURATION",
         help="end the job after this long without progress, with the ranks' stacks (0: off)",
     )
     group.add_argument(
-        "--max-retries", type=_retries, help="requeue after a lost node or a listed exit code, this often"
+        "--max-retries", type=non_negative, help="requeue after a lost node or a listed exit code, this often"
     )
     group.add_argument(
         "--retry-on-exit-codes",

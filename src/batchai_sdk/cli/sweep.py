@@ -12,7 +12,7 @@ from typing import Any
 from ..tuning import MIN_TRIALS, TRIAL_HANG_TIMEOUT
 from ._context import Context, Result, UsageError
 from ._format import Row, _items
-from ._job_options import add_job_options, job_options, save_plot
+from ._job_options import add_job_options, job_options, off_or_duration, save_plot
 from ._params import Commands, experiment_arg, positive, resource_group_arg, workspace_arg
 
 SUBCOMMANDS = ("create", "show", "-h", "--help")
@@ -72,8 +72,8 @@ def register(commands: Commands) -> None:
     )
     p.add_argument(
         "--trial-hang-timeout",
-        type=non_negative_seconds,
-        metavar="SECONDS",
+        type=off_or_duration,  # as job create's --hang-timeout
+        metavar="DURATION",
         help=f"end a trial silent this long, counted failed (default {TRIAL_HANG_TIMEOUT:g}; 0: off)",
     )
     p.add_argument("--no-wait", action="store_true", help="create the sweep only; `sweep show --run` runs it")
@@ -84,16 +84,6 @@ def register(commands: Commands) -> None:
     p.add_argument("--name", "-n", required=True, help="the sweep")
     p.add_argument("--run", action="store_true", help="go on running it (trials not submitted yet)")
     p.add_argument("--plot", metavar="FILE.png", help="also write the trials' curves, overlaid, to FILE.png")
-
-
-def non_negative_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text}")
-    return value
 
 
 def _early_stop(text: str | None, min_trials: int | None) -> Any:
