@@ -542,19 +542,13 @@ class Job:
         )
 
     def _step_records(self) -> list[tuple[int, float]]:
-        """(step, time) of every attempt's metrics.jsonl: the logs' (each attempt's folder too) and the
-        output folders'."""
+        """(step, time) of every attempt's metrics.jsonl (``_metrics.metric_files``: the one run's files)."""
         from ._goodput import step_records
-        from .tracking import METRICS_FILE
+        from ._metrics import metric_files
 
         share = self.workspace.share
-        paths = [join(root, METRICS_FILE) for root in self.file_roots()]
-        with contextlib.suppress(NotFoundError, ShareError):
-            for info in share.list(self.paths.stdouterr):
-                if info.is_dir and info.name.startswith("attempt-"):
-                    paths.append(join(self.paths.stdouterr, info.name, METRICS_FILE))
         out: list[tuple[int, float]] = []
-        for path in paths:
+        for _, path in metric_files(self):
             with contextlib.suppress(NotFoundError, ShareError):
                 out.extend(step_records(share.read_text(path).splitlines()))
         return out
