@@ -25,6 +25,7 @@ import pytest
 from batchai_sdk.node.azure import evictions
 from batchai_sdk.node.job import stacks
 from batchai_sdk.node.policy import retries, watchdog
+from batchai_sdk.node.policy.progress import ProgressTracker
 from batchai_sdk.node.policy.retries import Attempt, EndCause, Outcome, RetryPolicy, decide
 
 # ----------------------------------------------------------------------------------------------- stacks
@@ -237,15 +238,15 @@ def test_hang_verdict() -> None:
 
 def test_output_tracker_uses_the_callers_clock(tmp_path: Path) -> None:
     log = _write(tmp_path / "stdout.txt", "", 5.0)  # the share's clock is far behind ours
-    tracker = watchdog.OutputTracker()
-    assert tracker.observe([log], now=100.0) is None  # empty: no output yet
+    tracker = ProgressTracker()  # the scheduler's: output counts until the job reports steps
+    assert tracker.observe(tmp_path, now=100.0) is None  # empty: no output yet
     _write(log, "epoch 1\n", 5.0)  # same mtime (a coarse clock), new size
-    assert tracker.observe([log], now=110.0) == 110.0
-    assert tracker.observe([log], now=500.0) == 110.0  # unchanged since
-    assert watchdog.hang_verdict(tracker.last_change, 90.0, 500.0, 300) is not None
+    assert tracker.observe(tmp_path, now=110.0) == 110.0
+    assert tracker.observe(tmp_path, now=500.0) == 110.0  # unchanged since
+    assert watchdog.hang_verdict(tracker.last_progress, 90.0, 500.0, 300) is not None
     os.utime(log, (6.0, 6.0))  # same size, new mtime (a line rewritten in place)
-    assert tracker.observe([log, tmp_path / "gone.txt"], now=520.0) == 520.0
-    assert watchdog.hang_verdict(tracker.last_change, 90.0, 530.0, 300) is None
+    assert tracker.observe(tmp_path, now=520.0) == 520.0
+    assert watchdog.hang_verdict(tracker.last_progress, 90.0, 530.0, 300) is None
 
 
 # -------------------------------------------------------------------------------------------- evictions

@@ -5,15 +5,16 @@ A job counts as hung when no rank has written anything to the job's logs (``stdo
 uses the same verdict with its own limit: the stacks are collected and the status says ``hang_notice(...)``
 while the job goes on. The scheduler calls, every few seconds::
 
-    last = tracker.observe(job_log_files(stdouterr_dir), now)      # or last_output_time(paths)
+    last = tracker.observe(stdouterr_dir, now)   # progress.ProgressTracker: steps, else output
     if hang_verdict(last, started, now, hang_timeout) is not None:
         files = [collect_stacks(...) on every node of the job]      # node/job/stacks.py
         reason = hang_verdict(last, started, now, hang_timeout, stack_files=files)
         # end the job failed with ``reason``, free its nodes
 
 ``last_output_time`` reads modification times: simple, but on a network share the times come from the file
-server's clock and may lag. ``OutputTracker`` instead notes, on the caller's clock, when a file's size or
-modification time last changed, which is immune to clock skew between the share and the scheduler.
+server's clock and may lag. ``progress.ProgressTracker`` instead notes, on the caller's clock, when a file
+grew or changed (stall warnings aside) or a new step was logged, which is immune to clock skew between the
+share and the scheduler.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from pathlib import Path
 
 __all__ = [
     "LOG_PATTERNS",
-    "OutputTracker",
     "hang_notice",
     "hang_reason",
     "hang_verdict",
@@ -61,35 +61,6 @@ def last_output_time(paths: Iterable[str | os.PathLike[str]]) -> float | None:
         if st.st_size > 0 and (latest is None or st.st_mtime > latest):
             latest = st.st_mtime
     return latest
-
-
-class OutputTracker:
-    """When, on the caller's clock, any of the job's log files last changed (size or modification time)."""
-
-    def __init__(self) -> None:
-        self._seen: dict[str, tuple[int, int]] = {}
-        self._last: float | None = None
-
-    @property
-    def last_change(self) -> float | None:
-        return self._last
-
-    def observe(self, paths: Iterable[str | os.PathLike[str]], now: float) -> float | None:
-        """Look at ``paths`` at time ``now``; returns the time of the last change seen (None: no output yet).
-
-        A file seen for the first time with content counts as a change; so does any new size or mtime.
-        """
-        for path in paths:
-            key = os.fspath(path)
-            try:
-                st = os.stat(key)
-            except OSError:
-                continue
-            signature = (st.st_size, st.st_mtime_ns)
-            if st.st_size > 0 and self._seen.get(key) != signature:
-                self._last = now
-            self._seen[key] = signature
-        return self._last
 
 
 VERDICT_MARK = "possibly hung — "  # a notice's verdict runs from here to the next " — "
