@@ -388,7 +388,7 @@ class Job:
     ) -> dict[str, str]:
         """Upload the script, write launch.json, the queued status and the job record (``stage_job``);
         returns the secret values, which go to the scheduler and never to the share."""
-        from ._staging import stage_job
+        from ._submit import stage_job
 
         self._record = stage_job(self, target, local_script, script_rel, evictable=evictable)
         return {k: self.spec.environment[k] for k in self.spec.secret_environment}
