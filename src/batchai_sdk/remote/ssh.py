@@ -23,7 +23,7 @@ import tenacity
 
 from ..exceptions import BackendError, BatchAITimeoutError, HostKeyError, SSHAuthenticationError, SSHError
 from .base import CommandResult, Runner
-from .host_keys import HostKeyStore, changed_key_error, fingerprint, known_hosts_name
+from .host_keys import HostKeyStore, changed_key_error, known_hosts_name
 
 _PID_MARK = "__batchai_pid__"
 
@@ -369,12 +369,6 @@ class SSHRunner(Runner):
             channel.close()
         except (BackendError, OSError, EOFError, paramiko.SSHException):
             pass  # the node is gone; nothing left to kill from here
-
-    # -- probes ------------------------------------------------------------------------------------
-    def host_key_fingerprint(self) -> str | None:
-        """The SHA256 fingerprint of the connected server's host key."""
-        transport = self.transport()
-        return fingerprint(transport.get_remote_server_key())
 
 
 def probe_ssh(host: str, port: int, *, timeout: float = 3.0, via: SSHRunner | None = None) -> str | None:
