@@ -31,8 +31,8 @@ import pytest
 
 from _helpers import stand_in_engine, stand_in_tools
 from batchai_sdk import Workspace
+from batchai_sdk._registry import Registry
 from batchai_sdk.cli import main
-from batchai_sdk.cli._registry import Registry
 
 pytestmark = pytest.mark.mpi
 

@@ -11,6 +11,8 @@ import sys
 DEFERRED = (
     "batchai_sdk.batchai_json",
     "batchai_sdk._staging",
+    "batchai_sdk._submit",
+    "batchai_sdk._registry",
     "batchai_sdk.backends.head_scheduler",
     "batchai_sdk.launch",
     "batchai_sdk.pricing",

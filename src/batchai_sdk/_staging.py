@@ -1,5 +1,7 @@
 """A job's whole code directory, staged to the share: which files go (``code_files``), a content hash that
-lets an unchanged directory skip the upload (``code_hash``), and the upload itself (``stage_code``).
+lets an unchanged directory skip the upload (``code_hash``), and the upload itself (``stage_code``); the
+node code, uploaded once per version (``ensure_node_code``). What a submit writes of its job is
+``_submit.stage_job``'s.
 
 What is left out: the defaults below (version control, caches, virtual environments — any folder holding a
 ``pyvenv.cfg`` — and compiled Python), then whatever ``.batchaiignore`` in the directory says, in
@@ -15,30 +17,21 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import logging
 import os
 import posixpath
-import uuid
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import _layout as layout
 from . import _progress
-from ._models import utcnow
-from ._requirements import check_requirements
 from .exceptions import NotFoundError, ShareError, ValidationError
-from .launch import launch_config, on_node
-from .node.protocol import LAUNCH_CONFIG
 from .share import Share, join
 from .train import SCRIPTS, module_path
 
 if TYPE_CHECKING:
     import pathspec
-
-    from .backends.base import Backend, LaunchTarget
-    from .job import Job
 
 __all__ = [
     "DEFAULT_IGNORE",
@@ -51,9 +44,7 @@ __all__ = [
     "ensure_node_code",
     "node_code",
     "stage_code",
-    "stage_job",
 ]
-log = logging.getLogger("batchai_sdk")
 
 IGNORE_FILE = ".batchaiignore"
 DEFAULT_IGNORE = (
@@ -265,12 +256,12 @@ def node_code() -> tuple[str, tuple[tuple[str, bytes], ...]]:
     return digest[:16], files
 
 
-def ensure_node_code(backend: Backend) -> str:
-    """Upload the node code once per version; returns its share-relative folder. ``__main__.py`` is
-    written last, so a folder that has it is complete (concurrent uploads write the same bytes)."""
+def ensure_node_code(share: Share) -> str:
+    """Upload the node code to ``share`` once per version; returns its share-relative folder.
+    ``__main__.py`` is written last, so a folder that has it is complete (concurrent uploads write the
+    same bytes)."""
     digest, files = node_code()
     folder = layout.node_code_dir(digest)
-    share = backend.share
     if share.exists(posixpath.join(folder, "__main__.py")):
         return folder
     try:
@@ -279,68 +270,3 @@ def ensure_node_code(backend: Backend) -> str:
     except OSError as exc:
         raise ShareError(f"could not write the node code to share {share.name!r} ({folder}): {exc}") from exc
     return folder
-
-
-def stage_job(
-    job: Job, target: LaunchTarget, local_script: Path | None, script_rel: str | None, *, evictable: bool
-) -> dict[str, Any]:
-    """Upload a job's script (or its source_dir), make its folders, write launch.json, the queued status
-    and the job record (returned); a share that refuses a write is a ShareError naming what."""
-    share = job.workspace.share
-    what = "the job's script"
-    try:
-        if job.spec.source_dir is not None and local_script is not None:  # the whole folder, one tree
-            stage_code(share, Path(job.spec.source_dir).expanduser(), job.paths.wd)
-            script_rel = join(job.paths.wd, job.spec.python_script or "")
-        elif local_script is not None:
-            script_rel = share.upload(local_script, join(job.paths.wd, local_script.name))
-        else:
-            share.mkdir(job.paths.wd)
-        script_on_node = on_node(target, script_rel) if script_rel is not None else job.spec.python_script
-        what = "the job's folders"
-        for directory in (
-            job.paths.stdouterr,
-            *job.paths.outputs.values(),
-            join(job.paths.job_dir, "shared_tmp"),
-        ):
-            share.mkdir(directory)
-        what = "the node code"
-        node_main = on_node(target, join(ensure_node_code(job.workspace.backend), "__main__.py"))
-        config = launch_config(
-            job.spec,
-            target,
-            job.paths,
-            share_name=share.name,
-            script_on_node=script_on_node,
-            node_main=node_main,
-            run_id=uuid.uuid4().hex,
-        )
-        config["eviction_watch"] = evictable  # Spot / low priority: each node watches for notices
-        requirements = check_requirements(
-            job.spec, job.workspace.backend.installs_requirements, job.workspace.backend.kind
-        )
-        if requirements is not None:  # installed by each node's preparation, into the job's venv
-            where = (config["python"], target.temp_root, config["wd"])
-            config["requirements"] = requirements.node_config(*where)
-        config["notes"] = job.workspace.backend.guard_host(config)
-        for note in config["notes"]:
-            log.warning("job %s: %s", job.name, note)
-        config["notes"] += job._mount_notes
-        what = "the job's launch configuration"
-        share.write_json(join(job.paths.run_dir, LAUNCH_CONFIG), config)
-        created = utcnow().isoformat()
-        what = "the job's status record"
-        share.write_json(job.paths.status, {"state": "queued", "creation_time": created})
-        record = {
-            "spec": job.spec.to_dict(redact=True),
-            "paths": job.paths.to_dict(),
-            "backend": job.workspace.backend.kind,
-            "script_on_node": script_on_node,
-            "creation_time": created,
-        }
-        what = "the job record"
-        share.write_json(job.paths.record, record)
-    except (OSError, ShareError) as exc:
-        raise ShareError(f"could not write {what} to share {share.name!r}: {exc}", job.paths.job_dir) from exc
-
-    return record

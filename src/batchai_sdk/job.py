@@ -16,47 +16,38 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from . import _layout as layout
-from . import _lost, _progress
+from . import _lost, _progress, _submit_checks
 from ._display import waiting_line
 from ._hints import with_hint, with_skipped
 from ._job_files import confined, dir_argument, follow_lines, last_lines, list_confined
-from ._layout import JobPaths, share_relative
+from ._layout import JobPaths
 from ._models import (
     JobSpec,
     JobState,
     JobStatus,
-    Node,
-    NodeState,
     heartbeat_timeout,
     parse_time,
     utcnow,
     validate_name,
 )
-from ._mount_paths import cluster_mounts_named, resolve
-from .backends.base import ClusterScheduler, JobRequest
+from .backends.base import ClusterScheduler
 from .cost import Cost, format_cost
 from .exceptions import (
     AlreadyExistsError,
     BatchAIError,
     BatchAITimeoutError,
-    CapacityError,
     JobFailedError,
-    NodeError,
     NotFoundError,
     ShareError,
-    UnhealthyNodesError,
     ValidationError,
 )
-from .mounts import AzureBlobContainer, AzureFileShare, describe
 from .node.policy.watchdog import LOG_PATTERNS
-from .node.protocol import LAUNCH_CONFIG, StatusDoc
+from .node.protocol import LAUNCH_CONFIG
 from .share import Share, join
 
 if TYPE_CHECKING:
     from ._goodput import Goodput
     from ._models import FileInfo
-    from .backends.base import LaunchTarget
-    from .cluster import Cluster
     from .experiment import Experiment
 
 log = logging.getLogger("batchai_sdk")
@@ -151,131 +142,7 @@ class Job:
     # -- checks ---------------------------------------------------------------------------------------
     def check(self) -> None:
         """Raise a typed error for what would make submit fail: unknown cluster, capacity, missing script."""
-        self._checked()
-
-    def _checked(self) -> tuple[Cluster, Path | None, str | None]:
-        """``check()``'s findings: the cluster, and the script to upload or already on the share."""
-        cluster = self.workspace.get_cluster(self.spec.cluster)
-        if self.spec.node_count > max(cluster.max_nodes, self.workspace.deferred_sizes.get(cluster.name, 0)):
-            auto = cluster.spec.autoscale is not None
-            raise CapacityError(cluster.name, self.spec.node_count, cluster.max_nodes, autoscale=auto)
-        self._mount_notes = self._check_cluster_mounts(cluster)
-        self._check_storage()
-        self._check_named_paths(cluster)
-        from ._requirements import check_requirements
-
-        backend = self.workspace.backend
-        check_requirements(self.spec, backend.installs_requirements, backend.kind)
-        if not self.spec.toolkit.runs_command_line and self.spec.python_script:
-            return (cluster, *self._script_source())
-        return cluster, None, None
-
-    def _check_cluster_mounts(self, cluster: Cluster) -> list[str]:
-        """Every ``$AZ_BATCHAI_MOUNT_ROOT/<name>`` the job names is a mount of its cluster; the backend
-        refuses the others, naming the cluster's mounts (the local backend makes them folders: a note)."""
-        named = cluster_mounts_named(self.spec, share_name=self.workspace.share.name)
-        declared = {m.relative_mount_path for m in cluster.spec.mounts}
-        undeclared = {name: field for name, field in named.items() if name not in declared}
-        notes = self.workspace.backend.undeclared_mounts(cluster.spec, undeclared) if undeclared else []
-        for note in notes:
-            log.warning("job %s: %s", self.name, note)
-        return notes
-
-    def _check_storage(self) -> None:
-        """Each Azure File share and blob container the job mounts exists, where the backend can tell (the
-        local backend: its folder was made by ``batchai storage share/container create``, ``ws.storage``
-        or an earlier cluster or job): Batch AI's mount of a missing share failed the job's nodes."""
-        for i, mount in enumerate(self.spec.mounts):
-            if not isinstance(mount, AzureFileShare | AzureBlobContainer):
-                continue
-            if self.workspace.backend.storage_exists(mount) is not False:
-                continue
-            if isinstance(mount, AzureFileShare):
-                kind, name, make = "file share", mount.share_name, "share"
-            else:
-                kind, name, make = "blob container", mount.container_name, "container"
-            raise NotFoundError(
-                kind,
-                name,
-                f"storage account {mount.account_name!r} (mounts[{i}], at "
-                f"$AZ_BATCHAI_JOB_MOUNT_ROOT/{mount.relative_mount_path}; create it with: batchai storage "
-                f"{make} create --name {name} --account-name {mount.account_name}, or in Python "
-                "ws.storage(mount))",
-            )
-
-    def _check_named_paths(self, cluster: Cluster) -> None:
-        """The script, config file and inputs the job names on a mount this machine can read exist: a
-        typed error names the path as written and the mount (the workspace share's are checked by
-        ``_script_source``)."""
-        spec = self.spec
-        named: list[tuple[str, str]] = []
-        if spec.python_script and spec.source_dir is None and not spec.toolkit.runs_command_line:
-            named.append(("script", spec.python_script))
-        config = spec.toolkit_settings.get("config_file")
-        if isinstance(config, str):
-            named.append(("config file", config))
-        named += [(f"input directory {key}", path) for key, path in spec.input_directories.items()]
-        share = self.workspace.share
-        for what, path in named:
-            if "$" not in path:
-                continue
-            where = resolve(
-                path,
-                share_name=share.name,
-                mount_path=spec.mount_path,
-                job_mounts=spec.mounts,
-                cluster_mounts=cluster.spec.mounts,
-            )
-            if where is None:
-                continue
-            if where.on == "share":
-                if what != "script" and where.rest and not share.exists(where.rest):
-                    raise NotFoundError(what, path, f"share {share.name!r} (looked for {where.rest!r})")
-                continue
-            if where.mount is None or self.workspace.backend.storage_exists(where.mount) is not True:
-                continue  # a storage this machine cannot read: the nodes find out
-            if where.rest and not self.workspace.backend.storage(where.mount).exists(where.rest):
-                root = "$AZ_BATCHAI_JOB_MOUNT_ROOT" if where.on == "job" else "$AZ_BATCHAI_MOUNT_ROOT"
-                raise NotFoundError(
-                    what,
-                    path,
-                    f"mount {root}/{where.name} ({describe(where.mount)}; looked for {where.rest!r})",
-                )
-
-    def _script_source(self) -> tuple[Path | None, str | None]:
-        """(local file to upload, share path of a script already on the share); one of them is set."""
-        script = self.spec.python_script or ""
-        share = self.workspace.share
-        if self.spec.source_dir is not None:
-            return self._source_dir_script(), None
-        if "$" in script:
-            rel = share_relative(
-                script, mount_path=self.spec.mount_path, share_name=share.name, job_mounts=self.spec.mounts
-            )
-            if rel is not None and not share.exists(rel):
-                raise NotFoundError("script", script, f"share {share.name!r} (looked for {rel!r})")
-            return None, rel
-        from ._staging import resolve_local_script
-
-        local = resolve_local_script(script)
-        if local is None:
-            raise NotFoundError("script", script, "this machine (a file path or an importable module name)")
-        return local, None
-
-    def _source_dir_script(self) -> Path:
-        """The script inside ``source_dir``, the folder checked (size, links) before anything is uploaded."""
-        root = Path(self.spec.source_dir or "").expanduser()
-        if not root.is_dir():
-            raise ValidationError("source_dir", self.spec.source_dir, "a folder on this machine")
-        from ._staging import code_files
-
-        code_files(root)  # typed errors for a folder too large or with links out of it
-        script = root / (self.spec.python_script or "")
-        if not script.is_file() or root.resolve() not in script.resolve().parents:
-            raise ValidationError(
-                "python_script", self.spec.python_script, f"a file inside source_dir {str(root)!r}"
-            )
-        return script
+        _submit_checks.checked(self)
 
     # -- submit -----------------------------------------------------------------------------------------
     def submit(self) -> Job:
@@ -294,157 +161,27 @@ class Job:
             raise AlreadyExistsError(
                 "job", self.name, f"experiment {self.experiment.name!r} (already submitted)"
             )
-        cluster, local_script, script_rel = self._checked()
+        from . import _submit
+
+        cluster, local_script, script_rel = _submit_checks.checked(self)
         deferred = self.workspace.deferred_sizes.get(cluster.name)
         if deferred is not None and cluster.target_nodes < deferred:  # create_cluster(exist_ok=True)'s size
             from .cluster import GROW_TIMEOUT
 
             cluster.resize(deferred, wait=True, timeout=GROW_TIMEOUT)
-        nodes = self._pick_nodes(cluster)
-        target = self._prepare(cluster, nodes)
-        self._reserve_name()
+        nodes = _submit.pick_nodes(self, cluster)
+        target = _submit.prepare(self, cluster, nodes)
+        _submit.reserve_name(self)
         try:
-            secrets = self._stage(
-                target, local_script, script_rel, evictable=cluster.vm_priority == "lowpriority"
+            secrets = _submit.stage(
+                self, target, local_script, script_rel, evictable=cluster.vm_priority == "lowpriority"
             )
-            self._start(cluster, nodes, secrets)
+            _submit.start(self, cluster, nodes, secrets)
         except BaseException:
-            self._unstage()
+            _submit.unstage(self)
             raise
         log.info("submitted job %s/%s to cluster %s", self.experiment.name, self.name, cluster.name)
         return self
-
-    def _pick_nodes(self, cluster: Cluster) -> tuple[Node, ...]:
-        """The cluster's usable nodes; a typed error when too few of them are up for the job."""
-        backend = self.workspace.backend
-        if backend.queues_for_nodes:  # the service places the job once nodes exist
-            return ()
-        spec = cluster.spec
-        scale_set = spec.autoscale is not None and backend.scale_set(spec) is not None
-        if spec.autoscale is not None and not scale_set:
-            spec = replace(spec, nodes=cluster.max_nodes)  # the scheduler grows into these for the job
-        status = backend.cluster_status(spec)
-        nodes = tuple(n for n in status.nodes if n.id not in status.node_states)
-        if len(nodes) < self.spec.node_count and scale_set:  # new VMs join once this client pins them
-            cluster.grow_for(self.spec.node_count, why=f"job {self.experiment.name}/{self.name} submitted")
-            status = backend.cluster_status(spec)
-            nodes = tuple(n for n in status.nodes if n.id not in status.node_states)
-        if len(nodes) >= self.spec.node_count and spec.autoscale is None:
-            unhealthy = cluster.failed_health()
-            if unhealthy and len([n for n in nodes if n.id not in unhealthy]) < self.spec.node_count:
-                backend.scheduler(cluster.spec).sync_health()  # a newer report may have passed them
-                unhealthy = cluster.failed_health()
-            healthy = [n.id for n in nodes if n.id not in unhealthy]
-            if unhealthy and len(healthy) < self.spec.node_count:  # no node to wait for: it would never start
-                raise UnhealthyNodesError(self.spec.node_count, unhealthy, healthy)
-        if len(nodes) >= self.spec.node_count:
-            return nodes
-        down = {
-            node_id: status.reasons.get(node_id, str(state))
-            for node_id, state in status.node_states.items()
-            if state is NodeState.UNUSABLE
-        }
-        if down and len(status.nodes) >= self.spec.node_count:
-            count = len(down)
-            raise NodeError(
-                "submit",
-                down,
-                [n.id for n in nodes],
-                summary=f"cannot submit job {self.name!r}: {count} of the cluster's "
-                f"{len(status.nodes)} nodes {'is' if count == 1 else 'are'} unusable",
-            )
-        raise CapacityError(cluster.name, self.spec.node_count, len(nodes))
-
-    def _prepare(self, cluster: Cluster, nodes: tuple[Node, ...]) -> LaunchTarget:
-        backend = self.workspace.backend
-        backend.prepare(cluster.spec, nodes)
-        backend.prepare_job_mounts(cluster.spec, nodes, self.spec.mounts)
-        return replace(backend.launch_target(cluster.spec, nodes), cluster_mounts=cluster.spec.mounts)
-
-    def _reserve_name(self) -> None:
-        """Create the job's folder atomically: the one submit that creates it owns the name."""
-        share = self.workspace.share
-        try:
-            share.mkdir_new(self.paths.job_dir)
-        except FileExistsError:
-            raise AlreadyExistsError(
-                "job",
-                self.name,
-                f"experiment {self.experiment.name!r}",
-                f"attach with experiment.get_job({self.name!r}), choose another name, or pass exist_ok=True",
-            ) from None
-        except OSError as exc:
-            raise ShareError(
-                f"could not create the job's folder on share {share.name!r}: {exc}", self.paths.job_dir
-            ) from exc
-
-    def _stage(
-        self,
-        target: LaunchTarget,
-        local_script: Path | None,
-        script_rel: str | None,
-        *,
-        evictable: bool = False,
-    ) -> dict[str, str]:
-        """Upload the script, write launch.json, the queued status and the job record (``stage_job``);
-        returns the secret values, which go to the scheduler and never to the share."""
-        from ._staging import stage_job
-
-        self._record = stage_job(self, target, local_script, script_rel, evictable=evictable)
-        return {k: self.spec.environment[k] for k in self.spec.secret_environment}
-
-    def _start(self, cluster: Cluster, nodes: tuple[Node, ...], secrets: dict[str, str]) -> None:
-        request = JobRequest(
-            experiment=self.experiment.name,
-            name=self.name,
-            node_count=self.spec.node_count,
-            launch_config=join(self.paths.run_dir, LAUNCH_CONFIG),
-            max_wall_clock_seconds=self.spec.max_wall_clock_seconds,
-            created=str((self._record or {}).get("creation_time")),
-            hang_timeout=self.spec.watchdog_seconds,
-            hang_notice=self.spec.notice_seconds,
-            max_retries=self.spec.max_retries,
-            retry_on_exit_codes=tuple(self.spec.retry_on_exit_codes),
-            max_cost=self.spec.max_cost,
-            price_per_node_hour=self._price(cluster) if self.spec.max_cost is not None else None,
-            scheduling_priority=self.spec.scheduling_priority,
-            secrets=secrets,
-            mounts=self.spec.mounts,
-        )
-        # the nodes just found are the cluster's (with autoscale they are the pool's: it finds its own)
-        known = nodes if cluster.spec.autoscale is None else None
-        self.workspace.backend.scheduler(cluster.spec, nodes=known).submit(request)
-
-    @staticmethod
-    def _price(cluster: Cluster) -> float:
-        """The price per node-hour ``max_cost`` is measured with; an unknown price cannot bound a cost."""
-        price = cluster.price_per_hour
-        if price is None:
-            raise ValidationError(
-                "max_cost",
-                "set",
-                f"a known price for cluster {cluster.name!r} (pass create_cluster(price_per_hour=...))",
-            )
-        return float(price.value)
-
-    def _unstage(self) -> None:
-        """Remove what a failed submit wrote (its own folder only: the name is free again). A folder whose
-        status a scheduler has written is that scheduler's job (its request was accepted, whatever reply
-        this client saw): it is never removed from under it."""
-        self._record = None
-        try:
-            status = self.workspace.share.read_json_or_none(self.paths.status) or {}
-        except Exception:  # the submit's own error is the one to raise
-            status = {}
-        if isinstance(status, dict) and StatusDoc.from_dict(status).accepted:
-            log.warning(
-                "job %s/%s was accepted by its scheduler: its folder is kept", self.experiment.name, self.name
-            )
-            return
-        try:
-            self.workspace.share.delete(self.paths.job_dir, recursive=True)
-        except Exception:
-            log.warning("could not remove %s after a failed submit", self.paths.job_dir)
 
     def _scheduler(self) -> ClusterScheduler:
         cluster = self.workspace.get_cluster(self.spec.cluster)

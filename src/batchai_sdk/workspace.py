@@ -94,7 +94,7 @@ class Workspace:
 
         ``batchai workspace create -g g -w w`` in a terminal, then ``Workspace.from_cli("g", "w")`` here.
         """
-        from .cli._registry import Registry, batchai_home, validate_group
+        from ._registry import Registry, batchai_home, validate_group
 
         registry = Registry(batchai_home())
         entry = registry.workspace_entry(
@@ -108,7 +108,7 @@ class Workspace:
         kind = entry.get("backend")
         options = dict(entry.get("options") or {})
         if kind == "local":
-            from .cli._registry import batchai_home
+            from ._registry import batchai_home
 
             # the CLI's storage accounts are global: their shares are one folder for every workspace
             return cls.local(root=options.pop("root"), name=name, storage_root=batchai_home() / "storage")

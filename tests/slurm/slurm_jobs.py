@@ -39,7 +39,7 @@ def stage(ws: Workspace, spec: JobSpec, script: str | None = None) -> JobRequest
         rel = join(paths.wd, "job.py")
         share.write_text(rel, textwrap.dedent(script))
         script_on_node = on_node(target, rel)
-    node_main = on_node(target, join(ensure_node_code(backend), "__main__.py"))
+    node_main = on_node(target, join(ensure_node_code(backend.share), "__main__.py"))
     config = launch_config(
         spec, target, paths, share_name=share.name, script_on_node=script_on_node, node_main=node_main
     )

@@ -1,4 +1,4 @@
-"""SSHRunner and SFTPShare against real sshd nodes: commands, timeouts, detached starts, retries, jumps."""
+"""SSHRunner and SFTPShare against real sshd nodes: commands, timeouts, the fan-out, retries, jumps."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from sshd import DEAD_ADDRESS, NODE_ADDRESSES, SSHNode, SSHNodes, keygen
 from _helpers import pid_alive
 from batchai_sdk.backends.ssh.share import SFTPShare
 from batchai_sdk.exceptions import BatchAIError, BatchAITimeoutError, NodeError, NotFoundError, ShareError
-from batchai_sdk.remote.base import run_on_all
+from batchai_sdk.remote.fanout import fan_out
 from batchai_sdk.remote.host_keys import HostKeyStore
 from batchai_sdk.remote.ssh import SSHError, SSHRunner
 
@@ -69,39 +69,28 @@ def test_timeout_kills_the_command_and_raises(make_runner: MakeRunner, tmp_path:
     assert runner.run("echo still usable").ok
 
 
-def test_detached_start_returns_at_once_and_outlives_the_connection(
-    make_runner: MakeRunner, tmp_path: Path
-) -> None:
-    runner = make_runner()
-    assert runner.run("true").ok  # connected: the clock below times the start alone
-    log = tmp_path / "logs" / "detached.log"  # its directory is made on the node
-    done, gate = tmp_path / "done", tmp_path / "gate"
-    start = time.monotonic()
-    command = f"while [ ! -e {gate} ]; do sleep 0.05; done; echo finished; echo oops >&2; touch {done}"
-    runner.start_detached(command, log_path=str(log))
-    assert time.monotonic() - start < 10  # the command waits for the gate for ever: the start did not
-    runner.close()  # the client goes away while the command still waits
-    assert not done.exists()
-    gate.touch()
-    assert wait_for(done.exists, 10)
-    assert log.read_text().splitlines() == ["finished", "oops"]
-
-
 def test_commands_on_all_nodes_report_each_failure(make_runner: MakeRunner) -> None:
     runners = {a: make_runner(a) for a in [*NODE_ADDRESSES[:3], DEAD_ADDRESS]}
+    probe = fan_out(runners, lambda r: r.run("hostname >/dev/null && echo ok", timeout=20))
     with pytest.raises(NodeError) as err:
-        run_on_all(runners, "hostname >/dev/null && echo ok", operation="probe", timeout=20)
+        probe.raise_on_failure("probe")
     assert list(err.value.failures) == [DEAD_ADDRESS]
     assert "connection refused" in err.value.failures[DEAD_ADDRESS]
     assert err.value.succeeded == NODE_ADDRESSES[:3]
-    results = run_on_all(
-        runners, {a: f"echo {a}; exit {i}" for i, a in enumerate(runners)}, raise_on_error=False
-    )
-    assert {a: (r.exit_code, r.stdout) for a, r in results.items()} == {
+    exits = {a: i for i, a in enumerate(runners)}
+    ran = fan_out(runners, lambda r: r.run(f"echo {r.node}; exit {exits[r.node]}"))
+    assert {a: (r.exit_code, r.stdout) for a, r in ran.succeeded.items()} == {
         "127.0.0.2": (0, "127.0.0.2\n"),
         "127.0.0.3": (1, "127.0.0.3\n"),
         "127.0.0.4": (2, "127.0.0.4\n"),
     }
+    assert list(ran.failed) == [DEAD_ADDRESS]
+    reasons = ran.reasons()  # a command that ran and failed, and a node never reached, named alike
+    assert (reasons["127.0.0.3"], reasons["127.0.0.4"]) == (
+        "exit code 1: 127.0.0.3",
+        "exit code 2: 127.0.0.4",
+    )
+    assert list(reasons) == ["127.0.0.3", "127.0.0.4", DEAD_ADDRESS]
 
 
 def test_unreachable_node_fails_fast_after_a_few_retries(make_runner: MakeRunner) -> None:

@@ -17,8 +17,7 @@ from typing import Any
 
 from .. import _layout as layout
 from .._models import ClusterSpec, Node, parse_time
-from .._staging import ensure_node_code as ensure_node_code  # re-exported (it lived here)
-from .._staging import node_code as node_code
+from .._staging import ensure_node_code
 from ..exceptions import AlreadyExistsError, BackendError, CapacityError, ValidationError
 from ..launch import node_command, on_node
 from ..node.names import SCHED_SOCKET
@@ -76,7 +75,7 @@ class HeadNodeScheduler(ClusterScheduler):
         return self.backend.launch_target(self.spec, self.nodes() or self.pool())
 
     def node_main(self, target: LaunchTarget) -> str:
-        return on_node(target, posixpath.join(ensure_node_code(self.backend), "__main__.py"))
+        return on_node(target, posixpath.join(ensure_node_code(self.backend.share), "__main__.py"))
 
     def state_dir(self, target: LaunchTarget) -> str:
         return posixpath.join(target.temp_root, "scheduler", self.spec.name)

@@ -2,15 +2,15 @@
 
 A thin layer: every command opens a ``Workspace`` and calls its public API. Resource
 groups, the backend of each workspace and the storage-account names live in ``$BATCHAI_HOME``
-(see :mod:`batchai_sdk.cli._registry`); output follows az (:mod:`batchai_sdk.cli._format`). Errors print one
-line, ``error: ...``, and exit 1 (2 for a command line that cannot run); ``--debug`` adds the traceback.
+(see :mod:`batchai_sdk._registry`, which ``Workspace.from_cli`` reads too); output follows az
+(:mod:`batchai_sdk.cli._format`). Errors print one line, ``error: ...``, and exit 1 (2 for a command line
+that cannot run); ``--debug`` adds the traceback.
 docs/cli.md lists every command beside its az original.
 
 The package, laid out like az's batchai module: ``commands`` (the command table), one module per command
 group (``group``, ``workspace``, ``experiment``, ``cluster``, ``job``, ``storage``, ``configure``: its
 arguments and its handlers side by side), ``_params`` (shared arguments and types), ``_context`` (what a
-handler gets and returns), ``_format`` (views, tables, output formats), ``_registry`` (what
-``$BATCHAI_HOME`` holds: the profile, resource groups, workspaces).
+handler gets and returns), ``_format`` (views, tables, output formats).
 """
 
 from __future__ import annotations

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._models import validate_name
+from .._registry import Profile, Registry, batchai_home, validate_group
 from ..exceptions import NotFoundError
 from ._format import TableLayout
-from ._registry import Profile, Registry, batchai_home, validate_group
 
 if TYPE_CHECKING:
     from ..experiment import Experiment

@@ -7,10 +7,10 @@ import shlex
 from collections.abc import Callable
 from typing import Any
 
+from .._registry import BACKENDS
 from ._context import Context, Result, UsageError
 from ._format import OUTPUT_FORMATS
 from ._params import Commands, positive
-from ._registry import BACKENDS
 
 
 def register(commands: Commands) -> None:

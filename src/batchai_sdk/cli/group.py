@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import shutil
 
+from .._registry import validate_group
 from ._context import Context, Result
 from ._format import group_table, group_view
 from ._params import Commands, yes_arg
-from ._registry import validate_group
 
 
 def register(commands: Commands) -> None:

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from .._layout import META
 from .._models import utcnow, validate_name
+from .._registry import validate_account, validate_share
 from ..exceptions import AlreadyExistsError, BatchAIError, NotFoundError, ValidationError
 from ..mounts import AzureBlobContainer, AzureFileShare, Mount
 from ..share import LocalShare, Share, join, normalize
 from ._context import Context, Result, UsageError
 from ._format import account_table, account_view, file_table, file_view
 from ._params import Commands, resource_group_arg, yes_arg
-from ._registry import validate_account, validate_share
 
 if TYPE_CHECKING:
     from ..workspace import Workspace

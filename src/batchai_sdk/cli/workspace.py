@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from .._models import utcnow
+from .._registry import BACKENDS
 from ..exceptions import BatchAIError, NotFoundError
 from ._context import Context, Result, UsageError
 from ._format import workspace_table, workspace_view
 from ._params import Commands, resource_group_arg, workspace_arg, yes_arg
-from ._registry import BACKENDS
 
 
 def register(commands: Commands) -> None:

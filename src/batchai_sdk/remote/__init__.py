@@ -1,5 +1,6 @@
-"""How a command runs on a node: the Runner interface and its implementations."""
+"""How a command runs on a node: the Runner interface and its implementations, and the one fan-out."""
 
-from .base import CommandResult, Runner, run_on_all
+from .base import CommandResult, Runner
+from .fanout import GroupResult, fan_out
 
-__all__ = ["CommandResult", "Runner", "run_on_all"]
+__all__ = ["CommandResult", "GroupResult", "Runner", "fan_out"]

@@ -6,11 +6,8 @@ Commands are strings for a POSIX shell, always built with ``shlex.quote`` by the
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
-
-from ..exceptions import NodeError
 
 
 @dataclass(frozen=True)
@@ -39,13 +36,6 @@ class Runner(ABC):
     def run(self, command: str, *, timeout: float | None = None, stdin: str | None = None) -> CommandResult:
         """Run ``command`` through ``sh -c`` on the node and wait for it (``timeout`` in seconds)."""
 
-    @abstractmethod
-    def start_detached(self, command: str, *, log_path: str) -> None:
-        """Start ``command`` in a new session on the node so that it outlives this client; return at once.
-
-        Its stdout and stderr go to ``log_path`` (a path on the node).
-        """
-
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
 
@@ -68,45 +58,3 @@ class BorrowedRunner(Runner):
 
     def run(self, command: str, *, timeout: float | None = None, stdin: str | None = None) -> CommandResult:
         return self.runner.run(command, timeout=timeout, stdin=stdin)
-
-    def start_detached(self, command: str, *, log_path: str) -> None:
-        self.runner.start_detached(command, log_path=log_path)
-
-
-def run_on_all(
-    runners: Mapping[str, Runner],
-    command: str | Mapping[str, str],
-    *,
-    timeout: float | None = None,
-    operation: str = "command",
-    raise_on_error: bool = True,
-) -> dict[str, CommandResult]:
-    """Run a command on every node in parallel; per-node commands when ``command`` is a mapping.
-
-    Returns every node's result. With ``raise_on_error`` a ``NodeError`` names each node that failed
-    (non-zero exit or no connection) and why, and lists the nodes that succeeded.
-    """
-    results: dict[str, CommandResult] = {}
-    failures: dict[str, str] = {}
-    if not runners:
-        return results
-    import concurrent.futures
-
-    with concurrent.futures.ThreadPoolExecutor(max_workers=min(32, len(runners))) as pool:
-        futures = {
-            pool.submit(r.run, command if isinstance(command, str) else command[node], timeout=timeout): node
-            for node, r in runners.items()
-        }
-        for fut in concurrent.futures.as_completed(futures):
-            node = futures[fut]
-            try:
-                res = fut.result()
-            except Exception as exc:
-                failures[node] = str(exc) or type(exc).__name__
-                continue
-            results[node] = res
-            if not res.ok:
-                failures[node] = res.describe()
-    if failures and raise_on_error:
-        raise NodeError(operation, dict(sorted(failures.items())), sorted(set(results) - set(failures)))
-    return results

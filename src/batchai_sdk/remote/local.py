@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 
 from ..exceptions import BatchAITimeoutError
@@ -28,19 +27,6 @@ class LocalRunner(Runner):
         except subprocess.TimeoutExpired:
             raise BatchAITimeoutError(f"command on {self.node}", timeout or 0) from None
         return CommandResult(self.node, proc.returncode, proc.stdout, proc.stderr)
-
-    def start_detached(self, command: str, *, log_path: str) -> None:
-        os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
-        with open(log_path, "ab") as log:
-            subprocess.Popen(
-                ["/bin/sh", "-c", command],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env=self._env,
-                close_fds=True,
-            )
 
     def __repr__(self) -> str:
         return f"LocalRunner({self.node!r})"

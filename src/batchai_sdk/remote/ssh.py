@@ -10,7 +10,6 @@ socket errors are translated here, at the boundary, into ``SSHError`` / ``HostKe
 from __future__ import annotations
 
 import os
-import posixpath
 import select
 import shlex
 import socket
@@ -24,7 +23,7 @@ import tenacity
 
 from ..exceptions import BackendError, BatchAITimeoutError, HostKeyError, SSHAuthenticationError, SSHError
 from .base import CommandResult, Runner
-from .host_keys import HostKeyStore, changed_key_error, fingerprint, known_hosts_name
+from .host_keys import HostKeyStore, changed_key_error, known_hosts_name
 
 _PID_MARK = "__batchai_pid__"
 
@@ -370,25 +369,6 @@ class SSHRunner(Runner):
             channel.close()
         except (BackendError, OSError, EOFError, paramiko.SSHException):
             pass  # the node is gone; nothing left to kill from here
-
-    def start_detached(self, command: str, *, log_path: str) -> None:
-        """Start ``command`` in a new session (``setsid nohup``), detached from this connection, its
-        output appended to ``log_path``; returns as soon as it has started."""
-        parent = posixpath.dirname(log_path) or "."
-        inner = f"/bin/sh -c {shlex.quote(command)} >> {shlex.quote(log_path)} 2>&1 < /dev/null &"
-        line = (
-            f"mkdir -p {shlex.quote(parent)} && "
-            f"if command -v setsid >/dev/null 2>&1; then setsid nohup {inner} else nohup {inner} fi"
-        )
-        result = self.run(line, timeout=self.connect_timeout + 20)
-        if not result.ok:
-            raise SSHError(self._where(), f"detached start failed: {result.describe()}", code="start")
-
-    # -- probes ------------------------------------------------------------------------------------
-    def host_key_fingerprint(self) -> str | None:
-        """The SHA256 fingerprint of the connected server's host key."""
-        transport = self.transport()
-        return fingerprint(transport.get_remote_server_key())
 
 
 def probe_ssh(host: str, port: int, *, timeout: float = 3.0, via: SSHRunner | None = None) -> str | None:

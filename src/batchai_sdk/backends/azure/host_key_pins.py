@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import concurrent.futures
 import json
 import re
 import threading
@@ -24,6 +23,7 @@ import paramiko
 
 from ..._private_files import write_private
 from ...exceptions import AzureError, HostKeyError, NodeError
+from ...remote.fanout import fan_out
 from .clients import AzureClients
 from .errors import azure_call
 from .models import cm
@@ -113,20 +113,13 @@ class HostKeyPins:
     ) -> None:
         """Fetch the keys of instances not pinned yet (in parallel), then rewrite known_hosts for all of
         ``instances``. A failure names each instance and why (NodeError)."""
-        todo = self.missing(instances)
-        got: dict[str, str] = {}
-        failures: dict[str, str] = {}
-        if todo:
-            with concurrent.futures.ThreadPoolExecutor(max_workers=min(max_workers, len(todo))) as pool:
-                futures = {pool.submit(fetch, inst): inst for inst in todo}
-                for fut in concurrent.futures.as_completed(futures):
-                    inst = futures[fut]
-                    try:
-                        key = fut.result()
-                    except (AzureError, HostKeyError) as exc:
-                        failures[inst.instance_id] = str(exc)
-                        continue
-                    got[inst.vm_id] = f"{key.get_name()} {key.get_base64()}"
+        todo = {inst.instance_id: inst for inst in self.missing(instances)}
+        fetched = fan_out(todo, fetch, max_workers=max_workers)
+        for error in fetched.failed.values():
+            if not isinstance(error, AzureError | HostKeyError):
+                raise error  # a fault of ours, not the VM's answer
+        got = {todo[i].vm_id: f"{key.get_name()} {key.get_base64()}" for i, key in fetched.succeeded.items()}
+        failures = fetched.reasons()
         with self._lock:
             pins = {**self._load(), **got}
             write_private(self.pins_path, json.dumps(pins, indent=2, sort_keys=True) + "\n", encoding="ascii")

@@ -103,7 +103,7 @@ class BatchScheduler(ClusterScheduler):
         job_record = share.read_json_or_none(layout.job_record(request.experiment, request.name)) or {}
         spec = dict(job_record.get("spec") or {})  # schedulingPriority, where the job spec has it
         job_id = job_id_for(request.experiment, request.name, request.created)
-        node_main = posixpath.join(backend.share_root(), ensure_node_code(backend), "__main__.py")
+        node_main = posixpath.join(backend.share_root(), ensure_node_code(backend.share), "__main__.py")
         config_on_node = posixpath.join(backend.share_root(), request.launch_config)
         temp = posixpath.join(backend.node_temp_root, request.experiment, request.name)
         mounts = job_mounts(

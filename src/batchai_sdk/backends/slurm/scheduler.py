@@ -73,7 +73,7 @@ class SlurmScheduler(ClusterScheduler):
             if _active(job):
                 raise AlreadyExistsError("job", request.name, f"Slurm (job {job.job_id}, {job.state})")
         cfg: dict[str, Any] = share.read_json(request.launch_config)
-        node_main = posixpath.join(backend.share_path, ensure_node_code(backend), "__main__.py")
+        node_main = posixpath.join(backend.share_path, ensure_node_code(backend.share), "__main__.py")
         ntasks = sum(cfg.get("ranks_per_node") or []) or request.node_count
         if cfg.get("toolkit") != "horovod":
             ntasks = max(ntasks, request.node_count)

@@ -9,22 +9,22 @@ host key checking, then the cluster's own ``node_setup`` command.
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import logging
 import os
 import posixpath
 import re
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from ... import _layout as layout
 from ..._models import ClusterSpec, Node, NodeState, utcnow
 from ...exceptions import BackendError, BatchAIError, HostKeyError, NodeError, ValidationError
 from ...mounts import AzureBlobContainer, AzureFileShare, Mount, storage_key
 from ...remote.base import BorrowedRunner, CommandResult, Runner
+from ...remote.fanout import fan_out
 from ...remote.host_keys import HostKeyStore, known_hosts_name
 from ...remote.ssh import SSHRunner, probe_ssh
 from ...share import join
@@ -37,7 +37,6 @@ from . import node_setup as setup
 from .share import SFTPShare
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 _HOST_RE = re.compile(r"^[A-Za-z0-9_.:%\[\]-]+$")
 
@@ -251,14 +250,8 @@ class SSHBackend(Backend):
     def cluster_status(self, spec: ClusterSpec) -> ClusterStatus:
         """The cluster's hosts; those where no SSH server answers quickly are unusable."""
         nodes = self._nodes(spec.nodes)
-        reasons = {
-            nid: why
-            for nid, why in _parallel(
-                {n.id: n for n in nodes},
-                lambda n: self._probe(n),
-            )[0].items()
-            if why is not None
-        }
+        probes = fan_out({n.id: n for n in nodes}, self._probe)
+        reasons = {nid: why for nid, why in probes.succeeded.items() if why is not None}
         return ClusterStatus(
             resizing=False,
             nodes=nodes,
@@ -362,16 +355,12 @@ class SSHBackend(Backend):
         """Every node answers over SSH (else NodeError naming it), sees the share, and has run node
         setup; setup runs only where the node's marker does not hold the current setup's hash."""
         by_id = {n.id: n for n in nodes}
-        _, failures = _parallel(by_id, lambda n: self.runner(n).connect())
-        if failures:
-            host_key = next((e for _, e in sorted(failures.items()) if isinstance(e, HostKeyError)), None)
-            if host_key is not None:
-                raise host_key
-            raise NodeError(
-                "connecting to the cluster's nodes",
-                {nid: str(exc) for nid, exc in sorted(failures.items())},
-                sorted(set(by_id) - set(failures)),
-            )
+        connected = fan_out(by_id, lambda n: self.runner(n).connect())
+        failures = connected.failed
+        host_key = next((e for _, e in sorted(failures.items()) if isinstance(e, HostKeyError)), None)
+        if host_key is not None:
+            raise host_key
+        connected.raise_on_failure("connecting to the cluster's nodes")
         paths = self.node_paths(spec.name)
         key = self.cluster_key(spec.name)
         # every node of the cluster the client has pinned, so later jobs on other nodes need no refresh
@@ -396,10 +385,9 @@ class SSHBackend(Backend):
             )
             for n in nodes
         }
-        facts = self._run_all(
-            by_id, refresh, "checking the cluster's nodes", timeout=self.connect_timeout + 60
-        )
-        parsed = {nid: setup.parse_refresh(r.stdout) for nid, r in facts.items()}
+        facts = fan_out(by_id, lambda n: self.runner(n).run(refresh[n.id], timeout=self.connect_timeout + 60))
+        facts.raise_on_failure("checking the cluster's nodes")
+        parsed = {nid: setup.parse_refresh(r.stdout) for nid, r in facts.succeeded.items()}
         if share_checked:
             blind = {
                 nid: f"the share is not visible at {self.share_path} (is it mounted on this node?)"
@@ -445,12 +433,13 @@ class SSHBackend(Backend):
             return
         secrets_dir = posixpath.join(self.node_dir(), "mount-secrets")
         script, stdin = ssh_mounts.mount_script(points, secrets_dir=secrets_dir)
-        results, errors = _parallel(
+        mounted = fan_out(
             by_id, lambda n: self.runner(n).run(script, stdin=stdin, timeout=self.setup_timeout)
         )
-        failures = {nid: str(exc) for nid, exc in errors.items()}
-        failures.update({nid: r.describe() for nid, r in results.items() if not r.ok})
-        missing = {nid: ssh_mounts.parse_report(r.stdout, points) for nid, r in results.items() if r.ok}
+        failures = mounted.reasons()
+        missing = {
+            nid: ssh_mounts.parse_report(r.stdout, points) for nid, r in mounted.succeeded.items() if r.ok
+        }
         failures.update(ssh_mounts.describe_missing({nid: m for nid, m in missing.items() if m}))
         if failures:
             raise NodeError(
@@ -493,12 +482,11 @@ class SSHBackend(Backend):
             )
             return self.runner(node).run(script, stdin=stdin, timeout=self.setup_timeout)
 
-        results, errors = _parallel(nodes, one)
-        failures = {nid: str(exc) for nid, exc in errors.items()}
-        failures.update({nid: r.describe() for nid, r in results.items() if not r.ok})
+        done = fan_out(nodes, one)
+        failures = done.reasons()
         ended = utcnow().isoformat()
         for nid in nodes:
-            res = results.get(nid)
+            res = done.succeeded.get(nid)
             self.share.write_json(
                 join(setup_dir, f"{nid}.json"),
                 {
@@ -517,16 +505,6 @@ class SSHBackend(Backend):
                 dict(sorted(failures.items())),
                 sorted(set(nodes) - set(failures)),
             )
-
-    def _run_all(
-        self, nodes: Mapping[str, Node], commands: Mapping[str, str], operation: str, *, timeout: float
-    ) -> dict[str, CommandResult]:
-        results, errors = _parallel(nodes, lambda n: self.runner(n).run(commands[n.id], timeout=timeout))
-        failures = {nid: str(exc) for nid, exc in errors.items()}
-        failures.update({nid: r.describe() for nid, r in results.items() if not r.ok})
-        if failures:
-            raise NodeError(operation, dict(sorted(failures.items())), sorted(set(nodes) - set(failures)))
-        return results
 
     # -- launching ------------------------------------------------------------------------------------
     def launch_target(self, spec: ClusterSpec, nodes: tuple[Node, ...]) -> LaunchTarget:
@@ -576,10 +554,8 @@ class SSHBackend(Backend):
                 key_comment=self.cluster_key_comment(spec.name),
             )
             hosts = {node_id(h): Node(id=node_id(h), address=h, machine=h) for h in dict.fromkeys(self.hosts)}
-            _, errors = _parallel(
-                hosts, lambda n: self.runner(n).run(script, timeout=self.connect_timeout + 30)
-            )
-            for nid, error in errors.items():
+            cleaned = fan_out(hosts, lambda n: self.runner(n).run(script, timeout=self.connect_timeout + 30))
+            for nid, error in cleaned.failed.items():
                 log.warning("cluster %s: could not clean up node %s: %s", spec.name, nid, error)
         self.share.delete(self.setup_dir(spec.name), recursive=True)
         client_dir = self._client_key_path(spec.name).parent
@@ -611,22 +587,3 @@ def with_key(mount: Mount, keys: Mapping[str, str]) -> Mount:
     if isinstance(mount, AzureFileShare | AzureBlobContainer) and mount.account_key is None and key:
         return dataclasses.replace(mount, account_key=key)
     return mount
-
-
-def _parallel(
-    items: Mapping[str, T], fn: Callable[[T], Any]
-) -> tuple[dict[str, Any], dict[str, BaseException]]:
-    """``fn`` on every item in threads: (results, exceptions) by key."""
-    results: dict[str, Any] = {}
-    errors: dict[str, BaseException] = {}
-    if not items:
-        return results, errors
-    with concurrent.futures.ThreadPoolExecutor(max_workers=min(32, len(items))) as pool:
-        futures = {pool.submit(fn, item): key for key, item in items.items()}
-        for fut in concurrent.futures.as_completed(futures):
-            key = futures[fut]
-            try:
-                results[key] = fut.result()
-            except Exception as exc:
-                errors[key] = exc
-    return results, errors

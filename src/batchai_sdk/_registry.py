@@ -21,8 +21,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .._models import utcnow
-from ..exceptions import AlreadyExistsError, BatchAIError, NotFoundError, ValidationError
+from ._models import utcnow
+from .exceptions import AlreadyExistsError, BatchAIError, NotFoundError, ValidationError
 
 BACKENDS = ("local", "ssh", "azure", "slurm")
 GROUP_RE = re.compile(r"[-\w.()]{1,90}")
