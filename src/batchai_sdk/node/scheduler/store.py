@@ -86,8 +86,8 @@ def iso(ts: float) -> str:
 
 @dataclass(frozen=True)
 class Failed:
-    """A job that ends ``failed`` as its row is made: queued when its secrets were lost with the head
-    node's database, or one whose row was quarantined."""
+    """A job that ends ``failed`` as its row is made: one queued with secrets that were kept only in a
+    lost database, or one whose row was quarantined."""
 
     experiment: str
     name: str
