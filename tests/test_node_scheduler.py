@@ -146,15 +146,16 @@ class Harness:
         return lambda: self.status(name)["state"] in ("succeeded", "failed", "terminated")
 
     def row(self, name: str) -> Any:
-        return self.sched.rows("key = ?", f"e/{name}")[-1]
+        return self.sched.store.runs(f"e/{name}")[-1]
 
 
 @pytest.fixture
 def h(tmp_path: Path) -> Iterator[Harness]:
     harness = Harness(tmp_path)
     yield harness
-    for row in harness.sched.rows("tag IS NOT NULL"):
-        procs.reap(row["tag"], grace=1)
+    for row in harness.sched.store.jobs():
+        if row["tag"] is not None:
+            procs.reap(row["tag"], grace=1)
 
 
 def test_queue_assignment_and_published_records(h: Harness) -> None:
@@ -240,7 +241,7 @@ def test_an_unwritable_share_keeps_the_outcome_until_it_can_be_written(h: Harnes
 def test_a_restarted_scheduler_adopts_a_running_launcher(h: Harness) -> None:
     h.submit("long", "sleep 1")
     h.pump(lambda: h.row("long")["phase"] == "running")
-    h.sched.db.close()
+    h.sched.store.close()
     h.sched = Scheduler(str(h.state))  # the old one is gone; its launcher is not its child any more
     h.sched.adopt()
     h.pump(h.ended("long"), timeout=30)
@@ -266,7 +267,7 @@ def test_a_new_database_rebuilds_the_queue_from_the_share(tmp_path: Path) -> Non
     assert first.status("q1")["state"] == "succeeded"
     r1 = first.status("r1")
     assert r1["state"] == "failed" and "database was lost" in r1["failure_reason"]
-    assert first.status("inflight") == {"state": "queued"} and not first.sched.rows("name = 'inflight'")
+    assert first.status("inflight") == {"state": "queued"} and not first.sched.store.runs("e/inflight")
     assert first.sched.handle({"op": "submit", "experiment": "e", "name": "n", "node_count": 1})["id"] > 7
 
 
@@ -312,12 +313,12 @@ def test_ended_jobs_are_pruned_past_the_limits_and_their_records_stay(h: Harness
     assert all(f.is_dir() for f in folders.values())
     h.sched.cfg["keep_ended_jobs"] = 2
     assert prune.prune(h.sched.store) == 2
-    assert [r["key"] for r in h.sched.rows("1 = 1")] == ["e/p3", "e/p4"]
+    assert [r["key"] for r in h.sched.store.jobs()] == ["e/p3", "e/p4"]
     assert not folders["p1"].exists() and not folders["p2"].exists() and folders["p4"].is_dir()
     assert h.status("p1")["state"] == "succeeded"  # the share's record is the lasting one
     h.sched.cfg["keep_ended_jobs"] = 1000
     assert prune.prune(h.sched.store, now=time.time() + 8 * 86400) == 1  # past 7 days: all but the newest
-    assert [r["key"] for r in h.sched.rows("1 = 1")] == ["e/p4"]
+    assert [r["key"] for r in h.sched.store.jobs()] == ["e/p4"]
     h.submit("p1", "true")  # a pruned name runs again
     h.pump(h.ended("p1"))
 
@@ -365,7 +366,7 @@ def _later(iso: str, seconds: float) -> Any:
 def test_a_lost_database_numbers_new_jobs_above_the_folders_it_left(h: Harness) -> None:
     (h.state / "jobs" / "5").mkdir(parents=True)
     (h.state / "jobs" / "5" / "secrets.json").write_text('{"OLD": "x"}')  # an old job's, not the next one's
-    h.sched.db.close()
+    h.sched.store.close()
     (h.state / "sched.db").unlink()
     h.sched = Scheduler(str(h.state))
     assert h.submit("fresh", "true")["id"] == 6

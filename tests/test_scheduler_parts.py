@@ -43,10 +43,7 @@ def _cluster(tmp_path: Path, nodes: int = 2, **extra: Any) -> tuple[Store, Clust
 
 
 def _queue(store: Store, name: str, node_count: int) -> None:
-    store.db.execute(
-        "INSERT INTO jobs (key, experiment, name, node_count, state) VALUES (?, 'e', ?, ?, 'queued')",
-        (f"e/{name}", name, node_count),
-    )
+    store.add_job(experiment="e", name=name, node_count=node_count, request_id=name, request_digest="")
 
 
 def test_autoscale_grows_toward_the_queue_and_a_new_configuration_drops_what_left_the_pool(

@@ -75,7 +75,7 @@ class AttemptEnds:
     def launcher_ended(self, job_id: int, code: int | None) -> None:
         """Record what the launcher left, then clean every node of the job before freeing it.
         ``code`` is its exit status as subprocess gives it (negative: a signal; None: not our child)."""
-        row = self.store.rows("id = ?", job_id)[0]
+        row = self.store.job(job_id)
         if code is None and row["phase"] == STARTING and not self.began(row):
             # adopted from a launch a killed scheduler recorded: a spare that never got its job folder
             detail = "its scheduler stopped before the job's launcher began; queued again"
@@ -121,7 +121,7 @@ class AttemptEnds:
         job_id = row["id"]
         self.store.update(job_id, state="cleaning", exit_code=exit_code, reason=reason)
         if self.cluster.cfg.get("ssh_command") is None and row["tag"] and not procs.tagged_pids(row["tag"]):
-            self.conclude(self.store.rows("id = ?", job_id)[0])
+            self.conclude(self.store.job(job_id))
             return  # nothing of it is left on this machine: its nodes are free at once
         nodes = json.loads(row["nodes"])
         # a node the launcher just found silent is not tried again (an SSH connect timeout): it is emptied
@@ -187,7 +187,7 @@ class AttemptEnds:
             if not fut.done():
                 continue
             del self.cleaning[job_id]
-            row = self.store.rows("id = ?", job_id)[0]
+            row = self.store.job(job_id)
             try:
                 left = fut.result()
             except Exception as exc:  # pragma: no cover - a bug in cleaning must not stop the scheduler
@@ -240,7 +240,7 @@ class AttemptEnds:
                 row["id"], attempts=json.dumps([*[a.to_dict() for a in history], attempt.to_dict()])
             )
             self.store.finish(
-                self.store.rows("id = ?", row["id"])[0],
+                self.store.job(row["id"]),
                 decision.outcome.value,
                 row["exit_code"],
                 decision.reason,

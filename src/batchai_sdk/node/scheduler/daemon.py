@@ -50,7 +50,6 @@ from ..protocol import (
     OP_TERMINATE,
     PHASE_RECORD,
     RESULT_RECORD,
-    SECRETS_RECORD,
 )
 from . import (
     api,
@@ -71,7 +70,7 @@ from .gate import NodeGate
 from .log import log
 from .server import RequestServer
 from .spares import Spares
-from .store import ACTIVE, STARTING, Store, iso
+from .store import STARTING, JobExists, Store, iso
 
 __all__ = ["Holding", "RequestError", "Scheduler", "Waiting", "plan", "run"]
 
@@ -110,7 +109,7 @@ class Scheduler:
         self.step_errors: dict[str, str] = {}
         self.faulted = False  # a step of this pass met a disk fault
         self.pruned_at = 0.0
-        quarantine.quarantine_bad_rows(self.store.db, self.node_ids())
+        quarantine.quarantine_bad_rows(self.store, self.node_ids())
         self.rebuilt = recovery.rebuild_from_share(self.store) if self.store.created else 0
 
     # -- what its callers read (tests, tools): the Store's ------------------------------------------
@@ -118,15 +117,6 @@ class Scheduler:
     def cfg(self) -> dict[str, Any]:
         """The cluster's configuration."""
         return self.store.cfg
-
-    @property
-    def db(self) -> sqlite3.Connection:
-        """The queue's database."""
-        return self.store.db
-
-    def rows(self, where: str, *args: Any) -> list[sqlite3.Row]:
-        """The jobs matching ``where`` (a literal clause; values in ``args``), oldest first."""
-        return self.store.rows(where, *args)
 
     def job_state_dir(self, job_id: int) -> str:
         """The job's folder on this node: assignment, secrets, the launcher's result and log."""
@@ -158,7 +148,7 @@ class Scheduler:
         if not self.cluster.configure(cfg):
             return
         total = self.cluster.capacity()
-        for row in self.rows("state = 'queued' AND node_count > ?", total):
+        for row in [r for r in self.store.jobs("queued") if r["node_count"] > total]:
             self.store.finish(
                 row,
                 "failed",
@@ -176,57 +166,35 @@ class Scheduler:
             )
         request_id = str(request.get("request_id") or uuid.uuid4().hex)
         digest = request_digest(request)
-        again = self.rows("request_id = ?", request_id)
+        again = self.store.by_request(request_id)
         if again:  # a replay: the same request is answered as before; other content under its id is refused
-            if again[0]["request_digest"] not in (None, digest):
+            if again["request_digest"] not in (None, digest):
                 raise RequestError(
                     E_REQUEST_REUSED,
-                    f"request_id {request_id} already named job {again[0]['key']} with other content;"
+                    f"request_id {request_id} already named job {again['key']} with other content;"
                     " this request was not queued (send it with a new request_id)",
                 )
-            return {"ok": True, "id": again[0]["id"], "key": again[0]["key"], "repeated": True}
-        wall = request.get("max_wall_clock_seconds")
-        codes = request["retry_on_exit_codes"]
-        self.db.execute("SAVEPOINT submit")  # the row and its secrets file, or neither
-        try:
-            rebuilt = self.rows("key = ? AND state = 'queued' AND request_id IS NULL", f"{experiment}/{name}")
-            if rebuilt:  # found on the share when this scheduler started: the submit that wrote it adopts it
-                self.db.execute("DELETE FROM jobs WHERE id = ?", (rebuilt[0]["id"],))
-            cur = self.db.execute(
-                "INSERT INTO jobs (key, experiment, name, request_id, node_count, wall, state, creation_time,"
-                " hang, max_retries, retry_codes, max_cost, price, priority, hang_notice, request_digest)"
-                " VALUES (?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    f"{experiment}/{name}",
-                    experiment,
-                    name,
-                    request_id,
-                    node_count,
-                    wall,
-                    request.get("created"),
-                    request.get("hang_timeout"),
-                    request["max_retries"],
-                    json.dumps(codes),
-                    request.get("max_cost"),
-                    request.get("price"),
-                    priority_rank(request.get("scheduling_priority")),
-                    request.get("hang_notice"),
-                    digest,
-                ),
+            return {"ok": True, "id": again["id"], "key": again["key"], "repeated": True}
+        try:  # the row and its secrets file, or neither
+            job_id = self.store.add_job(
+                experiment=experiment,
+                name=name,
+                node_count=node_count,
+                request_id=request_id,
+                request_digest=digest,
+                secrets=request["secrets"],
+                wall=request.get("max_wall_clock_seconds"),
+                creation_time=request.get("created"),
+                hang=request.get("hang_timeout"),
+                hang_notice=request.get("hang_notice"),
+                max_retries=request["max_retries"],
+                retry_codes=request["retry_on_exit_codes"],
+                max_cost=request.get("max_cost"),
+                price=request.get("price"),
+                priority=priority_rank(request.get("scheduling_priority")),
             )
-            job_id = int(cur.lastrowid or 0)
-            secrets = request["secrets"]
-            os.makedirs(self.job_state_dir(job_id), mode=0o700, exist_ok=True)
-            if secrets:
-                path = os.path.join(self.job_state_dir(job_id), SECRETS_RECORD)
-                write_json_atomic(path, secrets, mode=0o600)
-        except BaseException as exc:
-            self.db.execute("ROLLBACK TO submit")
-            self.db.execute("RELEASE submit")
-            if isinstance(exc, sqlite3.IntegrityError):
-                raise RequestError("exists", f"job {experiment}/{name} is already queued or running") from exc
-            raise
-        self.db.execute("RELEASE submit")
+        except JobExists as exc:
+            raise RequestError("exists", str(exc)) from exc
         log(f"queued {experiment}/{name} (id {job_id}, {node_count} node(s))")
         try:  # the job is accepted now: a disk fault from here on is the loop's to retry, not a refusal
             self.schedule()
@@ -238,7 +206,7 @@ class Scheduler:
     def job_state(self, request: dict[str, Any]) -> dict[str, Any]:
         """What this scheduler holds of a job, whatever the share shows (a full share stops its writes,
         not its work): found, and the state, exit code, reason and end it would publish."""
-        rows = self.rows("key = ?", f"{request.get('experiment')}/{request.get('name')}")
+        rows = self.store.runs(f"{request.get('experiment')}/{request.get('name')}")
         if not rows:
             return {"ok": True, "found": False}
         doc = publish.status_doc(rows[-1])
@@ -248,10 +216,9 @@ class Scheduler:
     def terminate(self, request: dict[str, Any]) -> dict[str, Any]:
         """End a queued job now, or stop a running one (its launcher gets SIGTERM)."""
         key = f"{request.get('experiment')}/{request.get('name')}"
-        rows = self.rows(f"key = ? AND state IN {ACTIVE}", key)
-        if not rows:
+        row = self.store.active_run(key)
+        if row is None:
             return {"ok": True, "found": False}
-        row = rows[0]
         if row["state"] == "queued":
             self.store.finish(row, "terminated", None, "terminated by the user while queued")
         elif row["state"] == "running" and row["stop_state"] is None:
@@ -271,13 +238,13 @@ class Scheduler:
         ]
         if not free:  # nothing can start: the queue, however long, need not be read
             return
-        rows = {r["id"]: r for r in self.rows("state = 'queued'")}
+        rows = {r["id"]: r for r in self.store.jobs("queued")}
         queued = [Waiting(r["id"], r["node_count"], r["wall"], r["priority"]) for r in rows.values()]
         running = [
             Holding(
                 len(json.loads(r["nodes"])), r["started"] + r["wall"] if r["wall"] and r["started"] else None
             )
-            for r in self.rows("state IN ('running', 'cleaning')")
+            for r in self.store.jobs("running", "cleaning")
         ]
         for job_id, count in plan(queued, running, len(free), time.time()):
             level, logs = self.job_health_level(rows[job_id])
@@ -378,7 +345,7 @@ class Scheduler:
                 del self.children[job_id]  # only once recorded: a write that failed is tried again
                 self.unwatch_exit(job_id)
         t = time.time()
-        for row in self.rows("state = 'running'"):
+        for row in self.store.jobs("running"):
             pid = row["launcher_pid"]
             if row["id"] not in self.children and not attempt_end.launcher_alive(pid, row["tag"]):
                 self.ends.launcher_ended(row["id"], None)
@@ -527,19 +494,17 @@ class Scheduler:
             fn()
             self.step_errors.pop(name, None)
         except (sqlite3.Error, OSError) as exc:
-            if self.db.in_transaction:
-                with contextlib.suppress(sqlite3.Error):
-                    self.db.execute("ROLLBACK")
+            with contextlib.suppress(sqlite3.Error):
+                self.store.rollback()
             self.faulted = True
             self.fault(exc)
         except Exception as exc:
-            if self.db.in_transaction:
-                self.db.execute("ROLLBACK")
+            self.store.rollback()
             if self.step_errors.get(name) != repr(exc):
                 self.step_errors[name] = repr(exc)
                 log(f"{name} failed: {exc!r}\n{traceback.format_exc()}")
             with contextlib.suppress(Exception):
-                if quarantine.quarantine_bad_rows(self.store.db, self.node_ids()):
+                if quarantine.quarantine_bad_rows(self.store, self.node_ids()):
                     self.fence_quarantined()
 
     def node_ids(self) -> list[str]:
@@ -552,11 +517,11 @@ class Scheduler:
     def fence_quarantined(self) -> None:
         """A running job's row was quarantined: its launcher is no longer this process's to watch, and its
         nodes are cleaned (every process with its tag ended) before they are free."""
-        running = {row["id"] for row in self.rows("state = 'running'")}
+        running = {row["id"] for row in self.store.jobs("running")}
         for job_id in [j for j in self.children if j not in running]:
             self.children.pop(job_id, None)
             self.unwatch_exit(job_id)
-        for row in self.rows("state = 'cleaning'"):
+        for row in self.store.jobs("cleaning"):
             if row["id"] not in self.ends.cleaning:
                 self.ends.resume(row)
 
@@ -581,14 +546,12 @@ class Scheduler:
         except RequestError as exc:
             return {"ok": False, "error": exc.code, "message": str(exc)}
         except sqlite3.Error as exc:
-            if self.db.in_transaction:
-                with contextlib.suppress(sqlite3.Error):
-                    self.db.execute("ROLLBACK")
+            with contextlib.suppress(sqlite3.Error):
+                self.store.rollback()
             self.fault(exc)
             return {"ok": False, "error": "unavailable", "message": self.publisher.fault_message or str(exc)}
         except Exception as exc:
-            if self.db.in_transaction:
-                self.db.execute("ROLLBACK")
+            self.store.rollback()
             log(f"request failed: {exc!r}\n{traceback.format_exc()}")
             return {"ok": False, "error": "internal", "message": f"the scheduler could not answer: {exc!r}"}
 

@@ -105,7 +105,7 @@ class DownNodes:
                     log(f"node {node_id} answers again{emptied}")
                     self.on_back(node_id)
         t = time.time()
-        if self.since and not self.store.rows(f"state IN {ACTIVE}"):
+        if self.since and not self.store.jobs(*ACTIVE):
             self.idle_since = self.idle_since or t
             if t - self.idle_since > 600:  # nothing waits for them: the backend's own status tells the rest
                 log(f"giving up on {', '.join(self.since)}: no answer for 10 minutes and no job waiting")

@@ -37,12 +37,7 @@ def prune(store: Store, now: float | None = None) -> int:
     keep_jobs = max(1, int(store.cfg.get("keep_ended_jobs") or KEEP_JOBS))
     keep_days = float(store.cfg.get("keep_ended_days") or KEEP_DAYS)
     cutoff = now - keep_days * 86400
-    ended = list(
-        store.db.execute(
-            "SELECT id, end_time, published FROM jobs WHERE state IN ('succeeded', 'failed', 'terminated')"
-            " ORDER BY end_time DESC, id DESC"
-        )
-    )
+    ended = store.ended()
     gone = 0
     for rank, row in enumerate(ended):
         if rank == 0 or not row["published"]:
@@ -52,6 +47,6 @@ def prune(store: Store, now: float | None = None) -> int:
         shutil.rmtree(store.job_state_dir(row["id"]), ignore_errors=True)
         if os.path.exists(store.job_state_dir(row["id"])):
             continue  # could not be removed (a full or read-only disk): tried again next time
-        store.db.execute("DELETE FROM jobs WHERE id = ?", (row["id"],))
+        store.forget(row["id"])
         gone += 1
     return gone

@@ -94,14 +94,14 @@ class Publisher:
         beat = t >= self.next_beat
         if beat:
             self.next_beat = t + HEARTBEAT
-        db, paths = self.store.db, self.cluster.share_paths()
+        paths = self.cluster.share_paths()
         # Node assignments first: a reader that sees a job's end then sees its nodes free as well.
         active = self.store.active_brief()  # read once: what holds nodes, and the queue
         held = self.store.held(active)
         keys = {r["id"]: r["key"] for r in active}
         queued = [r["key"] for r in active if r["state"] == "queued"]
         # no job held or queued: idle since the last job's end (None: none ended yet), for "is it forgotten?"
-        last_end = None if held or queued else db.execute("SELECT MAX(end_time) FROM jobs").fetchone()[0]
+        last_end = None if held or queued else self.store.last_end()
         doc = NodesDoc(
             nodes={node: NodeHold(keys.get(jid, ""), phase) for node, (jid, phase) in held.items()},
             queued=queued,
@@ -120,16 +120,13 @@ class Publisher:
                 self.last_nodes_doc = doc
             except OSError:
                 pass
-        due = self.store.rows(
-            "published = 0 OR (state IN ('running', 'cleaning') AND beat < ?)", t - HEARTBEAT / 2
-        )
-        for row in due:
+        for row in self.store.due_to_publish(t - HEARTBEAT / 2):
             path = paths.status_record(row["experiment"], row["name"])
             try:  # a change is made durable; a running job's heartbeat alone need not be
                 write_json_atomic(path, status_doc(row), sync=not row["published"])
             except FileNotFoundError as exc:
                 if self.deleted(row):  # the job's folder was removed from a share that is there
-                    db.execute("UPDATE jobs SET published = 1, beat = ? WHERE id = ?", (t, row["id"]))
+                    self.store.mark_published(row["id"], t)
                     continue
                 self.note_error(row, path, exc)
                 continue
@@ -137,7 +134,7 @@ class Publisher:
                 self.note_error(row, path, exc)
                 continue
             self.errors.pop(row["key"], None)
-            db.execute("UPDATE jobs SET published = 1, beat = ? WHERE id = ?", (t, row["id"]))
+            self.store.mark_published(row["id"], t)
         self.published_as = self.observed()
 
     def pending_or_none(
@@ -189,7 +186,7 @@ class Publisher:
         """What publish's records are made of, short of reading the jobs: unchanged, nothing is written."""
         gate = self.gate
         return (
-            self.store.db.total_changes,
+            self.store.changes(),
             tuple(self.down.ids()),
             tuple(sorted(gate.unusable.items())),
             tuple(sorted(gate.checking)),

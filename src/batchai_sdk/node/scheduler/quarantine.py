@@ -11,27 +11,20 @@ import json
 import sqlite3
 from collections.abc import Sequence
 
-from ..common import now
 from ..policy import retries
 from .api import NAME, NODE_ID, check_row
 from .log import log
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS quarantine (
-  id INTEGER PRIMARY KEY AUTOINCREMENT, job_id INTEGER, row TEXT NOT NULL, reason TEXT NOT NULL, time TEXT
-);
-"""
+from .store import Failed, Fenced, Store
 
 
-def quarantine_bad_rows(db: sqlite3.Connection, all_nodes: Sequence[str] = ()) -> int:
+def quarantine_bad_rows(store: Store, all_nodes: Sequence[str] = ()) -> int:
     """Move every row ``check_row`` refuses to the quarantine; returns how many. ``all_nodes``: the
     cluster's nodes, held for a running job whose row does not say which nodes it has."""
-    db.executescript(SCHEMA)
     moved = 0
-    for row in db.execute("SELECT * FROM jobs").fetchall():
-        reason = check_row(row)
+    for row in store.jobs():
+        reason = check_row({k: row[k] for k in row.keys()})  # noqa: SIM118 - sqlite3.Row iterates over values
         if reason is not None:
-            quarantine(db, row, reason, all_nodes)
+            quarantine(store, row, reason, all_nodes)
             moved += 1
     return moved
 
@@ -46,57 +39,38 @@ def _nodes(value: object, all_nodes: Sequence[str]) -> list[str]:
     return list(all_nodes)
 
 
-def quarantine(db: sqlite3.Connection, row: sqlite3.Row, reason: str, all_nodes: Sequence[str] = ()) -> None:
+def quarantine(store: Store, row: sqlite3.Row, reason: str, all_nodes: Sequence[str] = ()) -> None:
     """Keep the row as it was (JSON) with ``reason``; what readers see becomes a failed job (a running
     one once its processes are ended: fenced, ``cleaning`` until then)."""
     data = {k: row[k] for k in row.keys()}  # noqa: SIM118 - sqlite3.Row iterates over values
     tag = data.get("tag")
     running = data.get("state") in ("running", "cleaning") and isinstance(tag, str) and tag
-    db.execute("SAVEPOINT quarantine")
-    try:
-        db.execute(
-            "INSERT INTO quarantine (job_id, row, reason, time) VALUES (?, ?, ?, ?)",
-            (data.get("id"), json.dumps(data, default=repr), reason, now()),
+    exp, name = data.get("experiment"), data.get("name")
+    valid = isinstance(exp, str) and isinstance(name, str) and NAME.match(exp) and NAME.match(name)
+    created = data.get("creation_time") if isinstance(data.get("creation_time"), str) else None
+    replacement: Failed | Fenced | None = None
+    if running:  # its processes may run on: fenced, its nodes held until they are ended
+        why = (
+            f"the scheduler quarantined the job's record ({reason}); every process of the job was ended"
+            " before its nodes were used again; submit it again"
         )
-        db.execute("DELETE FROM jobs WHERE id = ?", (data.get("id"),))
-        exp, name = data.get("experiment"), data.get("name")
-        valid = isinstance(exp, str) and isinstance(name, str) and NAME.match(exp) and NAME.match(name)
-        if running:  # its processes may run on: fenced, its nodes held until they are ended
-            why = (
-                f"the scheduler quarantined the job's record ({reason}); every process of the job was ended"
-                " before its nodes were used again; submit it again"
-            )
-            db.execute(
-                "INSERT INTO jobs (key, experiment, name, node_count, state, creation_time, start_time,"
-                " started, nodes, tag, reason) VALUES (?, ?, ?, 1, 'cleaning', ?, ?, ?, ?, ?, ?)",
-                (
-                    f"{exp}/{name}" if valid else f"quarantined/job-{data.get('id')}",
-                    exp if valid else "quarantined",
-                    name if valid else f"job-{data.get('id')}",
-                    data.get("creation_time") if isinstance(data.get("creation_time"), str) else None,
-                    data.get("start_time") if isinstance(data.get("start_time"), str) else None,
-                    0.0,
-                    json.dumps(_nodes(data.get("nodes"), all_nodes)),
-                    tag,
-                    json.dumps([retries.EndCause.EXIT.value, why]),
-                ),
-            )
-        elif valid:
-            db.execute(
-                "INSERT INTO jobs (key, experiment, name, node_count, state, creation_time, end_time, reason)"
-                " VALUES (?, ?, ?, 1, 'failed', ?, ?, ?)",
-                (
-                    f"{exp}/{name}",
-                    exp,
-                    name,
-                    data.get("creation_time") if isinstance(data.get("creation_time"), str) else None,
-                    now(),
-                    f"the scheduler quarantined the job's record ({reason}); submit it again",
-                ),
-            )
-    except BaseException:
-        db.execute("ROLLBACK TO quarantine")
-        db.execute("RELEASE quarantine")
-        raise
-    db.execute("RELEASE quarantine")
+        replacement = Fenced(
+            experiment=str(exp) if valid else "quarantined",
+            name=str(name) if valid else f"job-{data.get('id')}",
+            tag=tag,
+            nodes=_nodes(data.get("nodes"), all_nodes),
+            cause=retries.EndCause.EXIT.value,
+            detail=why,
+            creation_time=created,
+            start_time=data.get("start_time") if isinstance(data.get("start_time"), str) else None,
+            started=0.0,
+        )
+    elif valid:
+        replacement = Failed(
+            experiment=str(exp),
+            name=str(name),
+            reason=f"the scheduler quarantined the job's record ({reason}); submit it again",
+            creation_time=created,
+        )
+    store.quarantine(row, reason, replacement)
     log(f"quarantined job row {data.get('id')}: {reason}")

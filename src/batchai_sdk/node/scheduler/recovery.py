@@ -7,13 +7,12 @@ rows go into its database) and through ``AttemptEnds`` (the launchers and cleanu
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import time
 from typing import Any
 
-from ..common import load_or_none, now
+from ..common import load_or_none
 from ..job import procs
 from ..policy import retries
 from ..policy.queue import priority_rank
@@ -21,7 +20,7 @@ from ..protocol import SharePaths, StatusDoc
 from . import attempt_end
 from .api import NAME
 from .log import log
-from .store import STARTING, Store
+from .store import STARTING, Failed, Fenced, Store
 
 
 def rebuild_from_share(store: Store) -> int:
@@ -59,38 +58,28 @@ def rebuild_from_share(store: Store) -> int:
             if status.reporter and status.reporter.job_id:
                 last_id = max(last_id, status.reporter.job_id)
             if status.state == "queued" and not spec.get("secret_environment"):
-                store.db.execute(
-                    "INSERT INTO jobs (key, experiment, name, node_count, wall, state, creation_time,"
-                    " priority) VALUES (?, ?, ?, ?, ?, 'queued', ?, ?)",
-                    (
-                        f"{exp}/{name}",
-                        exp,
-                        name,
-                        int(spec.get("node_count", 1)),
-                        spec.get("max_wall_clock_seconds"),
-                        status.creation_time,
-                        priority_rank(spec.get("scheduling_priority")),
-                    ),
+                store.add_rebuilt(
+                    exp,
+                    name,
+                    int(spec.get("node_count", 1)),
+                    spec.get("max_wall_clock_seconds"),
+                    status.creation_time,
+                    priority_rank(spec.get("scheduling_priority")),
                 )
             elif status.state == "running":
                 fence(store, paths, exp, name, status, spec)
             else:
-                store.db.execute(
-                    "INSERT INTO jobs (key, experiment, name, node_count, state, creation_time, end_time,"
-                    " reason) VALUES (?, ?, ?, ?, 'failed', ?, ?, ?)",
-                    (
-                        f"{exp}/{name}",
+                store.add_failed(
+                    Failed(
                         exp,
                         name,
+                        "lost with the cluster's head node (its secrets were kept only there): submit again",
                         int(spec.get("node_count", 1)),
                         status.creation_time,
-                        now(),
-                        "lost with the cluster's head node (its secrets were kept only there): submit again",
-                    ),
+                    )
                 )
     # new jobs get ids the old database never gave: their node-local folders are not the old jobs'
-    store.db.execute("DELETE FROM sqlite_sequence WHERE name = 'jobs'")
-    store.db.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('jobs', ?)", (last_id,))
+    store.number_after(last_id)
     return count
 
 
@@ -131,33 +120,29 @@ def fence(
         )
     codes = [c for c in spec.get("retry_on_exit_codes") or [] if isinstance(c, int)]
     attempts = status.attempts or []
-    store.db.execute(
-        "INSERT INTO jobs (key, experiment, name, node_count, wall, state, creation_time, start_time,"
-        " started, nodes, tag, attempt, exit_code, reason, hang, hang_notice, max_retries, retry_codes,"
-        " attempts, stdouterr, priority)"
-        " VALUES (?, ?, ?, ?, ?, 'cleaning', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            f"{exp}/{name}",
-            exp,
-            name,
-            int(spec.get("node_count", 1)),
-            spec.get("max_wall_clock_seconds"),
-            status.creation_time,
-            status.start_time,
-            time.time(),
-            json.dumps(status.nodes or []),
-            status.tag,
-            int(status.attempt if status.attempt is not None else len(attempts)),
-            exit_code,
-            json.dumps([cause, reason]),
-            spec.get("hang_timeout"),
-            spec.get("hang_notice"),
-            int(spec.get("max_retries") or 0),
-            json.dumps(codes),
-            json.dumps(attempts),
-            (load_or_none(paths.launch_config(exp, name)) or {}).get("stdouterr_dir"),
-            priority_rank(spec.get("scheduling_priority")),
-        ),
+    store.add_fenced(
+        Fenced(
+            experiment=exp,
+            name=name,
+            node_count=int(spec.get("node_count", 1)),
+            wall=spec.get("max_wall_clock_seconds"),
+            creation_time=status.creation_time,
+            start_time=status.start_time,
+            started=time.time(),
+            nodes=list(status.nodes or []),
+            tag=status.tag,
+            attempt=int(status.attempt if status.attempt is not None else len(attempts)),
+            exit_code=exit_code,
+            cause=cause,
+            detail=reason,
+            hang=spec.get("hang_timeout"),
+            hang_notice=spec.get("hang_notice"),
+            max_retries=int(spec.get("max_retries") or 0),
+            retry_codes=codes,
+            attempts=attempts,
+            stdouterr=(load_or_none(paths.launch_config(exp, name)) or {}).get("stdouterr_dir"),
+            priority=priority_rank(spec.get("scheduling_priority")),
+        )
     )
 
 
@@ -165,9 +150,9 @@ def adopt(store: Store, ends: attempt_end.AttemptEnds) -> None:
     """After a restart: cleanups are resumed; launchers that outlived the old scheduler are watched
     again; a launch it recorded as starting is adopted when its tag runs, else ended from what its
     launcher left, or requeued when it never ran; a job whose launcher is gone is cleaned up."""
-    for row in store.rows("state = 'cleaning'"):
+    for row in store.jobs("cleaning"):
         ends.resume(row)
-    for row in store.rows("state = 'running'"):
+    for row in store.jobs("running"):
         if row["phase"] == STARTING and not row["launcher_pid"]:
             adopt_starting(store, ends, row)
         elif not attempt_end.launcher_alive(row["launcher_pid"], row["tag"]):

@@ -70,7 +70,7 @@ class AutoScaler:
             )
             for n in up
         ]
-        queue = [r["node_count"] for r in self.store.rows("state = 'queued'")]
+        queue = [r["node_count"] for r in self.store.jobs("queued")]
         decision = decide(settings, views, queue, t)
         self.next_review = decision.next_review
         if not decision.changed:

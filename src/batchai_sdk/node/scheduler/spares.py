@@ -106,13 +106,11 @@ class Spares:
         spare = self.spare
         if spare is None or cluster.cfg.get("ssh_command") is not None or not cluster.cfg.get("nodes"):
             return
-        seen = (spare.proc.pid, store.db.total_changes)
+        seen = (spare.proc.pid, store.changes())
         if seen == self.predicted:  # no row changed since: the head is the same (a long queue is not
             return  # sorted again on every pass)
         self.predicted = seen
-        head = store.db.execute(
-            "SELECT experiment, name FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id LIMIT 1"
-        ).fetchone()
+        head = store.queue_head()
         paths = cluster.share_paths()
         launch = paths.launch_config(head["experiment"], head["name"]) if head else None
         if launch == spare.world_for:
