@@ -269,7 +269,7 @@ def ensure_node_code(backend: Backend) -> str:
     """Upload the node code once per version; returns its share-relative folder. ``__main__.py`` is
     written last, so a folder that has it is complete (concurrent uploads write the same bytes)."""
     digest, files = node_code()
-    folder = layout.node_code_dir(digest)
+    folder = layout.SHARE.node_code_dir(digest)
     share = backend.share
     if share.exists(posixpath.join(folder, "__main__.py")):
         return folder

@@ -301,7 +301,7 @@ class SSHBackend(Backend):
 
     def setup_dir(self, cluster: str) -> str:
         """Share-relative directory of node setup markers and logs."""
-        return join(layout.cluster_dir(cluster), "setup")
+        return join(layout.SHARE.cluster_dir(cluster), "setup")
 
     def cluster_key_comment(self, cluster: str) -> str:
         """Names the cluster's line in authorized_keys; an older key with it is replaced."""
