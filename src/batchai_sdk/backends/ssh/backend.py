@@ -60,12 +60,6 @@ def parse_jump(spec: str, default_user: str) -> tuple[str, str, int]:
         raise ValidationError("jump_host", spec, "'[user@]host[:port]'")
     return user or default_user, host, port
 
-    def close(self) -> None:
-        return None
-
-    def __repr__(self) -> str:
-        return repr(self.runner)
-
 
 class SSHBackend(Backend):
     kind = "ssh"
