@@ -15,7 +15,7 @@ from ._layout import JobPaths
 from ._models import JobSpec, Node
 from ._mount_paths import job_root_is_share
 from .exceptions import ValidationError
-from .mounts import Mount, describe, mount_to_dict, storage_key
+from .mounts import Mount, describe, storage_key
 from .node.policy import toolkits
 from .node.protocol import LAUNCH_CONFIG
 
@@ -66,25 +66,6 @@ class LaunchTarget:
     # the backend mounts nothing per job (then a job's mounts are the cluster's, by storage)
     storage_root: str | None = None
     cluster_mounts: tuple[Mount, ...] = ()  # the cluster's mounts, at <mount_root>/<relative_mount_path>
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "nodes": [
-                {"id": n.id, "address": n.address, "machine": n.machine, "slots": n.slots} for n in self.nodes
-            ],
-            "node_share_root": self.node_share_root,
-            "mount_root": self.mount_root,
-            "temp_root": self.temp_root,
-            "python": self.python,
-            "mpirun": self.mpirun,
-            "ssh_command": list(self.ssh_command) if self.ssh_command is not None else None,
-            "mpi_args": list(self.mpi_args),
-            "env": dict(self.env),
-            "num_gpus": self.num_gpus,
-            "oversubscribe": self.oversubscribe,
-            "storage_root": self.storage_root,
-            "cluster_mounts": [mount_to_dict(m) for m in self.cluster_mounts],
-        }
 
 
 def ranks_per_node(node_count: int, process_count: int | None) -> list[int]:
