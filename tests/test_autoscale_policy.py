@@ -17,7 +17,6 @@ from batchai_sdk.node.policy.autoscale import (
     Decision,
     NodeView,
     decide,
-    nodes_from,
     parse_batchai_autoscale,
 )
 
@@ -234,8 +233,8 @@ def test_next_review_when_nothing_is_idle_long_enough() -> None:
     assert not d.changed and d.next_review == NOW + 10
 
 
-def test_nodes_from_maps_and_decision_dict() -> None:
-    nodes = nodes_from({"h": False, "n1": True}, {"h": NOW - 100, "n1": NOW}, head="h")
+def test_decision_dict() -> None:
+    nodes = [NodeView("h", False, NOW - 100, head=True), NodeView("n1", True, NOW)]
     assert [n.head for n in nodes] == [True, False]
     d = decide(S, nodes, [], NOW)
     assert d.to_dict() == {"from": 2, "to": 2, "remove": [], "reason": d.reason, "next_review": None}

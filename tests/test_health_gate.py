@@ -186,7 +186,7 @@ def test_a_node_that_cannot_run_the_check_is_named() -> None:
 
 def _health_folder(ws: Workspace, cluster: str) -> Path:
     root: Path = ws.share.root  # type: ignore[attr-defined]  # the local backend's share is a folder
-    return root / layout.cluster_dir(cluster) / "health"  # the documented place (docs/health.md)
+    return root / layout.SHARE.cluster_dir(cluster) / "health"  # the documented place (docs/health.md)
 
 
 def _report(cluster: Cluster, level: str, nodes: list[str], unusable: dict[str, str]) -> None:

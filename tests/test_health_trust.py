@@ -39,7 +39,7 @@ print("forged")
 
 def _health_folder(ws: Workspace, cluster: str) -> Path:
     root: Path = ws.share.root  # type: ignore[attr-defined]  # the local backend's share is a folder
-    return root / layout.cluster_dir(cluster) / "health"
+    return root / layout.SHARE.cluster_dir(cluster) / "health"
 
 
 def _state(ws: Workspace, cluster: str) -> Path:

@@ -61,7 +61,7 @@ def test_a_job_a_scheduling_service_has_is_accepted_by_every_reader(tmp_path: Pa
     assert doc.to_dict()["reporter"] == {"host": None, "pid": None, "service": "azure-batch"}
     assert StatusDoc.from_dict(doc.to_dict()) == doc and doc.extra == {"batch_job_id": "j"}
     share = LocalShare(tmp_path)
-    share.write_json(layout.nodes_record("c"), {"heartbeat": "2030-01-01T00:00:00+00:00"})
+    share.write_json(layout.SHARE.nodes_record("c"), {"heartbeat": "2030-01-01T00:00:00+00:00"})
     beat = with_cluster_heartbeat(share, "c", doc.to_dict())
     assert beat is not None and beat["heartbeat"] == "2030-01-01T00:00:00+00:00"  # read as accepted too
     client = {"state": "queued", "creation_time": "t"}
@@ -82,10 +82,10 @@ def test_nodes_record_and_ctl_reply_round_trip() -> None:
 def test_the_clients_layout_and_a_nodes_paths_are_the_protocols() -> None:
     node = SharePaths("/mnt/share")
     assert SharePaths.at_meta("/mnt/share/.batchai") == node
-    assert node.status_record("e", "j") == "/mnt/share/" + layout.status_record("e", "j")
-    assert node.launch_config("e", "j") == "/mnt/share/" + layout.launch_config("e", "j")
-    assert node.nodes_record("c") == "/mnt/share/" + layout.nodes_record("c")
+    assert node.status_record("e", "j") == "/mnt/share/" + layout.SHARE.status_record("e", "j")
+    assert node.launch_config("e", "j") == "/mnt/share/" + layout.SHARE.launch_config("e", "j")
+    assert node.nodes_record("c") == "/mnt/share/" + layout.SHARE.nodes_record("c")
     assert layout.job_output_root("logs", "e", "j") == "logs/experiments/e/jobs/j"
-    assert layout.job_output_root(None, "e", "j") == layout.job_dir("e", "j")
+    assert layout.job_output_root(None, "e", "j") == layout.SHARE.job_dir("e", "j")
     assert is_eviction_file(eviction_marker("n0")) and not is_eviction_file("simulate-eviction-n0.json")
     assert is_eviction_file("simulate-eviction-n0.json", simulated=True)

@@ -1,5 +1,7 @@
 """Where things live on the workspace share, as the client names them: every path is derived from
 ``node/protocol.py`` (the one place the share's paths are spelled, for the client and the nodes alike).
+Callers read a path ``SharePaths`` spells through ``SHARE`` (``layout.SHARE.nodes_record(cluster)``); the
+functions here add something to it (a file in a folder, the logs' prefix, a check, the mounts).
 
 ::
 
@@ -39,91 +41,19 @@ if TYPE_CHECKING:
 
 META = protocol.META
 STDOUTERR = "stdouterr"
-_SHARE = protocol.SharePaths()  # share-relative: the spelling both halves use, in node/protocol.py
-
-
-def workspace_record() -> str:
-    return _SHARE.workspace_record()
-
-
-def clusters_dir() -> str:
-    return _SHARE.clusters_dir()
-
-
-def cluster_dir(cluster: str) -> str:
-    return _SHARE.cluster_dir(cluster)
-
-
-def cluster_record(cluster: str) -> str:
-    return _SHARE.cluster_record(cluster)
-
-
-def cluster_size_record(cluster: str) -> str:
-    return _SHARE.size_record(cluster)
-
-
-def cluster_events_record(cluster: str) -> str:
-    return _SHARE.events_record(cluster)
-
-
-def cluster_client_events_dir(cluster: str) -> str:
-    return _SHARE.client_events_dir(cluster)
+SHARE = protocol.SharePaths()  # share-relative: the spelling both halves use; callers read its paths directly
 
 
 def cluster_health_report(cluster: str, name: str) -> str:
-    return join(_SHARE.health_dir(cluster), name)
+    return join(SHARE.health_dir(cluster), name)
 
 
 def cluster_client_event(cluster: str, stamp: str, unique: str) -> str:
-    return join(cluster_client_events_dir(cluster), f"{stamp}-{unique}.json")
-
-
-def nodes_record(cluster: str) -> str:
-    return _SHARE.nodes_record(cluster)
-
-
-def node_code_dir(digest: str) -> str:
-    return _SHARE.node_code_dir(digest)
-
-
-def experiments_dir() -> str:
-    return _SHARE.experiments_dir()
-
-
-def experiment_record(experiment: str) -> str:
-    return _SHARE.experiment_record(experiment)
-
-
-def jobs_dir(experiment: str) -> str:
-    return _SHARE.jobs_dir(experiment)
-
-
-def job_dir(experiment: str, job: str) -> str:
-    return _SHARE.job_dir(experiment, job)
-
-
-def job_record(experiment: str, job: str) -> str:
-    return _SHARE.job_record(experiment, job)
-
-
-def status_record(experiment: str, job: str) -> str:
-    return _SHARE.status_record(experiment, job)
-
-
-def job_wd(experiment: str, job: str) -> str:
-    return _SHARE.job_wd(experiment, job)
-
-
-def job_run_dir(experiment: str, job: str) -> str:
-    return _SHARE.run_dir(experiment, job)
-
-
-def launch_config(experiment: str, job: str) -> str:
-    return _SHARE.launch_config(experiment, job)
+    return join(SHARE.client_events_dir(cluster), f"{stamp}-{unique}.json")
 
 
 def job_output_root(prefix: str | None, experiment: str, job: str) -> str:
-    return normalize(_SHARE.job_output_root(prefix, experiment, job))
+    return normalize(SHARE.job_output_root(prefix, experiment, job))
 
 
 def stdouterr_dir(prefix: str | None, experiment: str, job: str) -> str:
@@ -199,11 +129,11 @@ class JobPaths:
             base = log_prefix(path_prefix, f"output_directories.{out_id}", spec=spec, share_name=share_name)
             outputs[out_id] = output_dir(base or None, spec.experiment, spec.name, out_id)
         return cls(
-            job_dir=job_dir(spec.experiment, spec.name),
-            record=job_record(spec.experiment, spec.name),
-            status=status_record(spec.experiment, spec.name),
-            wd=job_wd(spec.experiment, spec.name),
-            run_dir=job_run_dir(spec.experiment, spec.name),
+            job_dir=SHARE.job_dir(spec.experiment, spec.name),
+            record=SHARE.job_record(spec.experiment, spec.name),
+            status=SHARE.status_record(spec.experiment, spec.name),
+            wd=SHARE.job_wd(spec.experiment, spec.name),
+            run_dir=SHARE.run_dir(spec.experiment, spec.name),
             stdouterr=stdouterr_dir(prefix, spec.experiment, spec.name),
             prefix=prefix,
             outputs=outputs,

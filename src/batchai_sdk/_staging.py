@@ -261,7 +261,7 @@ def ensure_node_code(share: Share) -> str:
     ``__main__.py`` is written last, so a folder that has it is complete (concurrent uploads write the
     same bytes)."""
     digest, files = node_code()
-    folder = layout.node_code_dir(digest)
+    folder = layout.SHARE.node_code_dir(digest)
     if share.exists(posixpath.join(folder, "__main__.py")):
         return folder
     try:

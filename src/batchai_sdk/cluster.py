@@ -77,7 +77,7 @@ class Cluster:
         auto = self._spec.autoscale
         if auto is None:
             return self._spec
-        size = self.workspace.share.read_json_or_none(layout.cluster_size_record(self.name))
+        size = self.workspace.share.read_json_or_none(layout.SHARE.size_record(self.name))
         nodes = len(size["nodes"]) if size and isinstance(size.get("nodes"), list) else auto.initial
         return replace(self._spec, nodes=nodes)
 
@@ -100,7 +100,7 @@ class Cluster:
         auto = autoscale_settings(min_nodes, max_nodes, initial_nodes, idle_seconds_before_scaledown)
         before = self.spec.nodes
         self._spec = replace(self._spec, autoscale=auto)
-        self.workspace.share.write_json(layout.cluster_record(self.name), self._spec.to_dict())
+        self.workspace.share.write_json(layout.SHARE.cluster_record(self.name), self._spec.to_dict())
         why = f"autoscale set by the user: {auto.to_dict()}"
         self._event({"from": before, "to": self.spec.nodes, "reason": why})
         self.workspace.backend.scheduler(self.spec).ensure_running()
@@ -134,7 +134,7 @@ class Cluster:
             "grace_seconds": grace_seconds,
             "source": "simulate_eviction",
         }
-        path = join(layout.job_run_dir(experiment, job), simulated_eviction(node))
+        path = join(layout.SHARE.run_dir(experiment, job), simulated_eviction(node))
         self.workspace.share.write_json(path, notice)
         return held[node].job
 
@@ -149,9 +149,9 @@ class Cluster:
         share = self.workspace.share
         texts = []
         with contextlib.suppress(NotFoundError):
-            texts.append(share.read_text(layout.cluster_events_record(self.name)))
+            texts.append(share.read_text(layout.SHARE.events_record(self.name)))
         with contextlib.suppress(NotFoundError):
-            folder = layout.cluster_client_events_dir(self.name)
+            folder = layout.SHARE.client_events_dir(self.name)
             for info in share.list(folder):
                 with contextlib.suppress(NotFoundError):
                     texts.append(share.read_text(join(folder, info.name)))
@@ -234,7 +234,7 @@ class Cluster:
 
     def refresh(self) -> Cluster:
         """Re-read the cluster's record from the share; raises ``NotFoundError`` once it is deleted."""
-        data = self.workspace.share.read_json_or_none(layout.cluster_record(self.name))
+        data = self.workspace.share.read_json_or_none(layout.SHARE.cluster_record(self.name))
         if data is None:
             raise NotFoundError("cluster", self.name, f"workspace {self.workspace.name!r}")
         self._spec = ClusterSpec.from_dict(data)
@@ -339,7 +339,7 @@ class Cluster:
         old = self.spec
         new = replace(self._spec, nodes=nodes, autoscale=None)
         self.workspace.backend.resize_cluster(old, nodes, timeout=timeout)
-        self.workspace.share.write_json(layout.cluster_record(self.name), new.to_dict())
+        self.workspace.share.write_json(layout.SHARE.cluster_record(self.name), new.to_dict())
         self._spec = new
         why = "resized by the user" + (" (autoscale off)" if old.autoscale else "")
         self._event({"from": old.nodes, "to": nodes, "reason": why})
@@ -379,7 +379,7 @@ class Cluster:
         for job in active:
             job.terminate(timeout=timeout)
         self.workspace.backend.delete_cluster(self._spec)
-        self.workspace.share.delete(layout.cluster_dir(self.name), recursive=True)
+        self.workspace.share.delete(layout.SHARE.cluster_dir(self.name), recursive=True)
 
     def wait_until_steady(
         self, timeout: float | None = None, *, poll_interval: float = 2.0, show_progress: bool | None = None
@@ -446,7 +446,7 @@ class Cluster:
     def queue(self) -> dict[str, PendingReason]:
         """The queued jobs (``experiment/name``) in the queue's order, each with why it waits and until
         when, as the cluster's scheduler last published them ({} where the backend's queue is its own)."""
-        doc = self.workspace.share.read_json_or_none(layout.nodes_record(self.name)) or {}
+        doc = self.workspace.share.read_json_or_none(layout.SHARE.nodes_record(self.name)) or {}
         found = NodesDoc.from_dict(doc).pending if isinstance(doc, dict) else {}
         reasons = {key: PendingReason.from_doc(p) for key, p in found.items()}
         ordered = sorted(reasons.items(), key=lambda kv: (kv[1].position or 0) if kv[1] else 0)

@@ -180,7 +180,7 @@ class Experiment:
             scheduling_priority=str(scheduling_priority).lower(),
             install_requirements=install_requirements,
         )
-        if exist_ok and self.workspace.share.exists(layout.job_record(self.name, name)):
+        if exist_ok and self.workspace.share.exists(layout.SHARE.job_record(self.name, name)):
             job = Job.attach(self, name)
             job.reattached = True  # submit() returns it as it is: the script ran this far before
             changed = changed_fields(job.spec, spec)
@@ -199,7 +199,7 @@ class Experiment:
         """A Job for ``spec`` (checked against the workspace: cluster, capacity, name, script)."""
         if spec.experiment != self.name:
             spec = spec.replace(experiment=self.name)
-        if self.workspace.share.exists(layout.job_record(self.name, spec.name)):
+        if self.workspace.share.exists(layout.SHARE.job_record(self.name, spec.name)):
             raise AlreadyExistsError("job", spec.name, f"experiment {self.name!r}", job_hint(spec.name))
         job = Job(self, spec)
         job.check()
@@ -272,7 +272,7 @@ class Experiment:
     def list_jobs(self) -> list[Job]:
         """The experiment's jobs, in no particular order (empty when it has none)."""
         try:
-            entries = self.workspace.share.list(layout.jobs_dir(self.name))
+            entries = self.workspace.share.list(layout.SHARE.jobs_dir(self.name))
         except NotFoundError:
             return []
         jobs = []

@@ -84,7 +84,7 @@ class Job:
         """The submitted job ``name`` of ``experiment``, from its record on the share (what
         ``Experiment.get_job`` returns); raises ``NotFoundError`` if there is none."""
         validate_name(name, "job name")
-        record = experiment.workspace.share.read_json_or_none(layout.job_record(experiment.name, name))
+        record = experiment.workspace.share.read_json_or_none(layout.SHARE.job_record(experiment.name, name))
         if record is None:
             raise NotFoundError("job", name, f"experiment {experiment.name!r}")
         spec = JobSpec.from_dict(record["spec"])

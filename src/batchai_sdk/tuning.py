@@ -220,7 +220,7 @@ def parse_param(text: str) -> tuple[str, Any]:
 
 def sweep_record(experiment: str, name: str) -> str:
     """The sweep's record on the share, beside the experiment's jobs."""
-    return join(layout.experiment_record(experiment).rsplit("/", 1)[0], "sweeps", f"{name}.json")
+    return join(layout.SHARE.experiment_record(experiment).rsplit("/", 1)[0], "sweeps", f"{name}.json")
 
 
 def _step_text(step: float) -> str:

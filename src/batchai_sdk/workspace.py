@@ -40,9 +40,9 @@ class Workspace:
         if self._recorded:
             return
         engine = getattr(self.backend, "engine", None)  # Azure: "vmss" or "batch"
-        if not self.share.exists(layout.workspace_record()):
+        if not self.share.exists(layout.SHARE.workspace_record()):
             self.share.write_json(
-                layout.workspace_record(),
+                layout.SHARE.workspace_record(),
                 {
                     "name": self.backend.workspace,
                     "backend": self.backend.kind,
@@ -51,7 +51,9 @@ class Workspace:
                 },
             )
         elif engine is not None:  # its clusters are the resources of the engine it was created with
-            made = (self.share.read_json_or_none(layout.workspace_record()) or {}).get("engine") or "vmss"
+            made = (self.share.read_json_or_none(layout.SHARE.workspace_record()) or {}).get(
+                "engine"
+            ) or "vmss"
             if made != engine:
                 raise ValidationError(
                     "engine",
@@ -260,7 +262,7 @@ class Workspace:
         """Create the experiment ``name``; if it exists, return it with ``exist_ok=True``, else raise
         ``AlreadyExistsError``."""
         spec = ExperimentSpec(validate_name(name, "experiment name"))
-        record = layout.experiment_record(name)
+        record = layout.SHARE.experiment_record(name)
         existing = self.share.read_json_or_none(record)
         if existing is not None:
             if exist_ok:
@@ -277,7 +279,9 @@ class Workspace:
 
     def get_experiment(self, name: str) -> Experiment:
         """The experiment ``name``; raises ``NotFoundError`` if there is none."""
-        data = self.share.read_json_or_none(layout.experiment_record(validate_name(name, "experiment name")))
+        data = self.share.read_json_or_none(
+            layout.SHARE.experiment_record(validate_name(name, "experiment name"))
+        )
         if data is None:
             raise NotFoundError("experiment", name, f"workspace {self.name!r}")
         return Experiment(self, ExperimentSpec.from_dict(data))
@@ -295,7 +299,7 @@ class Workspace:
         """The workspace's experiments, in no particular order."""
         return [
             Experiment(self, ExperimentSpec.from_dict(data))
-            for data in self._records(layout.experiments_dir(), layout.experiment_record)
+            for data in self._records(layout.SHARE.experiments_dir(), layout.SHARE.experiment_record)
         ]
 
     def delete_experiment(self, name: str, *, force: bool = False) -> None:
@@ -311,7 +315,7 @@ class Workspace:
                 job.delete(force=False)  # raises, naming the job
         for job in jobs:
             job.delete(force=force)
-        self.share.delete(layout.experiment_record(name).rsplit("/", 1)[0], recursive=True)
+        self.share.delete(layout.SHARE.experiment_record(name).rsplit("/", 1)[0], recursive=True)
 
     # -- clusters -------------------------------------------------------------------------------------
     def storage(self, mount: Mount) -> Share:
@@ -400,7 +404,7 @@ class Workspace:
         # The preflight first: on Azure a size or quota refusal then leaves no resource group, storage
         # account or share behind (reading the cluster's record would create them).
         self.backend.check_cluster(spec)
-        existing = self.share.read_json_or_none(layout.cluster_record(name))
+        existing = self.share.read_json_or_none(layout.SHARE.cluster_record(name))
         if existing is not None:
             if not exist_ok:
                 raise AlreadyExistsError(
@@ -423,7 +427,7 @@ class Workspace:
             return cluster
         self.backend.create_cluster(spec, timeout=timeout)
         self._record_workspace()
-        self.share.write_json(layout.cluster_record(name), spec.to_dict())
+        self.share.write_json(layout.SHARE.cluster_record(name), spec.to_dict())
         cluster = Cluster(self, spec)
         cluster._start_scheduler()
         return cluster
@@ -468,7 +472,7 @@ class Workspace:
 
     def get_cluster(self, name: str) -> Cluster:
         """The cluster ``name``; raises ``NotFoundError`` if there is none."""
-        data = self.share.read_json_or_none(layout.cluster_record(validate_name(name, "cluster name")))
+        data = self.share.read_json_or_none(layout.SHARE.cluster_record(validate_name(name, "cluster name")))
         if data is None:
             raise NotFoundError("cluster", name, f"workspace {self.name!r}")
         return Cluster(self, ClusterSpec.from_dict(data))
@@ -477,7 +481,7 @@ class Workspace:
         """The workspace's clusters, in no particular order."""
         return [
             Cluster(self, ClusterSpec.from_dict(data))
-            for data in self._records(layout.clusters_dir(), layout.cluster_record)
+            for data in self._records(layout.SHARE.clusters_dir(), layout.SHARE.cluster_record)
         ]
 
     def delete_cluster(self, name: str, *, force: bool = False) -> None:

@@ -277,27 +277,12 @@ def test_unreachable_imds_is_a_capacity_error() -> None:
         cap.set_capacity(1)
 
 
-def test_ids_and_metadata() -> None:
+def test_instance_ids_of_node_ids() -> None:
     assert instance_id_of("nc6cluster_12") == "12"
     assert instance_id_of("my_cluster_3") == "3"
     for bad in ("12", "c_", "c_x"):
         with pytest.raises(CapacityError):
             instance_id_of(bad)
-    ref = ScaleSetRef.from_instance_metadata(
-        {
-            "compute": {
-                "subscriptionId": SUBSCRIPTION,
-                "resourceGroupName": "rg",
-                "vmScaleSetName": "c",
-                "name": "c_0",
-            }
-        }
-    )
-    assert ref.resource_id.endswith(
-        "/resourceGroups/rg/providers/Microsoft.Compute/virtualMachineScaleSets/c"
-    )
-    with pytest.raises(CapacityError, match="vmScaleSetName"):
-        ScaleSetRef.from_instance_metadata({"compute": {"subscriptionId": "s", "resourceGroupName": "rg"}})
 
 
 # -- wired into the backend ------------------------------------------------------------------------------

@@ -266,7 +266,7 @@ def test_a_job_is_a_batch_job_with_a_multi_instance_task(env: Any, tmp_path: Pat
     assert task["multiInstanceSettings"]["coordinationCommandLine"].startswith("/bin/bash -c ")
     assert "/batchai_node/__main__.py launch " in task["commandLine"]  # our launcher on the primary
     assert task["commandLine"].count("python3 -S") == 3  # no stack installed: the image's python3
-    launch = ws.share.read_json(f"{layout.job_run_dir('cifar', job.name)}/launch.json")
+    launch = ws.share.read_json(f"{layout.SHARE.run_dir('cifar', job.name)}/launch.json")
     assert launch["env"]["AZ_BATCHAI_NUM_GPUS"] == "1"  # Standard_NC4as_T4_v3: one T4
     assert launch["env"]["AZ_BATCHAI_MOUNT_ROOT"] == "/mnt/batch/tasks/fsmounts"  # $AZ_BATCH_NODE_MOUNTS_DIR
     assert launch["ssh_command"][0] == "ssh" and "plm_rsh_agent" in launch["mpirun_argv"]
@@ -274,7 +274,7 @@ def test_a_job_is_a_batch_job_with_a_multi_instance_task(env: Any, tmp_path: Pat
     assert task["userIdentity"] == {"username": "batchai"}  # UserIdentity.username in the spec
     settings = {e["name"]: e["value"] for e in task["environmentSettings"]}
     assert settings == {"HF_TOKEN": "hf-s3cret", "BATCHAI_SECRET_NAMES": "HF_TOKEN"}
-    record = ws.share.read_json(layout.status_record("cifar", job.name))
+    record = ws.share.read_json(layout.SHARE.status_record("cifar", job.name))
     assert record["batch_job_id"] == job_id
     on_share = [p.read_bytes() for p in (tmp_path / "mounts").rglob("*") if p.is_file()]
     assert on_share and not any(b"hf-s3cret" in data for data in on_share)
@@ -319,7 +319,7 @@ def test_a_failed_task_names_the_launchers_reason(env: Any, tmp_path: Path) -> N
     job = _submit(ws, tmp_path)
     (job_id,) = service.job_ids()
     ws.share.write_json(
-        f"{layout.job_run_dir('cifar', job.name)}/batch-result.json",
+        f"{layout.SHARE.run_dir('cifar', job.name)}/batch-result.json",
         {"exit_code": 3, "reason": "rank 1 on node 10.0.0.5 exited with code 3", "attempt": 0},
     )
     service.set_task(
@@ -469,7 +469,7 @@ def test_a_submit_killed_between_the_job_and_its_task_is_reconciled(env: Any, tm
     job = _submit(ws, tmp_path)
     (job_id,) = service.job_ids()
     del service.tasks[job_id]["job"]  # as if the task had never been added
-    status_rel = layout.status_record("cifar", job.name)
+    status_rel = layout.SHARE.status_record("cifar", job.name)
     record = ws.share.read_json(status_rel)
     record["batch_submitting"] = utcnow().isoformat()
     ws.share.write_json(status_rel, record)

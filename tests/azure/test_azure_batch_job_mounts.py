@@ -77,7 +77,7 @@ def test_job_mounts_are_mounted_by_the_coordination_command_and_released_with_th
     for line in (coordination, task["commandLine"], release["commandLine"]):
         assert workspace_key not in line and OTHER_KEY not in line
     assert f"unset {' '.join(sorted(inputs))}" in task["commandLine"]  # the launcher never sees them
-    launch = ws.share.read_json(f"{layout.job_run_dir('e', 'j')}/launch.json")
+    launch = ws.share.read_json(f"{layout.SHARE.run_dir('e', 'j')}/launch.json")
     links = {posixpath_name(link["path"]): link["target"] for link in launch["mount_links"]}
     assert links == {
         "data": "/mnt/batch/tasks/fsmounts/shared",

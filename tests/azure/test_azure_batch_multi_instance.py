@@ -212,7 +212,7 @@ def test_a_pytorch_job_json_runs_as_a_multi_instance_task_with_mpirun_and_ddp(la
     ]
     names = {f.name for f in job.files()}
     assert {"execution-127.0.0.2.log", "execution-127.0.0.3.log"} <= names  # one rank per node
-    result = ws.share.read_json(f"{layout.job_run_dir('mi', 'ddp')}/batch-result.json")
+    result = ws.share.read_json(f"{layout.SHARE.run_dir('mi', 'ddp')}/batch-result.json")
     assert result["nodes"] == ADDRESSES and result["exit_code"] == 0
 
 
@@ -232,7 +232,7 @@ def test_a_custom_mpi_job_retried_by_the_service_resumes_as_its_next_attempt(lab
     job_id = _only_job(service, before)
     assert agent.run(job_id) == 3
     assert job.state is JobState.QUEUED  # the service put the task back in the queue
-    result = ws.share.read_json(f"{layout.job_run_dir('mi', 'mpi')}/batch-result.json")
+    result = ws.share.read_json(f"{layout.SHARE.run_dir('mi', 'mpi')}/batch-result.json")
     assert result["exit_code"] == 3 and "rank 1 on node 127.0.0.3 exited with code 3" in result["reason"]
     (attempt,) = job.attempts
     assert attempt["index"] == 0

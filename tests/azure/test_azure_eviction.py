@@ -19,7 +19,9 @@ from batchai_sdk.exceptions import AzureError
 
 def publish_job_on(ws: Workspace, cluster: str, node: str, job: str = "cifar/train") -> None:
     """What the cluster's scheduler publishes on the share while ``job`` holds ``node``."""
-    ws.share.write_json(layout.nodes_record(cluster), {"nodes": {node: {"job": job, "phase": "running"}}})
+    ws.share.write_json(
+        layout.SHARE.nodes_record(cluster), {"nodes": {node: {"job": job, "phase": "running"}}}
+    )
 
 
 def test_a_spot_node_is_evicted_by_azure_with_its_instance_id(
@@ -53,7 +55,7 @@ def test_a_spot_node_is_evicted_by_azure_with_its_instance_id(
     )
     assert parse_qs(url.query)["api-version"] == parse_qs(urlsplit(put).query)["api-version"]
     # Azure's notice reaches the node (Scheduled Events): no simulated one is left on the share
-    assert not ws.share.exists(layout.job_run_dir("cifar", "train") + "/simulate-eviction-spot_1.json")
+    assert not ws.share.exists(layout.SHARE.run_dir("cifar", "train") + "/simulate-eviction-spot_1.json")
     # the evicted VM leaves the cluster, as with eviction policy Delete
     status = ws.backend.cluster_status(cluster.spec)
     assert status.node_states.get("spot_1") is not None and status.node_states["spot_1"].value == "leaving"
@@ -71,7 +73,7 @@ def test_a_dedicated_node_gets_the_simulated_notice_instead(
     assert cluster.simulate_eviction() == "cifar/train"  # default: the first node running a job
     assert arm.evicted == [] and arm.count("POST", "simulateEviction") == 0
     notice = ws.share.read_json_or_none(
-        layout.job_run_dir("cifar", "train") + "/simulate-eviction-ded_0.json"
+        layout.SHARE.run_dir("cifar", "train") + "/simulate-eviction-ded_0.json"
     )
     assert notice is not None and notice["event_type"] == "Preempt" and notice["grace_seconds"] == 30.0
 

@@ -82,6 +82,7 @@ class SSHNode:
     authorized_keys: Path
     home: Path | None = None  # the sessions' HOME (its shell start-up files), else the user's own
     process: subprocess.Popen[bytes] | None = None
+    extra: tuple[str, ...] = ()  # more sshd_config lines (``AllowStreamLocalForwarding no``: no agent)
 
     @property
     def host_key(self) -> Path:
@@ -123,6 +124,7 @@ class SSHNode:
                     "MaxSessions 200",
                     "LogLevel ERROR",
                     f"SetEnv TMPDIR={self.tmpdir}" + (f" HOME={self.home}" if self.home else ""),
+                    *self.extra,
                     "",
                 ]
             )

@@ -27,7 +27,7 @@ def test_a_report_a_job_on_an_ssh_node_forges_changes_nothing(ssh_nodes: SSHNode
         nodes = sorted(n.id for n in ws.backend.cluster_status(cluster.spec).nodes)
         forger = tmp_path / "forge.py"
         forger.write_text(FORGER)
-        folder = tmp_path / "mnt" / "share" / layout.cluster_dir("c") / "health"
+        folder = tmp_path / "mnt" / "share" / layout.SHARE.cluster_dir("c") / "health"
         exp = ws.create_experiment("e")
         job = exp.create_job("forge", cluster=cluster, toolkit="custom",
                              command_line=f"{sys.executable} {forger} {folder} {','.join(nodes)}")  # fmt: skip

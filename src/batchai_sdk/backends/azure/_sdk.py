@@ -59,10 +59,6 @@ def core_exceptions() -> ModuleType:
     return load("azure.core.exceptions")
 
 
-def policies() -> ModuleType:
-    return load("azure.core.pipeline.policies")
-
-
 def identity() -> ModuleType:
     return load("azure.identity")
 

@@ -428,7 +428,7 @@ class AzureBackend(Backend):
     def _claimed(self, cluster: str) -> set[str]:
         """Nodes a job holds, as the cluster's scheduler published them."""
         try:
-            doc = self.share.read_json_or_none(layout.nodes_record(cluster)) or {}
+            doc = self.share.read_json_or_none(layout.SHARE.nodes_record(cluster)) or {}
         except Exception:  # nothing readable: treat every node alike
             return set()
         return set(doc.get("nodes") or {})

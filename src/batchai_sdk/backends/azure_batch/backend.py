@@ -308,7 +308,7 @@ class AzureBatchBackend(AzureBackend):
         read by range from the primary node while the node is there)."""
         if directory != TASK_FILES:
             return None
-        record = self.share.read_json_or_none(layout.status_record(experiment, job)) or {}
+        record = self.share.read_json_or_none(layout.SHARE.status_record(experiment, job)) or {}
         job_id = record.get("batch_job_id")
         if not job_id:
             raise NotFoundError(

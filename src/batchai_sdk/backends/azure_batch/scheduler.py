@@ -99,8 +99,10 @@ class BatchScheduler(ClusterScheduler):
         backend, share = self.backend, self.backend.share
         service = backend.service
         cfg: dict[str, Any] = share.read_json(request.launch_config)
-        record = dict(share.read_json_or_none(layout.status_record(request.experiment, request.name)) or {})
-        job_record = share.read_json_or_none(layout.job_record(request.experiment, request.name)) or {}
+        record = dict(
+            share.read_json_or_none(layout.SHARE.status_record(request.experiment, request.name)) or {}
+        )
+        job_record = share.read_json_or_none(layout.SHARE.job_record(request.experiment, request.name)) or {}
         spec = dict(job_record.get("spec") or {})  # schedulingPriority, where the job spec has it
         job_id = job_id_for(request.experiment, request.name, request.created)
         node_main = posixpath.join(backend.share_root(), ensure_node_code(backend.share), "__main__.py")
@@ -137,7 +139,7 @@ class BatchScheduler(ClusterScheduler):
             max_retries=request.max_retries,
             max_wall_clock_seconds=request.max_wall_clock_seconds,
         )
-        status_rel = layout.status_record(request.experiment, request.name)
+        status_rel = layout.SHARE.status_record(request.experiment, request.name)
         # Intent before effect: the record names the Batch job before it exists, and says the service has
         # the job (accepted: a client whose submit fails from here on keeps the job's folder). A client
         # killed between the job and its task leaves a job that refresh() finds and ends (SUBMIT_GRACE).
@@ -172,7 +174,7 @@ class BatchScheduler(ClusterScheduler):
         )
 
     def _record(self, experiment: str, name: str) -> dict[str, Any] | None:
-        return self.backend.share.read_json_or_none(layout.status_record(experiment, name))  # type: ignore[no-any-return]
+        return self.backend.share.read_json_or_none(layout.SHARE.status_record(experiment, name))  # type: ignore[no-any-return]
 
     def terminate(self, experiment: str, name: str, *, timeout: float | None = None) -> bool:
         """Terminate the Batch job (its task on every node); the record says terminated at once."""
@@ -186,7 +188,7 @@ class BatchScheduler(ClusterScheduler):
         doc = StatusDoc.from_dict(record).updated(
             state="terminated", end_time=utcnow().isoformat(), failure_reason="terminated by the user"
         )
-        self.backend.share.write_json(layout.status_record(experiment, name), doc.to_dict())
+        self.backend.share.write_json(layout.SHARE.status_record(experiment, name), doc.to_dict())
         return True
 
     def assignments(self) -> Mapping[str, Assignment]:
@@ -225,7 +227,7 @@ class BatchScheduler(ClusterScheduler):
         """The job's status record from its Batch task: state, times, nodes, exit code, failure reason
         and the attempts the service requeued. Returns the record as written (None when there is none)."""
         share = self.backend.share
-        status_rel = layout.status_record(experiment, name)
+        status_rel = layout.SHARE.status_record(experiment, name)
         record = share.read_json_or_none(status_rel)
         if not record or not record.get("batch_job_id") or JobState.from_raw(record.get("state")).ended:
             return record  # type: ignore[no-any-return]
@@ -247,7 +249,9 @@ class BatchScheduler(ClusterScheduler):
         state, code, reason = tasks.job_state(task)
         info = task.get("executionInfo") or {}
         self._note_requeues(record, task)
-        result = share.read_json_or_none(join(layout.job_run_dir(experiment, name), tasks.RESULT_NAME)) or {}
+        result = (
+            share.read_json_or_none(join(layout.SHARE.run_dir(experiment, name), tasks.RESULT_NAME)) or {}
+        )
         record["heartbeat"] = now
         if state is JobState.RUNNING:
             record["state"] = "running"

@@ -167,16 +167,6 @@ def application_command(
     return f"/bin/bash -c {shlex.quote(script)}"
 
 
-def batch_job_id(experiment: str, name: str) -> str:
-    """The Batch job of ``experiment/name``: ids are at most 64 letters, digits, '-' and '_'."""
-    ident = f"{experiment}--{name}"
-    if len(ident) <= 64:
-        return ident
-    import hashlib
-
-    return ident[:47] + "-" + hashlib.sha256(ident.encode()).hexdigest()[:16]
-
-
 _PRIORITIES = {"low": -100, "normal": 0, "high": 100}
 
 

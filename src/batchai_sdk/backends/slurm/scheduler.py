@@ -122,7 +122,7 @@ class SlurmScheduler(ClusterScheduler):
             raise AlreadyExistsError(
                 "job", request.name, f"Slurm (job {rivals[0].job_id} was submitted first)"
             )
-        status_rel = layout.status_record(request.experiment, request.name)
+        status_rel = layout.SHARE.status_record(request.experiment, request.name)
         record = dict(share.read_json_or_none(status_rel) or {})
         doc = StatusDoc.from_dict(record).updated(
             slurm_job_id=job_id, reporter=Reporter(service=SCHEDULER), heartbeat=utcnow().isoformat()
@@ -172,7 +172,7 @@ class SlurmScheduler(ClusterScheduler):
         is not lost). Returns the record as written, or None when there is none to reconcile.
         """
         share = self.backend.share
-        status_rel = layout.status_record(experiment, name)
+        status_rel = layout.SHARE.status_record(experiment, name)
         record = share.read_json_or_none(status_rel)
         if not record or not record.get("slurm_job_id"):
             return record  # type: ignore[no-any-return]

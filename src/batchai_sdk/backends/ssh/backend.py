@@ -59,12 +59,6 @@ def parse_jump(spec: str, default_user: str) -> tuple[str, str, int]:
         raise ValidationError("jump_host", spec, "'[user@]host[:port]'")
     return user or default_user, host, port
 
-    def close(self) -> None:
-        return None
-
-    def __repr__(self) -> str:
-        return repr(self.runner)
-
 
 class SSHBackend(Backend):
     kind = "ssh"
@@ -294,7 +288,7 @@ class SSHBackend(Backend):
 
     def setup_dir(self, cluster: str) -> str:
         """Share-relative directory of node setup markers and logs."""
-        return join(layout.cluster_dir(cluster), "setup")
+        return join(layout.SHARE.cluster_dir(cluster), "setup")
 
     def cluster_key_comment(self, cluster: str) -> str:
         """Names the cluster's line in authorized_keys; an older key with it is replaced."""

@@ -27,10 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 IMDS_TOKEN_URL = "http://169.254.169.254/metadata/identity/oauth2/token"  # noqa: S105
-IMDS_INSTANCE_URL = "http://169.254.169.254/metadata/instance"
 ARM_URL = "https://management.azure.com"
 IMDS_API_VERSION = "2018-02-01"
-IMDS_INSTANCE_API_VERSION = "2021-02-01"
 COMPUTE_API_VERSION = "2024-03-01"
 RETRY_STATUSES = (429, 500, 502, 503, 504)
 
@@ -56,22 +54,6 @@ class ScaleSetRef:
             f"/subscriptions/{self.subscription_id}/resourceGroups/{self.resource_group}"
             f"/providers/Microsoft.Compute/virtualMachineScaleSets/{self.name}"
         )
-
-    @classmethod
-    def from_instance_metadata(cls, data: Mapping[str, Any]) -> ScaleSetRef:
-        """From IMDS's instance document (``compute.subscriptionId``, ``resourceGroupName``,
-        ``vmScaleSetName``)."""
-        compute = data.get("compute") or {}
-        try:
-            return cls(
-                str(compute["subscriptionId"]),
-                str(compute["resourceGroupName"]),
-                str(compute["vmScaleSetName"]),
-            )
-        except KeyError as exc:
-            raise CapacityError(
-                f"instance metadata lacks compute.{exc.args[0]}: not a scale set VM?"
-            ) from None
 
 
 def instance_id_of(node_id: str) -> str:
@@ -268,16 +250,3 @@ def _json(body: bytes) -> dict[str, Any]:
 def _poll_url(headers: Mapping[str, str]) -> str | None:
     lower = {k.lower(): v for k, v in headers.items()}
     return lower.get("azure-asyncoperation") or lower.get("location")
-
-
-def scale_set_of_this_vm(imds_instance_url: str | None = None, timeout: float = 5.0) -> ScaleSetRef:
-    """The scale set this VM belongs to, from IMDS's instance metadata."""
-    base = imds_instance_url or os.environ.get("BATCHAI_IMDS_INSTANCE_URL") or IMDS_INSTANCE_URL
-    url = base + "?" + urllib.parse.urlencode({"api-version": IMDS_INSTANCE_API_VERSION})
-    req = urllib.request.Request(url, headers={"Metadata": "true"})  # noqa: S310
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(req, timeout=timeout) as resp:
-            return ScaleSetRef.from_instance_metadata(_json(resp.read()))
-    except (urllib.error.URLError, OSError) as exc:
-        raise CapacityError(f"instance metadata unreachable: {exc}") from None

@@ -47,12 +47,6 @@ class Check:
         return cls(str(d["node"]), str(d["name"]), bool(d["ok"]), str(d["detail"]))
 
 
-def level_of(value: object) -> str:
-    if value not in LEVELS:
-        raise ValueError(f"health_check must be one of {', '.join(LEVELS)}, not {value!r}")
-    return str(value)
-
-
 def _na(value: str) -> bool:
     return value.strip().startswith("[") or value.strip() in ("", "N/A")  # [N/A], [Not Supported]
 

@@ -217,13 +217,6 @@ class Decision:
         }
 
 
-def nodes_from(
-    busy: Mapping[str, bool], since: Mapping[str, float], head: str | None = None
-) -> list[NodeView]:
-    """NodeViews from plain maps (node id → busy, node id → idle/busy since)."""
-    return [NodeView(nid, bool(b), float(since.get(nid, 0.0)), head=nid == head) for nid, b in busy.items()]
-
-
 def decide(
     settings: AutoScaleSettings,
     nodes: Iterable[NodeView],
