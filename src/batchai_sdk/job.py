@@ -37,6 +37,7 @@ from .backends.base import ClusterScheduler, JobRequest
 from .cost import Cost, format_cost
 from .exceptions import (
     AlreadyExistsError,
+    BackendError,
     BatchAIError,
     BatchAITimeoutError,
     CapacityError,
@@ -50,6 +51,7 @@ from .exceptions import (
 from .mounts import AzureBlobContainer, AzureFileShare, describe
 from .node.policy.watchdog import LOG_PATTERNS
 from .node.protocol import LAUNCH_CONFIG, StatusDoc
+from .remote.deadline import io_deadline
 from .share import Share, join
 
 if TYPE_CHECKING:
@@ -615,7 +617,13 @@ class Job:
         next_check = started + STALE_AFTER
         with _progress.status(f"job {self.name}", False if show_output else show_progress) as update:
             while True:
-                status = self.status
+                try:  # the share's reads end with the timeout too (a silent host would hold one io_timeout)
+                    with io_deadline(None if deadline is None else deadline + 1.0):
+                        status = self.status
+                except (ShareError, BackendError) as exc:
+                    if deadline is None or time.monotonic() < deadline:
+                        raise
+                    raise BatchAITimeoutError(f"job {self.name!r} to end ({exc})", timeout or 0) from exc
                 if status.state.ended:
                     break
                 if deadline is not None and time.monotonic() > deadline:
