@@ -106,7 +106,7 @@ class SFTPShare(Share):
                     self.runner.drop()
                     raise ShareError(
                         f"{what} {path!r} on share {self.name!r}: its host {self.runner.where()} did not"
-                        f" answer within {waited or self.runner.io_timeout:g} s",
+                        f" answer within {waited or self.runner.io_timeout:.3g} s",
                         path,
                     ) from exc
                 except OSError as exc:
