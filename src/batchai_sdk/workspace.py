@@ -401,6 +401,16 @@ class Workspace:
             node_setup_secrets=dict(node_setup_secrets or {}),
             allow_fault_injection=allow_fault_injection,
         )
+        if health_source is not None:
+            from .backends.head_scheduler import HeadNodeScheduler
+
+            if not isinstance(self.backend.scheduler(spec), HeadNodeScheduler):  # Slurm, Azure Batch
+                raise ValidationError(
+                    "health_source",
+                    health_source,
+                    "None here: only our scheduler (local, SSH, Azure scale "
+                    "sets) reads a health source (docs/health.md)",
+                )
         # The preflight first: on Azure a size or quota refusal then leaves no resource group, storage
         # account or share behind (reading the cluster's record would create them).
         self.backend.check_cluster(spec)
