@@ -611,8 +611,9 @@ class Job:
         if show_output:
             name = show_output if isinstance(show_output, str) else "stdout.txt"
             stream = out or sys.stdout
-            for line in self.stream(name, follow=True, poll_interval=poll_interval, timeout=timeout):
-                print(line, file=stream)
+            with io_deadline(None if deadline is None else deadline + 1.0):
+                for line in self.stream(name, follow=True, poll_interval=poll_interval, timeout=timeout):
+                    print(line, file=stream)
         started = time.monotonic()
         next_check = started + STALE_AFTER
         with _progress.status(f"job {self.name}", False if show_output else show_progress) as update:

@@ -6,6 +6,7 @@ minutes; then each read up to 30 s, whatever the caller's timeout)."""
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,6 +68,14 @@ def test_wait_and_status_keep_their_time_when_the_share_host_goes_silent(
         print(f"job.status, the share's host silent, io_timeout 3: raised after {took:.1f} s")
         assert took < 3 + 4, f"job.status took {took:.1f} s"
         assert f"{head.address}:22" in str(read.value), str(read.value)
+
+        t = time.monotonic()  # following the job's output: the same bound, now on a fresh connection
+        with pytest.raises((BatchAITimeoutError, ShareError)) as followed:
+            job.wait(timeout=3, poll_interval=0.5, show_output=True, out=io.StringIO())
+        took = time.monotonic() - t
+        print(f"wait(timeout=3, show_output=True), the share's host silent: raised after {took:.1f} s")
+        assert took < 3 + 4, f"wait(timeout=3, show_output=True) took {took:.1f} s"
+        assert head.address in str(followed.value), str(followed.value)
     finally:
         ns_nodes.heal_all()
         quick.close()
