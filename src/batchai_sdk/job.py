@@ -671,13 +671,15 @@ class Job:
         """Stop the job, queued or running: the cluster's scheduler signals every process of it on every
         node, kills what is left after a grace period and frees its nodes; state ``terminated``."""
         self._require_submitted()
-        status = self.status
-        if status.state.ended and not status.lost:
-            return status.state
-        try:
-            found = self._scheduler().terminate(self.experiment.name, self.name, timeout=timeout)
-        except NotFoundError:  # the cluster is gone, and its scheduler with it
-            found = False
+        # its reads and connections end with the timeout too (a head node gone silent names itself)
+        with io_deadline(None if timeout is None else time.monotonic() + timeout + 1.0):
+            status = self.status
+            if status.state.ended and not status.lost:
+                return status.state
+            try:
+                found = self._scheduler().terminate(self.experiment.name, self.name, timeout=timeout)
+            except NotFoundError:  # the cluster is gone, and its scheduler with it
+                found = False
         if not found:
             return _lost.end_lost_job(self)
         if not wait:

@@ -16,7 +16,7 @@ from nslab import STARTED
 
 from batchai_sdk import JobState, Workspace
 from batchai_sdk.cluster import Cluster
-from batchai_sdk.exceptions import BatchAITimeoutError, ShareError
+from batchai_sdk.exceptions import BatchAIError, BatchAITimeoutError, ShareError
 from batchai_sdk.experiment import Experiment
 from nsnodes import NSNode, NSNodes
 
@@ -76,6 +76,14 @@ def test_wait_and_status_keep_their_time_when_the_share_host_goes_silent(
         print(f"wait(timeout=3, show_output=True), the share's host silent: raised after {took:.1f} s")
         assert took < 3 + 4, f"wait(timeout=3, show_output=True) took {took:.1f} s"
         assert head.address in str(followed.value), str(followed.value)
+
+        t = time.monotonic()  # terminate cannot reach the scheduler: it says so in time, the job untouched
+        with pytest.raises(BatchAIError) as stopped:
+            job.terminate(timeout=3)
+        took = time.monotonic() - t
+        print(f"terminate(timeout=3), the head node silent: raised after {took:.1f} s")
+        assert took < 3 + 4, f"terminate(timeout=3) took {took:.1f} s"
+        assert head.address in str(stopped.value), str(stopped.value)
     finally:
         ns_nodes.heal_all()
         quick.close()
