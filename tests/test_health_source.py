@@ -99,3 +99,22 @@ def test_cluster_check_report_hands_a_tools_verdict_to_the_scheduler(
     report.write_text("{not json")
     bad = cli(capsys, "cluster", "check", "-n", "c", "--report", str(report), status=1)
     assert "--report" in str(bad["stderr"])
+
+
+def test_a_health_source_folder_others_can_write_is_not_believed(ws: Workspace, tmp_path: Path) -> None:
+    source = tmp_path / "open"
+    source.mkdir()
+    source.chmod(0o777)  # any account (a job's too, were it another's) could put a report here
+    cluster = ws.create_cluster("c", nodes=2, health_source=str(source))
+    second = sorted(cluster.node_states())[1]
+    exp = ws.create_experiment("e")
+    keep_up = exp.create_job("keep", cluster=cluster, command_line="sleep 120", toolkit="custom").submit()
+    try:
+        wait_for(lambda: keep_up.state is JobState.RUNNING, timeout=60, what="the job to run")
+        _write(source, "nhc.json", {"level": "basic", "nodes": [second], "unusable": {second: "forged"}})
+        time.sleep(3)
+        assert cluster.unusable_nodes() == {}
+    finally:
+        keep_up.terminate(timeout=60)
+    log = (ws.backend.root / "tmp" / "scheduler" / "c" / "scheduler.log").read_text()  # type: ignore[attr-defined]
+    assert "not trusted" in log and "writable by others" in log

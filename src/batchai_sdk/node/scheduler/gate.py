@@ -34,6 +34,7 @@ from .log import log
 
 RANK = {level: i for i, level in enumerate(LEVELS)}
 KEEP_UP_S = 600.0
+SOURCE_FILES = 50  # the newest report files of the owner's health source read (by name)
 RETRY_FIRST, RETRY_MAX = 30.0, 1800.0  # a node that failed the join check: checked again in 30 s, 60 s...
 
 
@@ -53,7 +54,7 @@ class NodeGate:
         self.as_of: dict[str, float] = {}  # node -> the start time of the newest report applied to it
         self.join_level: str | None = None  # the level of the running check when it is the join check
         self.retry: dict[str, tuple[float, float]] = {}  # node failed at join -> (when to check, back-off)
-        self.sourced: set[tuple[str, int, int]] = set()  # the health source's files read: name, mtime, size
+        self.sourced: dict[str, tuple[int, int]] = {}  # the health source's files read: name -> mtime, size
         self.source_refused: str | None = None  # why the health source's folder is not trusted (logged once)
 
     @property
@@ -216,10 +217,11 @@ class NodeGate:
             return
         try:
             folder = os.stat(source)
-            why = health_reports.untrusted(folder)
+            why = health_reports.untrusted_path(source)
             if why is None and not stat.S_ISDIR(folder.st_mode):
                 why = "not a folder"
             names = sorted(n for n in os.listdir(source) if n.endswith(".json")) if why is None else []
+            names = names[-SOURCE_FILES:]  # a tool's few files: a flood is not read each loop
         except OSError as exc:
             why, names = health_reports.clip(exc), []
         if why != self.source_refused:
@@ -233,10 +235,10 @@ class NodeGate:
                 info = os.lstat(path)
             except OSError:
                 continue
-            seen = (name, info.st_mtime_ns, info.st_size)
-            if seen in self.sourced:
+            seen = (info.st_mtime_ns, info.st_size)
+            if self.sourced.get(name) == seen:
                 continue
-            self.sourced.add(seen)
+            self.sourced[name] = seen
             shown = health_reports.clip(name, 80)
             try:
                 report = health_reports.normalize(health_reports.read_bounded(path, owned=True))
@@ -246,6 +248,7 @@ class NodeGate:
             report.setdefault("started", info.st_mtime)
             log(f"health source report {shown} applied")
             self.write({**report, "trigger": "source"})
+        self.sourced = {n: self.sourced[n] for n in names if n in self.sourced}  # only files still there
 
     def apply(self, report: Mapping[str, Any]) -> None:
         """A signed, bounded report: each node it names follows it, unless a newer report already did."""

@@ -146,6 +146,23 @@ def untrusted(info: os.stat_result) -> str | None:
     return None
 
 
+def untrusted_path(path: str) -> str | None:
+    """Why the folder ``path`` cannot be trusted, or None: it and every folder above it pass ``untrusted``
+    (a folder others may write but whose sticky bit keeps them from renaming its entries, as /tmp, is
+    allowed above it), so no one else can put another folder in its place."""
+    real = os.path.realpath(path)
+    parts = [real]
+    while parts[-1] != os.path.dirname(parts[-1]):
+        parts.append(os.path.dirname(parts[-1]))
+    for i, folder in enumerate(parts):
+        info = os.stat(folder)
+        why = untrusted(info)
+        sticky = i > 0 and info.st_mode & stat.S_ISVTX and info.st_uid in (0, os.geteuid())
+        if why is not None and not sticky:
+            return f"{clip(folder, 200)}: {why}"
+    return None
+
+
 def read_bounded(path: str, *, owned: bool = False) -> dict[str, Any]:
     """The JSON object in the regular file ``path``, at most ``MAX_BYTES``; OSError/ValueError otherwise.
     Opened without blocking and not through a link: a FIFO or a device at that name is refused at once.
