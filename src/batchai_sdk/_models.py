@@ -10,6 +10,7 @@ import dataclasses
 import enum
 import math
 import os
+import posixpath
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -207,6 +208,7 @@ class ClusterSpec:
     node_setup_secret_names: tuple[str, ...] = ()
     node_setup_secrets: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     allow_fault_injection: bool = False  # fault drills (job.inject_fault) allowed on its jobs
+    health_source: str | None = None  # the owner's health tool's folder on the head node (docs/health.md)
 
     def __post_init__(self) -> None:
         validate_name(self.name, "cluster name")
@@ -228,6 +230,8 @@ class ClusterSpec:
         object.__setattr__(self, "vm_priority", _priority(self.vm_priority))
         object.__setattr__(self, "price_per_hour", validate_price(self.price_per_hour))
         validate_health_level(self.health_check)
+        if self.health_source is not None:
+            validate_health_source(self.health_source)
 
     def to_dict(self) -> dict[str, Any]:
         """The spec as JSON-ready values (the cluster's record on the share)."""
@@ -246,6 +250,7 @@ class ClusterSpec:
             "mounts": [mount_to_dict(m) for m in self.mounts],
             "node_setup_secret_names": list(self.node_setup_secret_names),  # never a value
             **({"allow_fault_injection": True} if self.allow_fault_injection else {}),
+            **({"health_source": self.health_source} if self.health_source else {}),
         }
 
     @classmethod
@@ -266,6 +271,7 @@ class ClusterSpec:
             mounts=data.get("mounts") or (),
             node_setup_secret_names=data.get("node_setup_secret_names") or (),
             allow_fault_injection=bool(data.get("allow_fault_injection", False)),
+            health_source=data.get("health_source"),
         )
 
 
@@ -292,6 +298,21 @@ def validate_health_level(value: object, field_name: str = "health_check") -> st
     if value not in HEALTH_LEVELS:
         raise ValidationError(field_name, value, "one of 'off', 'basic', 'full'")
     return str(value)
+
+
+def validate_health_source(value: object, field_name: str = "health_source") -> str:
+    """The folder a health tool of the cluster's owner (an NHC cron job) leaves its reports in, on the head
+    node: an absolute, normalized path without whitespace (docs/health.md says who may write there)."""
+    if (
+        not isinstance(value, str)
+        or not value.startswith("/")
+        or value == "/"
+        or posixpath.normpath(value) != value
+        or len(value) > 1024
+        or any(c.isspace() or not c.isprintable() for c in value)
+    ):
+        raise ValidationError(field_name, value, "an absolute folder path on the head node (no whitespace)")
+    return value
 
 
 def validate_price(value: object, field_name: str = "price_per_hour") -> float | None:

@@ -34,6 +34,7 @@ from .backends.base import ClusterScheduler
 from .cost import Cost, format_cost
 from .exceptions import (
     AlreadyExistsError,
+    BackendError,
     BatchAIError,
     BatchAITimeoutError,
     JobFailedError,
@@ -43,6 +44,7 @@ from .exceptions import (
 )
 from .node.policy.watchdog import LOG_PATTERNS
 from .node.protocol import LAUNCH_CONFIG
+from .remote.deadline import io_deadline
 from .share import Share, join
 
 if TYPE_CHECKING:
@@ -346,13 +348,20 @@ class Job:
         if show_output:
             name = show_output if isinstance(show_output, str) else "stdout.txt"
             stream = out or sys.stdout
-            for line in self.stream(name, follow=True, poll_interval=poll_interval, timeout=timeout):
-                print(line, file=stream)
+            with io_deadline(None if deadline is None else deadline + 1.0):
+                for line in self.stream(name, follow=True, poll_interval=poll_interval, timeout=timeout):
+                    print(line, file=stream)
         started = time.monotonic()
         next_check = started + STALE_AFTER
         with _progress.status(f"job {self.name}", False if show_output else show_progress) as update:
             while True:
-                status = self.status
+                try:  # the share's reads end with the timeout too (a silent host would hold one io_timeout)
+                    with io_deadline(None if deadline is None else deadline + 1.0):
+                        status = self.status
+                except (ShareError, BackendError) as exc:
+                    if deadline is None or time.monotonic() < deadline:
+                        raise
+                    raise BatchAITimeoutError(f"job {self.name!r} to end ({exc})", timeout or 0) from exc
                 if status.state.ended:
                     break
                 if deadline is not None and time.monotonic() > deadline:
@@ -399,13 +408,15 @@ class Job:
         """Stop the job, queued or running: the cluster's scheduler signals every process of it on every
         node, kills what is left after a grace period and frees its nodes; state ``terminated``."""
         self._require_submitted()
-        status = self.status
-        if status.state.ended and not status.lost:
-            return status.state
-        try:
-            found = self._scheduler().terminate(self.experiment.name, self.name, timeout=timeout)
-        except NotFoundError:  # the cluster is gone, and its scheduler with it
-            found = False
+        # its reads and connections end with the timeout too (a head node gone silent names itself)
+        with io_deadline(None if timeout is None else time.monotonic() + timeout + 1.0):
+            status = self.status
+            if status.state.ended and not status.lost:
+                return status.state
+            try:
+                found = self._scheduler().terminate(self.experiment.name, self.name, timeout=timeout)
+            except NotFoundError:  # the cluster is gone, and its scheduler with it
+                found = False
         if not found:
             return _lost.end_lost_job(self)
         if not wait:

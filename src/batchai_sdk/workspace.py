@@ -340,6 +340,7 @@ class Workspace:
         initial_nodes: int | None = None,
         idle_seconds_before_scaledown: float | Literal["default"] | None = "default",
         health_check: Literal["off", "basic", "full"] | None = None,
+        health_source: str | None = None,
         mounts: Sequence[Mount] = (),
         node_setup_secrets: Mapping[str, str] | None = None,
         allow_fault_injection: bool = False,
@@ -353,7 +354,9 @@ class Workspace:
         to stay up. ``price_per_hour``: per node, for cost estimates (default: 0 on local/SSH, Azure's
         retail price). ``health_check``: the gate each node passes when it joins, ``"off"``, ``"basic"``
         (seconds) or ``"full"`` (about a minute); default ``"basic"`` on Azure, ``"off"`` elsewhere. A node
-        that fails is ``unusable``, with its reason, and gets no job (see docs/health.md). ``mounts``:
+        that fails is ``unusable``, with its reason, and gets no job (see docs/health.md).
+        ``health_source``: a folder on the head node where a health tool of yours (an NHC cron job) leaves
+        its reports; the scheduler applies those it can trust (docs/health.md). ``mounts``:
         storage every node mounts under ``$AZ_BATCHAI_MOUNT_ROOT/<relative_mount_path>``
         (``batchai_sdk.mounts``; docs/storage.md). ``node_setup_secrets``: environment variables of
         ``node_setup`` whose values are kept only in the backend's secrets place (0600 files), never in a
@@ -397,10 +400,21 @@ class Workspace:
             extra=extra,
             price_per_hour=price_per_hour,
             health_check=health_check or ("basic" if self.backend.kind == "azure" else "off"),
+            health_source=health_source,
             mounts=tuple(mounts),
             node_setup_secrets=dict(node_setup_secrets or {}),
             allow_fault_injection=allow_fault_injection,
         )
+        if health_source is not None:
+            from .backends.head_scheduler import HeadNodeScheduler
+
+            if not isinstance(self.backend.scheduler(spec), HeadNodeScheduler):  # Slurm, Azure Batch
+                raise ValidationError(
+                    "health_source",
+                    health_source,
+                    "None here: only our scheduler (local, SSH, Azure scale "
+                    "sets) reads a health source (docs/health.md)",
+                )
         # The preflight first: on Azure a size or quota refusal then leaves no resource group, storage
         # account or share behind (reading the cluster's record would create them).
         self.backend.check_cluster(spec)

@@ -113,12 +113,21 @@ class HeadNodeScheduler(ClusterScheduler):
         node_busbw, link_busbw = (
             health_floors(self.spec.vm_size) if self.backend.kind == "azure" else (None, None)
         )
-        return {
+        settings: dict[str, Any] = {
             "level": self.spec.health_check,
             "gpus": target.num_gpus,
             "node_busbw": node_busbw,
             "link_busbw": link_busbw,
         }
+        source = self.spec.health_source
+        if source is not None:  # never on the share: every job can write there
+            share = target.node_share_root.rstrip("/")
+            if source == share or source.startswith(share + "/"):
+                raise ValidationError(
+                    "health_source", source, f"a folder outside the share ({share}), which jobs can write"
+                )
+            settings["source"] = source
+        return settings
 
     def check_nodes(self, level: str, *, timeout: float | None = None) -> dict[str, Any]:
         """Run the health gate across the cluster's nodes from its head node; returns its report, which

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from ..exceptions import NotFoundError
+from ..exceptions import NotFoundError, ValidationError
 from ..mounts import AzureBlobContainer, AzureFileShare
 from ._context import NO_GROUP, Context, Handler, Result
 from ._format import cluster_list_table, cluster_table, cluster_view, health_table
@@ -72,6 +74,12 @@ def register(commands: Commands) -> None:
         help="the gate each node passes when it joins (default: basic on Azure, off elsewhere)",
     )
     p.add_argument(
+        "--health-source",
+        metavar="PATH",
+        help="a folder on the head node where your health tool (an NHC cron job) leaves reports; applied "
+        "when root or your user owns them and no one else can write them (docs/health.md)",
+    )
+    p.add_argument(
         "--allow-fault-injection",
         action="store_true",
         help="let fault drills (job inject-fault, job drill) kill and stop this cluster's jobs' processes",
@@ -116,6 +124,12 @@ def register(commands: Commands) -> None:
         default="basic",
         help="basic: seconds (GPUs, ECC, throttling, versions, a rendezvous); full: about a minute "
         "(DCGM, all-reduce bandwidth per node and between nodes)",
+    )
+    p.add_argument(
+        "--report",
+        metavar="FILE",
+        help="apply this health report (JSON: level, nodes, unusable) of your own tool instead of "
+        "running the gate; '-' reads it from stdin",
     )
     p = _cluster_command(c, "delete", cluster_delete, "delete a cluster")
     p.add_argument("--force", action="store_true", help="terminate its running jobs")
@@ -173,6 +187,7 @@ def cluster_create(ctx: Context, args: argparse.Namespace) -> Result | None:
         "max_nodes": args.max,
         "initial_nodes": args.initial,
         "health_check": args.health_check,
+        "health_source": args.health_source,
         "allow_fault_injection": True if args.allow_fault_injection else None,
     }
     idle: float | Literal["default"] = "default" if args.idle_seconds is None else args.idle_seconds
@@ -258,6 +273,8 @@ def cluster_simulate_eviction(ctx: Context, args: argparse.Namespace) -> Result 
 
 def cluster_check(ctx: Context, args: argparse.Namespace) -> Result | None:
     group = ctx.scope()
+    if args.report is not None:
+        return _apply_report(ctx, group, args.name, args.report)
     report = ctx.open_workspace(group).get_cluster(args.name).check_nodes(args.level)
     value = {
         "cluster": args.name,
@@ -270,6 +287,41 @@ def cluster_check(ctx: Context, args: argparse.Namespace) -> Result | None:
     for note in report.notes:  # what was not checked, and why: also beside a table
         ctx.note(note)
     return Result(value, health_table, exit_code=1 if report.unusable else 0)
+
+
+REPORT_MAX_BYTES = 64 * 1024  # as the scheduler bounds a report
+
+
+def _apply_report(ctx: Context, group: str, name: str, path: str) -> Result:
+    """``cluster check --report FILE``: the report of your own health tool, through the scheduler (which
+    signs and applies it); exit 1 when it keeps a node out."""
+    try:
+        if path == "-":
+            text = sys.stdin.read(REPORT_MAX_BYTES + 1)
+        else:
+            with open(path, encoding="utf-8") as f:
+                text = f.read(REPORT_MAX_BYTES + 1)
+    except OSError as exc:
+        raise ValidationError("--report", path, f"a readable JSON file ({exc.strerror or exc})") from None
+    if len(text) > REPORT_MAX_BYTES:
+        raise ValidationError("--report", path, f"a report of at most {REPORT_MAX_BYTES} bytes")
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise ValidationError("--report", path, f"a JSON object ({exc})") from None
+    if not isinstance(doc, dict):
+        raise ValidationError("--report", path, "a JSON object with level, nodes and unusable")
+    cluster = ctx.open_workspace(group).get_cluster(name)
+    cluster.apply_health_report(doc)
+    unusable = {str(k): str(v) for k, v in dict(doc.get("unusable") or {}).items()}
+    value = {
+        "cluster": name,
+        "applied": True,
+        "nodes": [str(n) for n in doc.get("nodes") or []],
+        "unusable": unusable,
+        "cluster_unusable": cluster.unusable_nodes(),
+    }
+    return Result(value, exit_code=1 if unusable else 0)
 
 
 def cluster_delete(ctx: Context, args: argparse.Namespace) -> Result | None:

@@ -23,6 +23,7 @@ import tenacity
 
 from ..exceptions import BackendError, BatchAITimeoutError, HostKeyError, SSHAuthenticationError, SSHError
 from .base import CommandResult, Runner
+from .deadline import bounded, passed
 from .host_keys import HostKeyStore, changed_key_error, known_hosts_name
 
 _PID_MARK = "__batchai_pid__"
@@ -32,6 +33,13 @@ def _retriable(exc: BaseException) -> bool:
     if isinstance(exc, (HostKeyError, paramiko.AuthenticationException, paramiko.BadHostKeyException)):
         return False
     return isinstance(exc, (OSError, EOFError, paramiko.SSHException))
+
+
+class _DeadlinePassed(tenacity.stop.stop_base):
+    """Stop retrying once the caller's deadline (``remote.deadline.io_deadline``) has passed."""
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
+        return passed()
 
 
 class SSHRunner(Runner):
@@ -94,7 +102,8 @@ class SSHRunner(Runner):
                     return self._client
                 self._drop()
             retrying = tenacity.Retrying(
-                stop=tenacity.stop_after_attempt(self.retries),
+                # a caller's deadline (remote.deadline.io_deadline) ends the retries too
+                stop=tenacity.stop_after_attempt(self.retries) | _DeadlinePassed(),
                 wait=tenacity.wait_exponential(multiplier=self.retry_wait, max=5.0),
                 retry=tenacity.retry_if_exception(_retriable),
                 reraise=True,
@@ -146,13 +155,14 @@ class SSHRunner(Runner):
     def _connect_once(self) -> paramiko.SSHClient:
         client = paramiko.SSHClient()
         self.host_keys.prime(client, self.known_hosts_name)
+        timeout = bounded(self.connect_timeout)
         kwargs: dict[str, Any] = {
             "hostname": self.host,
             "port": self.port,
             "username": self.user,
-            "timeout": self.connect_timeout,
-            "banner_timeout": self.connect_timeout,
-            "auth_timeout": self.connect_timeout,
+            "timeout": timeout,
+            "banner_timeout": timeout,
+            "auth_timeout": timeout,
         }
         if self.key_file is not None:
             kwargs.update(key_filename=self.key_file, allow_agent=False, look_for_keys=False)
@@ -178,9 +188,8 @@ class SSHRunner(Runner):
     def open_tcp(self, host: str, port: int, *, timeout: float | None = None) -> paramiko.Channel:
         """A TCP connection to ``host:port`` made from this node (``direct-tcpip``): jumps and probes."""
         try:
-            return self.transport().open_channel(
-                "direct-tcpip", (host, port), ("127.0.0.1", 0), timeout=timeout or self.connect_timeout
-            )
+            wait = bounded(timeout or self.connect_timeout)
+            return self.transport().open_channel("direct-tcpip", (host, port), ("127.0.0.1", 0), timeout=wait)
         except (OSError, EOFError, paramiko.SSHException) as exc:
             raise SSHError(
                 f"{host}:{port} (via {self.host})", f"cannot connect: {_describe(exc)}", code="unreachable"
@@ -194,6 +203,7 @@ class SSHRunner(Runner):
                 channel = self._sftp.get_channel()
                 same_connection = channel is not None and channel.get_transport() is client.get_transport()
                 if same_connection and channel is not None and not channel.closed:
+                    channel.settimeout(bounded(self.io_timeout))
                     return self._sftp
             try:
                 self._sftp = client.open_sftp()
@@ -206,8 +216,9 @@ class SSHRunner(Runner):
                         self._where(), f"cannot open SFTP: {_describe(exc)}", code="protocol"
                     ) from exc
             # every SFTP read is bounded: a host that stops answering (powered off, partitioned) fails the
-            # request with a timeout instead of blocking it for as long as TCP keeps the connection
-            self._sftp.get_channel().settimeout(self.io_timeout)  # type: ignore[union-attr]
+            # request with a timeout instead of blocking it for as long as TCP keeps the connection; by
+            # io_timeout, or sooner when the caller's deadline comes first (job.wait's timeout)
+            self._sftp.get_channel().settimeout(bounded(self.io_timeout))  # type: ignore[union-attr]
             return self._sftp
 
     def drop(self) -> None:
@@ -275,7 +286,7 @@ class SSHRunner(Runner):
         for attempt in (1, 2):
             transport = self.transport()
             try:
-                return transport.open_session(timeout=self.connect_timeout)
+                return transport.open_session(timeout=bounded(self.connect_timeout))
             except (OSError, EOFError, paramiko.SSHException) as exc:
                 self._drop_broken(transport)
                 if attempt == 2:

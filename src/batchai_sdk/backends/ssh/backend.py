@@ -89,6 +89,7 @@ class SSHBackend(Backend):
         probe_timeout: float = 3.0,
         setup_timeout: float = 3600.0,
         keepalive: float = 15.0,
+        io_timeout: float = 30.0,
     ) -> None:
         if isinstance(hosts, str) or not hosts:
             raise ValidationError("hosts", hosts, "a non-empty list of host names or addresses")
@@ -132,6 +133,7 @@ class SSHBackend(Backend):
         self.probe_timeout = probe_timeout
         self.setup_timeout = setup_timeout
         self.keepalive = keepalive
+        self.io_timeout = io_timeout
         self.connect_kwargs = dict(connect_kwargs or {})
         self.state_dir = (
             Path(state_dir).expanduser() if state_dir is not None else default_root() / "ssh" / name
@@ -193,6 +195,7 @@ class SSHBackend(Backend):
             connect_timeout=self.connect_timeout,
             retries=self.retries,
             keepalive=self.keepalive,
+            io_timeout=self.io_timeout,
             connect_kwargs=self.connect_kwargs,
         )
 

@@ -101,10 +101,12 @@ class SFTPShare(Share):
                 try:
                     return fn(sftp)
                 except TimeoutError as exc:  # the host stopped answering: never wait on it unbounded
+                    channel = sftp.get_channel()
+                    waited = channel.gettimeout() if channel is not None else None
                     self.runner.drop()
                     raise ShareError(
                         f"{what} {path!r} on share {self.name!r}: its host {self.runner.where()} did not"
-                        f" answer within {self.runner.io_timeout:g} s",
+                        f" answer within {waited or self.runner.io_timeout:.3g} s",
                         path,
                     ) from exc
                 except OSError as exc:

@@ -270,7 +270,11 @@ def check_health(health: Any) -> dict[str, Any]:
         "node_busbw": number(health, "node_busbw", 0, 1e6),
         "link_busbw": number(health, "link_busbw", 0, 1e6),
         "tolerance": number(health, "tolerance", 0, 1),
+        "source": health.get("source"),
     }
+    source = out["source"]
+    if source is not None and not (isinstance(source, str) and source.startswith("/") and "\0" not in source):
+        raise invalid("cluster.health.source", source, "an absolute folder path")
     return {k: v for k, v in out.items() if v is not None}
 
 

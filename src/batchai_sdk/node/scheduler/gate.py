@@ -17,6 +17,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import os
+import stat
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -33,6 +34,7 @@ from .log import log
 
 RANK = {level: i for i, level in enumerate(LEVELS)}
 KEEP_UP_S = 600.0
+SOURCE_FILES = 50  # the newest report files of the owner's health source read (by name)
 RETRY_FIRST, RETRY_MAX = 30.0, 1800.0  # a node that failed the join check: checked again in 30 s, 60 s...
 
 
@@ -52,6 +54,8 @@ class NodeGate:
         self.as_of: dict[str, float] = {}  # node -> the start time of the newest report applied to it
         self.join_level: str | None = None  # the level of the running check when it is the join check
         self.retry: dict[str, tuple[float, float]] = {}  # node failed at join -> (when to check, back-off)
+        self.sourced: dict[str, tuple[int, int]] = {}  # the health source's files read: name -> mtime, size
+        self.source_refused: str | None = None  # why the health source's folder is not trusted (logged once)
 
     @property
     def folder(self) -> str:
@@ -116,6 +120,7 @@ class NodeGate:
                     write_json_atomic(os.path.join(self.copy_to, HEALTH_REPORT), kept)
                 self.copy_to = None
         self.read_reports()
+        self.read_source()
         level = self.level()
         present = {n["id"] for n in self.cluster.nodes()}
         for gone in set(self.retry) - present:  # left the cluster: nothing to check again
@@ -201,6 +206,49 @@ class NodeGate:
                 self.rejected.add(name)
         if self.rejected:
             self.prune()
+
+    def read_source(self) -> None:
+        """The cluster owner's health source (``health.source``, named at create: an NHC cron job's folder
+        on the head node): each new or rewritten ``*.json`` report there is signed into ``health/`` and
+        applied, when the folder and the file belong to root or this scheduler's user and no one else can
+        write them (a job's files never qualify by being there: the folder is outside the share)."""
+        source = (self.cluster.cfg.get("health") or {}).get("source")
+        if not isinstance(source, str) or not source:
+            return
+        try:
+            folder = os.stat(source)
+            why = health_reports.untrusted_path(source)
+            if why is None and not stat.S_ISDIR(folder.st_mode):
+                why = "not a folder"
+            names = sorted(n for n in os.listdir(source) if n.endswith(".json")) if why is None else []
+            names = names[-SOURCE_FILES:]  # a tool's few files: a flood is not read each loop
+        except OSError as exc:
+            why, names = health_reports.clip(exc), []
+        if why != self.source_refused:
+            self.source_refused = why
+            if why is not None:
+                shown = health_reports.clip(source, 200)
+                log(f"health source {shown} not trusted: {why}; its reports are ignored")
+        for name in names:
+            path = os.path.join(source, name)
+            try:
+                info = os.lstat(path)
+            except OSError:
+                continue
+            seen = (info.st_mtime_ns, info.st_size)
+            if self.sourced.get(name) == seen:
+                continue
+            self.sourced[name] = seen
+            shown = health_reports.clip(name, 80)
+            try:
+                report = health_reports.normalize(health_reports.read_bounded(path, owned=True))
+            except (OSError, ValueError, TypeError, AttributeError, RecursionError, RequestError) as exc:
+                log(f"health source report {shown} ignored: {health_reports.clip(exc)}")
+                continue
+            report.setdefault("started", info.st_mtime)
+            log(f"health source report {shown} applied")
+            self.write({**report, "trigger": "source"})
+        self.sourced = {n: self.sourced[n] for n in names if n in self.sourced}  # only files still there
 
     def apply(self, report: Mapping[str, Any]) -> None:
         """A signed, bounded report: each node it names follows it, unless a newer report already did."""

@@ -127,7 +127,7 @@ def normalize(doc: object) -> dict[str, Any]:
         "unusable": {k: clip(v) for k, v in unusable.items()},
         "notes": [clip(n) for n in notes],
     }
-    if doc.get("trigger") in ("join", "job", "admin"):  # which check: a failed join check is retried
+    if doc.get("trigger") in ("join", "job", "admin", "source"):  # which check: a failed join is retried
         out["trigger"] = doc["trigger"]
     for key in ("started", "seconds"):
         value = doc.get(key)
@@ -136,14 +136,45 @@ def normalize(doc: object) -> dict[str, Any]:
     return out
 
 
-def read_bounded(path: str) -> dict[str, Any]:
+def untrusted(info: os.stat_result) -> str | None:
+    """Why a file or folder of the owner's health source cannot be trusted, or None: it must belong to
+    root or to this scheduler's user and be writable by no one else (no group or other write bit)."""
+    if info.st_uid not in (0, os.geteuid()):
+        return f"owned by uid {info.st_uid}, not root or the scheduler's user"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"writable by others (mode {stat.S_IMODE(info.st_mode):o})"
+    return None
+
+
+def untrusted_path(path: str) -> str | None:
+    """Why the folder ``path`` cannot be trusted, or None: it and every folder above it pass ``untrusted``
+    (a folder others may write but whose sticky bit keeps them from renaming its entries, as /tmp, is
+    allowed above it), so no one else can put another folder in its place."""
+    real = os.path.realpath(path)
+    parts = [real]
+    while parts[-1] != os.path.dirname(parts[-1]):
+        parts.append(os.path.dirname(parts[-1]))
+    for i, folder in enumerate(parts):
+        info = os.stat(folder)
+        why = untrusted(info)
+        sticky = i > 0 and info.st_mode & stat.S_ISVTX and info.st_uid in (0, os.geteuid())
+        if why is not None and not sticky:
+            return f"{clip(folder, 200)}: {why}"
+    return None
+
+
+def read_bounded(path: str, *, owned: bool = False) -> dict[str, Any]:
     """The JSON object in the regular file ``path``, at most ``MAX_BYTES``; OSError/ValueError otherwise.
-    Opened without blocking and not through a link: a FIFO or a device at that name is refused at once."""
+    Opened without blocking and not through a link: a FIFO or a device at that name is refused at once.
+    ``owned``: the file must also pass ``untrusted`` (a health source's report)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise OSError(errno.EINVAL, "not a regular file")
+        why = untrusted(info) if owned else None
+        if why is not None:
+            raise PermissionError(errno.EPERM, why)
         if info.st_size > MAX_BYTES:
             raise ValueError(f"{info.st_size} bytes, more than {MAX_BYTES}")
         data = os.read(fd, MAX_BYTES + 1)
