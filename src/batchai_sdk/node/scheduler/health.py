@@ -24,7 +24,7 @@ from datetime import datetime
 
 from ..agent import client as agent
 from ..job import stacks
-from ..policy import progress, retries, verdict, watchdog
+from ..policy import flight, progress, retries, stall, verdict, watchdog
 from .cluster import Cluster
 from .log import log
 from .store import ACTIVE, Store
@@ -148,6 +148,7 @@ class HangWatch:
         self.hangs: dict[int, tuple[Stacks, float | None]] = {}
         self.ready: dict[int, tuple[list[str], list[str], float | None]] = {}  # collected, not yet due
         self.checked: dict[int, float] = {}  # job id → when its output was last looked at
+        self.asked: dict[int, float | None] = {}  # job id → when its ranks' flight recorders were asked for
         self.noticed: dict[int, float] = {}  # job id → when its "possibly hung" notice was published
 
     def started(self, job_id: int) -> None:
@@ -160,6 +161,7 @@ class HangWatch:
         self.trackers.pop(job_id, None)
         self.noticed.pop(job_id, None)
         self.ready.pop(job_id, None)
+        self.asked.pop(job_id, None)
 
     @classmethod
     def lead(cls, limit: float) -> float:
@@ -211,6 +213,7 @@ class HangWatch:
             what = "collecting stacks" if fails else "collecting stacks (observe mode: the job goes on)"
             rule = "no new step" if tracker.stepping else "no output"
             log(f"{row['key']}: {rule} for {silent:.1f} s of {min(soon):g} s; {what}")
+            self.asked[job_id] = flight.request(row["stdouterr"])  # PyTorch ranks: their flight recorders
             fut = self.pool_exec.submit(
                 collect_stacks, self.cluster, row["tag"], json.loads(row["nodes"]), row["stdouterr"]
             )
@@ -235,7 +238,7 @@ class HangWatch:
             reason = f"{lost} (no output from the job for {int(silent)} s)"
             self.stop(row, "failed", reason, retries.EndCause.NODE_LOST.value)
             return
-        line = self.read_verdict(row, tracker, files)
+        line = self.read_verdict(row, tracker, files, self.asked.pop(job_id, None))
         steps = tracker.stepping
         if fails:
             reason = watchdog.hang_reason(silent, files, verdict=line, steps=steps)
@@ -249,13 +252,20 @@ class HangWatch:
         log(f"{row['key']}: {notice}")
 
     @staticmethod
-    def read_verdict(row: sqlite3.Row, tracker: progress.ProgressTracker, files: list[str]) -> str | None:
-        """The cross-rank verdict from the nodes' ``stacks-<node>.json`` (None: no rank's stacks)."""
+    def read_verdict(
+        row: sqlite3.Row, tracker: progress.ProgressTracker, files: list[str], asked: float | None = None
+    ) -> str | None:
+        """The cross-rank verdict from the nodes' ``stacks-<node>.json`` and, for a PyTorch job, the ranks'
+        flight recorders written since ``asked``, for a Horovod job its last stall warning (None: no rank's
+        stacks)."""
         paths = [os.path.join(row["stdouterr"], os.path.splitext(f)[0] + ".json") for f in files]
         records = verdict.rank_records(paths)
         if not records:
             return None
-        return verdict.verdict(records, tracker.step)[:1000]
+        recorded, blame = flight.summary(flight.read(row["stdouterr"], asked))
+        warned, named = stall.summary(row["stdouterr"])  # Horovod's stall warnings
+        line = verdict.verdict(records, tracker.step, blame=blame or named)
+        return "; ".join(x for x in (line, recorded, warned) if x)[:1000]
 
 
 def say_in_output(stdouterr: str, notice: str) -> None:
