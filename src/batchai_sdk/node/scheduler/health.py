@@ -134,7 +134,7 @@ class HangWatch:
 
     LEAD_S = 5.0  # stacks collected this long before the limit (py-spy: well under a second per rank)
     LOOK_S = 1.0  # how often a job's files are looked at, far from its limit
-    NEAR_S = 0.1  # ... and close to it (within LEAD_S), so the limit is met to a tenth of a second
+    NEAR_S = 0.05  # ... and close to it (within LEAD_S): every turn of the loop, so the limit is met
 
     def __init__(
         self, cluster: Cluster, store: Store, pool_exec: concurrent.futures.Executor, stop: Stop
