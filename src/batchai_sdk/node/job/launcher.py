@@ -35,7 +35,6 @@ from ..common import (
     try_append,
     write_json_atomic,
 )
-from ..policy import flight
 from ..policy.toolkits import hostfile_slots
 from ..protocol import ASSIGNMENT_RECORD, PHASE_RECORD, RESULT_RECORD, SECRETS_RECORD
 from .containers import PULL_FAILED, PULL_FAILED_PREFIX, PullError
@@ -298,8 +297,6 @@ class Launcher:
         if notice:
             try_append(os.path.join(self.cfg["stdouterr_dir"], "stderr.txt"), notice)
         env.setdefault("PYTHONUNBUFFERED", "1")
-        if self.cfg["toolkit"] == "pytorch":  # the flight recorder, for the hang verdict (policy/flight.py)
-            env.setdefault("TORCH_FR_BUFFER_SIZE", flight.BUFFER_SIZE)
         out_dir = self.cfg["stdouterr_dir"]
         self.log(
             f"launching {sum(ranks)} process(es) on {', '.join(n['id'] for n in self.nodes)}"

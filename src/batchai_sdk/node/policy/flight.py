@@ -19,10 +19,11 @@ import re
 from collections import Counter
 from typing import Any
 
-__all__ = ["BUFFER_SIZE", "REQUEST", "read", "request", "summary"]
+__all__ = ["BUFFER_SIZE", "BUFFER_VARIABLE", "REQUEST", "read", "request", "summary"]
 
 REQUEST = ".flight-request"  # batchai_sdk._flight.REQUEST
-BUFFER_SIZE = "2000"  # TORCH_FR_BUFFER_SIZE the launcher gives PyTorch jobs that do not set it
+BUFFER_VARIABLE = "TORCH_FR_BUFFER_SIZE"  # read by torch 2.6+ for every backend it records (gloo too)
+BUFFER_SIZE = "2000"  # what PyTorch jobs get unless their environment sets it (launch.py, exported to ranks)
 _FILE = re.compile(r"^flight-rank(\d+)\.json$")
 
 
