@@ -8,10 +8,12 @@ non-Python processes of the job are left out.
 
 * with py-spy installed (on PATH or beside this Python), ``py-spy dump --pid N`` for each process: the
   stacks of every thread, in the file;
-* otherwise, or where py-spy fails for a process, SIGUSR1: the shipped training modules register
-  ``faulthandler.register(signal.SIGUSR1, all_threads=True)``, so the process writes its stacks to its own
-  stderr (the job's stderr.txt). The file says so. A process that does not catch SIGUSR1 is NOT signalled
-  (SIGUSR1's default action would kill it); the file says that too.
+* otherwise (or with ``BATCHAI_PY_SPY=off`` in the job's environment), or where py-spy fails for a
+  process, SIGUSR1: the shipped training modules register ``faulthandler.register(signal.SIGUSR1,
+  all_threads=True)``, so the process writes its stacks to its own stderr (the job's stderr.txt); the
+  processes are signalled one at a time and each dump is read back from there (``parse_faulthandler``)
+  into the same records as py-spy's. A process that does not catch SIGUSR1 is NOT signalled (SIGUSR1's
+  default action would kill it); the file says so.
 """
 
 from __future__ import annotations
