@@ -65,7 +65,7 @@ def test_the_notice_comes_within_its_bound_of_the_last_step(
     notice, took, bound = notice_and_delay(job)
     assert f"rank 1 on {job.status.nodes[1]} is in train.py:{SLEEP_LINE}" in notice, notice
     # the bound itself, less nothing: the stacks were taken before it, the files looked at every 0.1 s near it
-    assert bound - 1.0 <= took <= bound + 0.25, (took, bound, notice)
+    assert bound - 1.0 <= took <= bound + 0.75, (took, bound, notice)  # 1-2 s past it before
 
 
 def test_without_py_spy_the_faulthandler_dumps_give_the_same_verdict(
@@ -79,7 +79,7 @@ def test_without_py_spy_the_faulthandler_dumps_give_the_same_verdict(
     nodes = job.status.nodes
     assert f"rank 1 on {nodes[1]} is in train.py:{SLEEP_LINE} (time.sleep(3600))" in notice, notice
     assert f"rank 0 on {nodes[0]} waits in all_reduce at train.py:{REDUCE_LINE}" in notice, notice
-    assert took <= bound + 0.25, (took, bound)
+    assert took <= bound + 0.75, (took, bound)
     stacks = job.tail(f"stacks-{nodes[1]}.txt", 60)
     assert any("faulthandler signal SIGUSR1 (BATCHAI_PY_SPY=off" in line for line in stacks), stacks
     assert any(f"=== rank 1 on {nodes[1]}" in line for line in stacks), stacks
