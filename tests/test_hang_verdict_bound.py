@@ -64,7 +64,7 @@ def test_the_notice_comes_within_its_bound_of_the_last_step(
     cleanup.append(job)
     notice, took, bound = notice_and_delay(job)
     assert f"rank 1 on {job.status.nodes[1]} is in train.py:{SLEEP_LINE}" in notice, notice
-    # the bound itself, less nothing: the stacks were taken before it, the files looked at every 0.1 s near it
+    # the bound itself: the stacks were taken before it, the files looked at every loop turn near it
     assert bound - 1.0 <= took <= bound + 0.75, (took, bound, notice)  # 1-2 s past it before
 
 
