@@ -4,10 +4,11 @@ whatever happens (so the old output rule, 600 s of silence, never fires). For ea
 the median step interval, 60 s)), the seconds from the last step to the notice, and who the notice names.
 
 Cases: a rank sleeping in the loop, a rank stopped by SIGSTOP, a whole node stopped (its rank and the
-SDK's shim), a collective skipped by one rank of three (it waits in a barrier), and a healthy job with
-uneven steps (no notice expected).
+SDK's shim), a collective skipped by one rank of three (it waits in a barrier), the same with two ranks
+(``pair``: the flight recorder tells which strayed), and a healthy job with uneven steps (no notice
+expected).
 
-    python benchmarks/bench_hang_verdict.py [--hang-notice 600] [--cases sleep,sigstop,node,skip,healthy]
+    python benchmarks/bench_hang_verdict.py [--hang-notice 600] [--cases sleep,sigstop,node,skip,pair,healthy]
                                             [--repeat N]
 
 ``--hang-notice 15`` lowers the steps rule's floor to 15 s for a quick run (the default is 600 s of output
@@ -49,7 +50,7 @@ def metrics(job: Job) -> list[dict[str, float]]:
 def run_case(ws: Workspace, train: Path, case: str, notice: float, n: int = 0) -> str:
     pids = train.parent / f"pids-{case}-{n}"
     pids.mkdir()
-    mode = {"sleep": "sleep", "skip": "skip"}.get(case, "run")
+    mode = {"sleep": "sleep", "skip": "skip", "pair": "skip"}.get(case, "run")
     steps = 40 if case == "healthy" else 100000
     exp = ws.create_experiment("bench", exist_ok=True)
     cluster = ws.create_cluster("c", nodes=2, exist_ok=True)
@@ -72,7 +73,7 @@ def run_case(ws: Workspace, train: Path, case: str, notice: float, n: int = 0) -
             st = job.status
             if st.notice or st.state.ended:
                 break
-            time.sleep(0.25)
+            time.sleep(0.05)
         at = time.time()
         records = metrics(job)
         intervals = [b["time"] - a["time"] for a, b in itertools.pairwise(records)]
@@ -98,7 +99,7 @@ def run_case(ws: Workspace, train: Path, case: str, notice: float, n: int = 0) -
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hang-notice", type=float, default=OLD_DEFAULT)
-    parser.add_argument("--cases", default="sleep,sigstop,node,skip,healthy")
+    parser.add_argument("--cases", default="sleep,sigstop,node,skip,pair,healthy")
     parser.add_argument("--repeat", type=int, default=1, help="run each case this many times")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:

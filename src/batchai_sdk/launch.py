@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._layout import JobPaths
-from ._models import JobSpec, Node
+from ._models import JobSpec, Node, Toolkit
 from ._mount_paths import job_root_is_share
 from .exceptions import ValidationError
 from .mounts import Mount, describe, storage_key
-from .node.policy import toolkits
+from .node.policy import flight, toolkits
 from .node.protocol import LAUNCH_CONFIG
 
 __all__ = [
@@ -116,6 +116,8 @@ def job_environment(
         expand.append(f"AZ_BATCHAI_INPUT_{in_id}")
     for out_id, share_path in paths.outputs.items():
         env[f"AZ_BATCHAI_OUTPUT_{out_id}"] = on_node(target, share_path)
+    if spec.toolkit is Toolkit.PYTORCH:  # PyTorch's flight recorder, for the hang verdict (docs/survive.md)
+        env[flight.BUFFER_VARIABLE] = flight.BUFFER_SIZE  # the job's own environment may set it, 0: off
     for key, value in spec.environment.items():
         if key not in spec.secret_environment:
             env[key] = value

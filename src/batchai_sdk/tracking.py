@@ -41,6 +41,23 @@ def rank() -> int:
     return 0
 
 
+_flight_tried = False
+
+
+def _watch_flight() -> None:
+    """A stepping PyTorch rank answers the hang watchdog's flight-recorder reads (``batchai_sdk._flight``;
+    only in a job whose recorder is on, and only where the SDK is installed, not this file alone)."""
+    global _flight_tried
+    if _flight_tried or not os.environ.get("TORCH_FR_BUFFER_SIZE"):
+        return
+    _flight_tried = True
+    try:
+        from batchai_sdk import _flight  # this file may be used alone
+    except ImportError:
+        return
+    _flight.start_watch(rank())
+
+
 def _folder(directory: str | os.PathLike[str] | None) -> Path:
     if directory is not None:
         return Path(directory)
@@ -78,6 +95,7 @@ def log_metric(
         record["attempt"] = int(restart)
     for name, value in metrics.items():
         record[name] = _number(name, value)
+    _watch_flight()
     if rank() != 0 and not all_ranks:
         return None
     path = _folder(directory) / METRICS_FILE

@@ -11,6 +11,7 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from ...exceptions import SlurmCommandNotFoundError, SlurmError, SlurmRejectedError
 from ...node.slurm.step import expand_hostlist
@@ -161,6 +162,18 @@ class SlurmCommands:
                 return []  # slurmctld has forgotten them (MinJobAge)
             raise SlurmError("squeue", result.describe(), code="failed", stderr=result.stderr)
         return parse_squeue(result.stdout)
+
+    def start_time(self, job_id: str) -> str | None:
+        """When Slurm expects pending job ``job_id`` to start (``squeue --start``'s ``%S``: the backfill
+        scheduler's estimate from the running jobs' time limits), as an ISO time in UTC; None where Slurm
+        gives none (``N/A``) or the command fails. Slurm prints the controller's local time."""
+        result = self.run(["squeue", "-h", "--start", "-o", "%S", "-j", job_id], check=False)
+        text = result.stdout.strip().splitlines()[0].strip() if result.ok and result.stdout.strip() else ""
+        try:
+            when = datetime.fromisoformat(text)
+        except ValueError:
+            return None  # N/A, Unknown
+        return when.astimezone(timezone.utc).isoformat(timespec="seconds")
 
     def sacct(self, job_ids: Iterable[str]) -> list[QueuedJob] | None:
         """Ended jobs from Slurm's accounting; None when the cluster keeps none (no slurmdbd)."""

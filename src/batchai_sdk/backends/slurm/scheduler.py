@@ -14,6 +14,7 @@ from __future__ import annotations
 import posixpath
 import shlex
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ... import _layout as layout
@@ -194,8 +195,10 @@ class SlurmScheduler(ClusterScheduler):
                 record.pop("pending", None)
             elif state is JobState.QUEUED or record.get("state") in (None, "queued"):
                 record["heartbeat"] = utcnow().isoformat()
-                if state is JobState.QUEUED:  # why it waits, in squeue's words and ours
-                    record["pending"] = states.pending_reason(job.reason).to_dict()
+                if state is JobState.QUEUED:  # why it waits, in squeue's words and ours, and until when
+                    start = self.backend.commands.start_time(job_id)
+                    why = replace(states.pending_reason(job.reason), estimated_start=start)
+                    record["pending"] = why.to_dict()
                 else:
                     record.pop("pending", None)
             else:

@@ -8,10 +8,12 @@ non-Python processes of the job are left out.
 
 * with py-spy installed (on PATH or beside this Python), ``py-spy dump --pid N`` for each process: the
   stacks of every thread, in the file;
-* otherwise, or where py-spy fails for a process, SIGUSR1: the shipped training modules register
-  ``faulthandler.register(signal.SIGUSR1, all_threads=True)``, so the process writes its stacks to its own
-  stderr (the job's stderr.txt). The file says so. A process that does not catch SIGUSR1 is NOT signalled
-  (SIGUSR1's default action would kill it); the file says that too.
+* otherwise (or with ``BATCHAI_PY_SPY=off`` in the job's environment), or where py-spy fails for a
+  process, SIGUSR1: the shipped training modules register ``faulthandler.register(signal.SIGUSR1,
+  all_threads=True)``, so the process writes its stacks to its own stderr (the job's stderr.txt); the
+  processes are signalled one at a time and each dump is read back from there (``parse_faulthandler``)
+  into the same records as py-spy's. A process that does not catch SIGUSR1 is NOT signalled (SIGUSR1's
+  default action would kill it); the file says so.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ __all__ = [
     "find_py_spy",
     "handles_signal",
     "main",
+    "parse_faulthandler",
     "stacks_file_name",
 ]
 
@@ -146,6 +149,8 @@ def _faulthandler_signal(pid: int) -> str:
     )
 
 
+NO_PY_SPY_VARIABLE = "BATCHAI_PY_SPY"  # "off" in a job's environment: its stacks come from faulthandler
+_OFF = ("0", "off", "no", "false")
 _RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK", "HOROVOD_RANK", "SLURM_PROCID")
 _NODE_MAIN_TAIL = os.path.join("node", "__main__.py")
 _INLINE = ("<string>", "<stdin>")  # code run by python -c or from stdin, but also code libraries exec
@@ -185,6 +190,7 @@ def process_info(pid: int) -> dict[str, Any]:
         "node": node,
         "stopped": state.startswith(("T", "t")),
         "sdk": any(a.endswith(_NODE_MAIN_TAIL) for a in argv[:4]),
+        "no_py_spy": env.get(NO_PY_SPY_VARIABLE, "").strip().lower() in _OFF,
     }
 
 
@@ -227,28 +233,99 @@ def _py_spy_json(py_spy: str, pid: int, timeout: float, stopped: bool) -> tuple[
         return [], f"py-spy dump exited {done.returncode}: {(done.stderr or done.stdout).strip()[:300]}"
     threads: list[dict[str, Any]] = []
     for t in raw:
-        frames: list[dict[str, Any]] = [
-            {
-                "func": str(f.get("name", "?")),
-                "file": str(f.get("filename", "?")),
-                "line": int(f.get("line") or 0),
-                "user": is_user_file(str(f.get("filename", ""))),
-            }
+        frames = _frames(
+            (str(f.get("name", "?")), str(f.get("filename", "?")), int(f.get("line") or 0))
             for f in t.get("frames") or []
-        ]
-        for f in reversed(frames):  # python -c's code: the outermost frames, all "<string>"
-            if f["file"] not in _INLINE:
-                break
-            f["user"] = True
-        for f in frames:
-            if f["user"]:
-                f["code"] = _source_line(f["file"], f["line"])
+        )
         main = t.get("os_thread_id") == pid
         name = "MainThread" if main and not t.get("thread_name") else t.get("thread_name")
         threads.append({"name": str(name or t.get("os_thread_id")), "frames": frames})
+    return _main_first(threads), ""
+
+
+def _frames(raw: Iterable[tuple[str, str, int]]) -> list[dict[str, Any]]:
+    """Frames (function, file, line; innermost first) as the records hold them: whether each is the
+    user's, and the source line of those that are."""
+    frames: list[dict[str, Any]] = [
+        {"func": func, "file": file, "line": line, "user": is_user_file(file)} for func, file, line in raw
+    ]
+    for f in reversed(frames):  # python -c's code: the outermost frames, all "<string>"
+        if f["file"] not in _INLINE:
+            break
+        f["user"] = True
+    for f in frames:
+        if f["user"]:
+            f["code"] = _source_line(f["file"], f["line"])
+    return frames
+
+
+def _main_first(threads: list[dict[str, Any]]) -> list[dict[str, Any]]:
     # the main thread first, then the threads running the user's code, then the rest
     threads.sort(key=lambda t: (t["name"] != "MainThread", not any(f["user"] for f in t["frames"])))
-    return threads, ""
+    return threads
+
+
+DUMP_WAIT_S = 5.0  # how long a faulthandler dump may take to reach stderr.txt (through mpirun, a share)
+_FH_THREAD = re.compile(r"(Current thread|Thread) (0x[0-9a-fA-F]+) \(most recent call first\):")
+_FH_FRAME = re.compile(r'File "(.*)", line (\d+) in (\S.*?)\s*$')
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _await_dump(path: Path, start: int, budget: float) -> str:
+    """What ``path`` (the job's stderr.txt) gained after offset ``start`` once a faulthandler dump came
+    and the file stopped growing (a quarter second), or by the end of ``budget`` seconds."""
+    deadline = time.monotonic() + budget
+    size, still = start, time.monotonic()
+    text = ""
+    while time.monotonic() < deadline:
+        now = _size(path)
+        if now != size:
+            size, still = now, time.monotonic()
+        elif size > start and time.monotonic() - still >= 0.25:
+            text = _read_from(path, start, size)
+            if _FH_THREAD.search(text) and text.endswith("\n"):
+                return text
+        time.sleep(0.05)
+    return _read_from(path, start, _size(path))
+
+
+def _read_from(path: Path, start: int, end: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
+            return f.read(max(0, min(end - start, 1 << 20))).decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def parse_faulthandler(text: str) -> list[dict[str, Any]]:
+    """The threads of the first faulthandler dump in ``text`` (``Thread 0x... (most recent call first):``,
+    then ``File "...", line N in func`` lines; lines of anything else, or with a launcher's prefix, are
+    skipped), in the records' shape: the thread whose outermost frame is a module's top level (the script
+    itself) named ``MainThread``, else the one that took the signal."""
+    raw: list[tuple[str, bool, list[tuple[str, str, int]]]] = []
+    for line in text.splitlines():
+        head = _FH_THREAD.search(line)
+        if head:
+            if any(ident == head.group(2) for ident, _, _ in raw):
+                break  # a second dump
+            raw.append((head.group(2), head.group(1) == "Current thread", []))
+            continue
+        frame = _FH_FRAME.search(line)
+        if frame and raw:
+            raw[-1][2].append((frame.group(3), frame.group(1), int(frame.group(2))))
+    threads: list[dict[str, Any]] = [{"name": ident, "frames": _frames(frames)} for ident, _, frames in raw]
+    main = next((t for t in threads if t["frames"] and t["frames"][-1]["func"] == "<module>"), None)
+    main = main or next((t for t, (_, current, _) in zip(threads, raw, strict=True) if current), None)
+    if main is not None:
+        main["name"] = "MainThread"
+    return _main_first(threads)
 
 
 def _frame_text(f: dict[str, Any]) -> str:
@@ -299,8 +376,9 @@ def collect_stacks(
     written whole at the end (write to a temporary name, then rename), so a reader never sees half of one.
     """
     deadline = time.monotonic() + timeout
-    tool = find_py_spy() if py_spy == AUTO else py_spy
+    found = find_py_spy() if py_spy == AUTO else py_spy
     infos = [process_info(pid) for pid in pids]
+    tool = None if any(i["no_py_spy"] for i in infos) else found
     if node:
         infos = [i for i in infos if i["node"] in (None, node)]
     sdk = [i for i in infos if i["sdk"]]
@@ -311,7 +389,8 @@ def collect_stacks(
     infos.sort(key=lambda i: (i["rank"] is None, i["rank"] or 0, i["helper"], i["pid"]))
     host = node or socket.gethostname()
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    method = f"py-spy dump ({tool})" if tool else "faulthandler signal SIGUSR1 (py-spy is not installed)"
+    why = f"{NO_PY_SPY_VARIABLE}=off in the job's environment" if found else "py-spy is not installed"
+    method = f"py-spy dump ({tool})" if tool else f"faulthandler signal SIGUSR1 ({why})"
     lines = [f"# Python stacks on {host} at {now}", f"# method: {method}", f"# processes: {len(infos)}"]
     if sdk:
         lines.append(f"# the SDK's own processes folded: pids {', '.join(str(i['pid']) for i in sdk)}")
@@ -349,7 +428,16 @@ def collect_stacks(
             rec["error"] = "stopped: no stacks without py-spy"
             lines.append(rec["error"])
             continue
-        lines.append(_faulthandler_signal(pid))
+        stderr = Path(out_path).parent / "stderr.txt"
+        before = _size(stderr)
+        said = _faulthandler_signal(pid)
+        lines.append(said)
+        if said.startswith("sent SIGUSR1"):
+            rec["threads"] = parse_faulthandler(_await_dump(stderr, before, min(DUMP_WAIT_S, left)))
+            if rec["threads"]:
+                rec["error"] = ""
+                lines += _rank_lines(rec)
+                continue
         rec["error"] = rec["error"] or "stacks in stderr.txt (faulthandler)"
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)

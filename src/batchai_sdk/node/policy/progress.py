@@ -4,7 +4,8 @@ Progress is the job's steps where it reports them: the records of ``metrics.json
 (``log_metric(step=...)`` writes them there; a record's ``step``, else its ``epoch``). A job that reports
 none progresses when it writes output (``stdout.txt``, ``stderr.txt``, ``execution-<node>.log``), except
 what only says that it does not: a framework's stall warnings (Horovod's "One or more tensors were
-submitted to be reduced...", NCCL's and Gloo's watchdog and timeout lines) and the SDK's own hang lines.
+submitted to be reduced...", NCCL's and Gloo's watchdog and timeout lines), the SDK's own hang lines and
+the stacks faulthandler writes when the watchdog asks for them.
 
 Once a job has reported two steps, it is stuck after ``max(STEP_FACTOR × its median step interval,
 STEP_FLOOR)`` seconds without a new one; before that (and for a job that reports none) after ``hang_notice``
@@ -46,6 +47,9 @@ _STALL = re.compile(
             r"ProcessGroupNCCL.*(?:[Ww]atchdog|[Hh]eartbeat)",
             r"\[Gloo\].*[Tt]imed? ?out",
             r"^" + re.escape(OWN_PREFIX),
+            # the stacks faulthandler writes when the watchdog sends SIGUSR1 (a traceback has "line N, in")
+            r"^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):",
+            r'^\s*File ".*", line \d+ in ',
         )
     ),
     re.MULTILINE,
@@ -79,6 +83,7 @@ class ProgressTracker:
         self._step_time: float | None = None
         self._metrics_offset = 0
         self._partial = b""
+        self._observed_at: float | None = None  # the previous look (a new step came after it)
 
     @property
     def stepping(self) -> bool:
@@ -100,6 +105,7 @@ class ProgressTracker:
         for path in job_log_files(folder):
             self._look(path, now)
         self._read_steps(Path(folder) / "metrics.jsonl", now)
+        self._observed_at = now
         return self.last_progress
 
     def _look(self, path: Path, now: float) -> None:
@@ -162,4 +168,8 @@ class ProgressTracker:
         if self.step is not None and self._step_time is not None and at >= self._step_time:
             self.intervals.append(at - self._step_time)
             del self.intervals[:-1000]
-        self.step, self._step_time, self.last_step_at = step, at, now
+        # when the step came, on the caller's clock: the record's own time, kept between the previous look
+        # and this one (a look a second apart would otherwise date it up to a second late; a node's clock
+        # that is off moves it no further than that)
+        seen = now if self._observed_at is None else min(now, max(self._observed_at, at))
+        self.step, self._step_time, self.last_step_at = step, at, seen

@@ -107,9 +107,15 @@ def _group_text(recs: list[dict[str, Any]]) -> str:
     return f"{_ranks(recs)} {verb}"
 
 
-def verdict(records: list[dict[str, Any]], step: float | None = None, missing: Iterable[str] = ()) -> str:
+def verdict(
+    records: list[dict[str, Any]],
+    step: float | None = None,
+    missing: Iterable[str] = (),
+    blame: Iterable[int] = (),
+) -> str:
     """One line naming the odd rank(s) out and where the others are; ``step``: the job's last step;
-    ``missing``: nodes that gave no stacks."""
+    ``missing``: nodes that gave no stacks; ``blame``: the ranks another witness (the flight recorder)
+    names, for when the stacks alone single out none (two ranks in two different collectives)."""
     head = f"stuck at step {step:,g}" if step is not None else "stuck"
     gone = list(missing)
     tail = f"; no stacks from {', '.join(gone)}" if gone else ""
@@ -127,6 +133,14 @@ def verdict(records: list[dict[str, Any]], step: float | None = None, missing: I
         sizes = sorted(len(v) for v in groups.values())
         small = [k for k, v in groups.items() if len(v) == sizes[0]]
         odd = small if len(groups) > 1 and len(small) == 1 and sizes[0] < sizes[1] else []
+    picked = [r for r in records if r.get("rank") in set(blame)]
+    if not odd and picked and len(picked) < len(records):
+        others: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+        for rec in records:
+            if rec not in picked:
+                others.setdefault(place(rec), []).append(rec)
+        rest = "; ".join(_group_text(v) for v in others.values())
+        return f"{head}: " + "; ".join(describe(r) for r in picked) + f"; {rest}{tail}"
     if not odd:
         if len(groups) == 1:
             kind, lib, where = next(iter(groups))

@@ -24,11 +24,12 @@ from datetime import datetime
 
 from ..agent import client as agent
 from ..job import stacks
-from ..policy import progress, retries, verdict, watchdog
+from ..policy import flight, progress, retries, stall, verdict, watchdog
 from .cluster import Cluster
 from .log import log
 from .store import ACTIVE, Store
 
+Stacks = concurrent.futures.Future[tuple[list[str], list[str]]]  # the stack files written, the nodes silent
 # the daemon's: ask the job's launcher to stop (row, final state, reason, end cause)
 Stop = Callable[[sqlite3.Row, str, str, str | None], None]
 
@@ -124,7 +125,16 @@ class DownNodes:
 
 class HangWatch:
     """The hang watchdog over running jobs: their output, the stacks collected when they fall silent,
-    and the "possibly hung" notices it published (observe mode)."""
+    and the "possibly hung" notices it published (observe mode).
+
+    The stacks are collected a little AHEAD of the limit (``LEAD_S``, or a third of the limit), so that the
+    notice (or the end) comes at the limit itself, not the collection's seconds after it; stacks taken
+    before the limit are kept only while the job makes no progress: a job that steps again meanwhile is
+    not noticed, and its early stacks are dropped."""
+
+    LEAD_S = 5.0  # stacks collected this long before the limit (py-spy: well under a second per rank)
+    LOOK_S = 1.0  # how often a job's files are looked at, far from its limit
+    NEAR_S = 0.05  # ... and close to it (within LEAD_S): every turn of the loop, so the limit is met
 
     def __init__(
         self, cluster: Cluster, store: Store, pool_exec: concurrent.futures.Executor, stop: Stop
@@ -134,18 +144,29 @@ class HangWatch:
         self.pool_exec = pool_exec
         self.stop = stop
         self.trackers: dict[int, progress.ProgressTracker] = {}
-        self.hangs: dict[int, concurrent.futures.Future[tuple[list[str], list[str]]]] = {}
+        # job id → (the collection, the job's last progress when it began)
+        self.hangs: dict[int, tuple[Stacks, float | None]] = {}
+        self.ready: dict[int, tuple[list[str], list[str], float | None]] = {}  # collected, not yet due
         self.checked: dict[int, float] = {}  # job id → when its output was last looked at
+        self.asked: dict[int, float | None] = {}  # job id → when its ranks' flight recorders were asked for
         self.noticed: dict[int, float] = {}  # job id → when its "possibly hung" notice was published
 
     def started(self, job_id: int) -> None:
         """A launcher started: its job's silence is counted from now."""
         self.trackers[job_id] = progress.ProgressTracker()
+        self.ready.pop(job_id, None)
 
     def forget(self, job_id: int) -> None:
         """The attempt ended and the job is queued again: the next attempt is watched afresh."""
         self.trackers.pop(job_id, None)
         self.noticed.pop(job_id, None)
+        self.ready.pop(job_id, None)
+        self.asked.pop(job_id, None)
+
+    @classmethod
+    def lead(cls, limit: float) -> float:
+        """How long before ``limit`` the stacks are collected."""
+        return min(cls.LEAD_S, limit / 3)
 
     def check(self, row: sqlite3.Row, t: float) -> None:
         """No progress from the job for a while (no new step once it reports steps, else no output that is
@@ -156,31 +177,16 @@ class HangWatch:
         job_id = row["id"]
         tracker = self.trackers.setdefault(job_id, progress.ProgressTracker())
         if job_id in self.hangs:
-            fut = self.hangs[job_id]
-            if fut.done():
-                del self.hangs[job_id]
-                files, stopped = fut.result()
-                silent = t - max(tracker.last_progress or row["started"], row["started"])
-                if stopped:  # the silence is a node's: name it (a lost node, retried as one)
-                    lost = "; ".join(f"node {n} stopped answering" for n in stopped)
-                    log(f"{row['key']}: {lost}; stopping the job")
-                    reason = f"{lost} (no output from the job for {int(silent)} s)"
-                    self.stop(row, "failed", reason, retries.EndCause.NODE_LOST.value)
-                    return
-                line = self.read_verdict(row, tracker, files)
-                steps = tracker.stepping
-                if row["hang"] and silent >= row["hang"]:
-                    reason = watchdog.hang_reason(silent, files, verdict=line, steps=steps)
-                    self.stop(row, "failed", reason, retries.EndCause.HANG.value)
-                else:
-                    notice = watchdog.hang_notice(silent, files, row["hang"], verdict=line, steps=steps)
-                    self.store.update(job_id, notice=notice)
-                    self.noticed[job_id] = t
-                    if line:  # one line in the job's output: whoever follows the stream sees it now
-                        say_in_output(row["stdouterr"], notice)
-                    log(f"{row['key']}: {notice}")
-            return
-        if t - self.checked.get(job_id, 0.0) < 1.0:
+            fut, since = self.hangs[job_id]
+            if not fut.done():
+                return
+            del self.hangs[job_id]
+            self.ready[job_id] = (*fut.result(), since)
+        limit = tracker.limit(row["hang_notice"])
+        due = [x for x in (row["hang"], None if row["notice"] else limit) if x]
+        silent = t - max(tracker.last_progress or row["started"], row["started"])
+        near = bool(due) and silent >= min(due) - self.lead(min(due)) - self.LOOK_S
+        if t - self.checked.get(job_id, 0.0) < (self.NEAR_S if near or job_id in self.ready else self.LOOK_S):
             return
         self.checked[job_id] = t
         last = tracker.observe(row["stdouterr"], t)
@@ -189,25 +195,77 @@ class HangWatch:
             self.noticed.pop(job_id, None)
             log(f"{row['key']}: progress again; the hang notice is withdrawn")
             return
-        fails = watchdog.hang_verdict(last, row["started"], t, row["hang"]) is not None
-        limit = tracker.limit(row["hang_notice"])
-        observed = not row["notice"] and watchdog.hang_verdict(last, row["started"], t, limit)
-        if fails or observed:
+        if job_id in self.ready:
+            files, stopped, since = self.ready[job_id]
+            if last != since:  # it progressed while its stacks were taken: not stuck, the stacks are stale
+                del self.ready[job_id]
+                return
+            silent = t - max(last or row["started"], row["started"])
+            fails = bool(row["hang"]) and silent >= row["hang"]
+            if fails or (limit and not row["notice"] and silent >= limit):
+                del self.ready[job_id]
+                self.act(row, tracker, files, stopped, t, fails)
+            return
+        silent = t - max(last or row["started"], row["started"])
+        soon = [x for x in due if silent >= x - self.lead(x)]
+        if soon:
+            fails = row["hang"] in soon
             what = "collecting stacks" if fails else "collecting stacks (observe mode: the job goes on)"
             rule = "no new step" if tracker.stepping else "no output"
-            log(f"{row['key']}: {rule} for {row['hang'] if fails else limit:g} s; {what}")
-            self.hangs[job_id] = self.pool_exec.submit(
+            log(f"{row['key']}: {rule} for {silent:.1f} s of {min(soon):g} s; {what}")
+            self.asked[job_id] = flight.request(row["stdouterr"])  # PyTorch ranks: their flight recorders
+            fut = self.pool_exec.submit(
                 collect_stacks, self.cluster, row["tag"], json.loads(row["nodes"]), row["stdouterr"]
             )
+            self.hangs[job_id] = (fut, last)
+
+    def act(
+        self,
+        row: sqlite3.Row,
+        tracker: progress.ProgressTracker,
+        files: list[str],
+        stopped: list[str],
+        t: float,
+        fails: bool,
+    ) -> None:
+        """The limit passed (at ``t``) with the stacks in hand: end the job (``hang``, or a node that
+        stopped answering) or publish the notice."""
+        job_id = row["id"]
+        silent = t - max(tracker.last_progress or row["started"], row["started"])
+        if stopped:  # the silence is a node's: name it (a lost node, retried as one)
+            lost = "; ".join(f"node {n} stopped answering" for n in stopped)
+            log(f"{row['key']}: {lost}; stopping the job")
+            reason = f"{lost} (no output from the job for {int(silent)} s)"
+            self.stop(row, "failed", reason, retries.EndCause.NODE_LOST.value)
+            return
+        line = self.read_verdict(row, tracker, files, self.asked.pop(job_id, None))
+        steps = tracker.stepping
+        if fails:
+            reason = watchdog.hang_reason(silent, files, verdict=line, steps=steps)
+            self.stop(row, "failed", reason, retries.EndCause.HANG.value)
+            return
+        notice = watchdog.hang_notice(silent, files, row["hang"], verdict=line, steps=steps)
+        self.store.update(job_id, notice=notice)
+        self.noticed[job_id] = t
+        if line:  # one line in the job's output: whoever follows the stream sees it now
+            say_in_output(row["stdouterr"], notice)
+        log(f"{row['key']}: {notice}")
 
     @staticmethod
-    def read_verdict(row: sqlite3.Row, tracker: progress.ProgressTracker, files: list[str]) -> str | None:
-        """The cross-rank verdict from the nodes' ``stacks-<node>.json`` (None: no rank's stacks)."""
+    def read_verdict(
+        row: sqlite3.Row, tracker: progress.ProgressTracker, files: list[str], asked: float | None = None
+    ) -> str | None:
+        """The cross-rank verdict from the nodes' ``stacks-<node>.json`` and, for a PyTorch job, the ranks'
+        flight recorders written since ``asked``, for a Horovod job its last stall warning (None: no rank's
+        stacks)."""
         paths = [os.path.join(row["stdouterr"], os.path.splitext(f)[0] + ".json") for f in files]
         records = verdict.rank_records(paths)
         if not records:
             return None
-        return verdict.verdict(records, tracker.step)[:1000]
+        recorded, blame = flight.summary(flight.read(row["stdouterr"], asked))
+        warned, named = stall.summary(row["stdouterr"])  # Horovod's stall warnings
+        line = verdict.verdict(records, tracker.step, blame=blame or named)
+        return "; ".join(x for x in (line, recorded, warned) if x)[:1000]
 
 
 def say_in_output(stdouterr: str, notice: str) -> None:
