@@ -6,16 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from batchai_sdk import _layout as layout
-from batchai_sdk.node.protocol import (
-    CtlReply,
-    NodeHold,
-    NodesDoc,
-    Reporter,
-    SharePaths,
-    StatusDoc,
-    eviction_marker,
-    is_eviction_file,
-)
+from batchai_sdk.node.protocol.paths import SharePaths, eviction_marker, is_eviction_file
+from batchai_sdk.node.protocol.records import NodeHold, NodesDoc, Reporter, StatusDoc
+from batchai_sdk.node.protocol.requests import CtlReply
 
 
 def test_a_status_record_round_trips_and_keeps_keys_it_does_not_know() -> None:

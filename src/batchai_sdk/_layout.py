@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._mount_paths import resolve
 from .exceptions import ValidationError
-from .node import protocol
+from .node.protocol import paths as protocol
 from .share import join, normalize
 
 if TYPE_CHECKING:

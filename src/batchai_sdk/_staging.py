@@ -30,7 +30,7 @@ from ._models import utcnow
 from ._requirements import check_requirements
 from .exceptions import NotFoundError, ShareError, ValidationError
 from .launch import launch_config, on_node
-from .node.protocol import LAUNCH_CONFIG
+from .node.protocol.paths import LAUNCH_CONFIG
 from .share import Share, join
 from .train import SCRIPTS, module_path
 

@@ -37,7 +37,8 @@ from .exceptions import (
     ValidationError,
 )
 from .node.policy.autoscale import DEFAULT_IDLE_SECONDS
-from .node.protocol import NodesDoc, simulated_eviction
+from .node.protocol.paths import simulated_eviction
+from .node.protocol.records import NodesDoc
 from .share import join
 
 log = logging.getLogger("batchai_sdk")

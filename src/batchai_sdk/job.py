@@ -49,7 +49,8 @@ from .exceptions import (
 )
 from .mounts import AzureBlobContainer, AzureFileShare, describe
 from .node.policy.watchdog import LOG_PATTERNS
-from .node.protocol import LAUNCH_CONFIG, StatusDoc
+from .node.protocol.paths import LAUNCH_CONFIG
+from .node.protocol.records import StatusDoc
 from .share import Share, join
 
 if TYPE_CHECKING:

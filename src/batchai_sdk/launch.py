@@ -17,7 +17,7 @@ from ._mount_paths import job_root_is_share
 from .exceptions import ValidationError
 from .mounts import Mount, describe, mount_to_dict, storage_key
 from .node.policy import toolkits
-from .node.protocol import LAUNCH_CONFIG
+from .node.protocol.paths import LAUNCH_CONFIG
 
 __all__ = [
     "RUN_ID_VARIABLE",

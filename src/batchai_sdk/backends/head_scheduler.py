@@ -21,16 +21,9 @@ from .._staging import ensure_node_code as ensure_node_code  # re-exported (it l
 from .._staging import node_code as node_code
 from ..exceptions import AlreadyExistsError, BackendError, CapacityError, ValidationError
 from ..launch import node_command, on_node
-from ..node.names import SCHED_SOCKET
-from ..node.protocol import (
-    E_CAPACITY,
-    E_EXISTS,
-    E_INVALID,
-    E_REQUEST_REUSED,
-    E_UNAVAILABLE,
-    NodesDoc,
-    StatusDoc,
-)
+from ..node.protocol.names import SCHED_SOCKET
+from ..node.protocol.records import NodesDoc, StatusDoc
+from ..node.protocol.requests import E_CAPACITY, E_EXISTS, E_INVALID, E_REQUEST_REUSED, E_UNAVAILABLE
 from ..share import Share
 from ..vm_sizes import health_floors
 from .base import Activity, Assignment, Backend, ClusterScheduler, JobRequest, LaunchTarget

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ...node.protocol import (
+from ...node.protocol.records import (
     CLUSTER_AT_ZERO,
     NODES_UNHEALTHY,
     OTHER,

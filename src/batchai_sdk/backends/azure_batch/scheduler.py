@@ -21,7 +21,7 @@ from ... import _layout as layout
 from ..._models import JobState, parse_time, utcnow
 from ..._staging import ensure_node_code
 from ...exceptions import AlreadyExistsError
-from ...node.protocol import PendingDoc, Reporter, StatusDoc
+from ...node.protocol.records import PendingDoc, Reporter, StatusDoc
 from ...share import join
 from ..base import Assignment, ClusterScheduler, JobRequest
 from . import task as tasks

@@ -20,7 +20,7 @@ from ... import _layout as layout
 from ..._models import ClusterSpec, JobState, utcnow
 from ..._staging import ensure_node_code
 from ...exceptions import AlreadyExistsError, ValidationError
-from ...node.protocol import Reporter, StatusDoc
+from ...node.protocol.records import Reporter, StatusDoc
 from ...share import join
 from ..base import Assignment, ClusterScheduler, JobRequest
 from . import states

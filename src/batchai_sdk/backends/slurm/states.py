@@ -7,7 +7,7 @@ are ``sinfo %T`` words with their flag suffixes (``idle~``, ``down*``, ...).
 from __future__ import annotations
 
 from ..._models import JobState, NodeState
-from ...node.protocol import (
+from ...node.protocol.records import (
     CLUSTER_AT_ZERO,
     DEPENDENCY,
     HELD,

@@ -36,7 +36,7 @@ from ..common import (
     write_json_atomic,
 )
 from ..policy.toolkits import hostfile_slots
-from ..protocol import ASSIGNMENT_RECORD, PHASE_RECORD, RESULT_RECORD, SECRETS_RECORD
+from ..protocol.paths import ASSIGNMENT_RECORD, PHASE_RECORD, RESULT_RECORD, SECRETS_RECORD
 from .containers import PULL_FAILED, PULL_FAILED_PREFIX, PullError
 from .forked import ForkedRank, fork_rank
 from .rank import run_prep

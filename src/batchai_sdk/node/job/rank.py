@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..common import expand, job_env, load, load_or_none, script_python, try_append, write_json_atomic
 from ..policy.toolkits import SHELL
-from ..protocol import eviction_marker, simulated_eviction
+from ..protocol.paths import eviction_marker, simulated_eviction
 from . import containers
 
 if TYPE_CHECKING:

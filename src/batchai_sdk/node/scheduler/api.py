@@ -20,8 +20,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..names import LEVELS, OPS, PRIORITIES
-from ..names import NAME as NAME  # not their users' modules: ctl imports this one
+from ..protocol.names import LEVELS, OPS, PRIORITIES
+from ..protocol.names import NAME as NAME  # not their users' modules: ctl imports this one
 
 MAX_REQUEST = 1 << 20  # bytes of one request line: secrets and a cluster of thousands of nodes fit
 MAX_DEPTH = 8

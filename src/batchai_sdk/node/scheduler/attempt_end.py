@@ -20,7 +20,7 @@ from typing import Any
 from ..common import load_or_none, now
 from ..job import procs
 from ..policy import retries, watchdog
-from ..protocol import (
+from ..protocol.paths import (
     FAULT_REQUEST_PREFIX,
     LOST_MARKER_PREFIX,
     PHASE_RECORD,

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..common import now
 from ..policy import autoscale
-from ..protocol import EVENTS_RECORD, SharePaths
+from ..protocol.paths import EVENTS_RECORD, SharePaths
 from .log import log
 from .store import Store
 

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from ..common import write_json_atomic
-from ..names import SCHED_SOCKET
+from ..protocol.names import SCHED_SOCKET
 from . import api
 
 START_TIMEOUT = 20.0

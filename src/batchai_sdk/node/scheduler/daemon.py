@@ -36,22 +36,11 @@ from typing import Any
 
 from ..agent.keeper import Agents
 from ..common import TAG_VAR, load_or_none, write_json_atomic
-from ..names import SCHED_SOCKET
 from ..policy import retries
 from ..policy.queue import Holding, Waiting, plan, priority_rank
-from ..protocol import (
-    ASSIGNMENT_RECORD,
-    E_REQUEST_REUSED,
-    OP_HEALTH,
-    OP_JOB,
-    OP_NODES,
-    OP_PING,
-    OP_SUBMIT,
-    OP_TERMINATE,
-    PHASE_RECORD,
-    RESULT_RECORD,
-    SECRETS_RECORD,
-)
+from ..protocol.names import OP_HEALTH, OP_JOB, OP_NODES, OP_PING, OP_SUBMIT, OP_TERMINATE, SCHED_SOCKET
+from ..protocol.paths import ASSIGNMENT_RECORD, PHASE_RECORD, RESULT_RECORD, SECRETS_RECORD
+from ..protocol.requests import E_REQUEST_REUSED
 from . import (
     api,
     attempt_end,

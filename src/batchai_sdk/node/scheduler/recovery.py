@@ -17,7 +17,8 @@ from ..common import load_or_none, now
 from ..job import procs
 from ..policy import retries
 from ..policy.queue import priority_rank
-from ..protocol import SharePaths, StatusDoc
+from ..protocol.paths import SharePaths
+from ..protocol.records import StatusDoc
 from . import attempt_end
 from .api import NAME
 from .log import log

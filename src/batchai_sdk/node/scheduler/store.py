@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..common import load_or_none, now, write_json_atomic
-from ..protocol import SECRETS_RECORD
+from ..protocol.paths import SECRETS_RECORD
 from .api import RequestError, check_cluster
 from .log import log
 

@@ -30,7 +30,7 @@ from ..common import job_env as common_job_env
 from ..job.launcher import free_port
 from ..job.rank import FRAMEWORKS, framework_context, make_mount_link
 from ..policy import toolkits
-from ..protocol import Reporter, StatusDoc
+from ..protocol.records import Reporter, StatusDoc
 
 HEARTBEAT = 10.0
 
