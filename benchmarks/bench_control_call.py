@@ -3,8 +3,9 @@ nodes on loopback), as a fresh client makes it: ``batchai job show`` or ``job te
 workspace and ask the cluster's scheduler once.
 
 Starts two real OpenSSH servers on 127.0.0.2 and 127.0.0.3 (as the SSH tests do; needs root and
-openssh-server), runs one job so the scheduler is up, then times ``--calls`` rounds of each control call
-made by a scheduler handle with nothing cached (``backend.scheduler(spec)``), as a new process has it.
+openssh-server), starts a long job so the scheduler stays up (it exits when idle), then times ``--calls``
+rounds of each control call made by a scheduler handle with nothing cached (``backend.scheduler(spec)``),
+as a new process has it.
 Printed: the median and max seconds per call, and how many SSH probes of the cluster's hosts each call
 made (a host probed is a round trip; issue 31: a control call carries a job reference only, so it probes
 nothing and builds no cluster configuration).
@@ -55,15 +56,18 @@ def main() -> int:
         root = Path(tmp)
         with nodes.workspace("bench", root, nodes.addresses) as ws:
             cluster = ws.create_cluster("c", nodes=2)
-            job = ws.create_experiment("e").create_job("j", cluster=cluster, command_line="true")
+            job = ws.create_experiment("e").create_job("j", cluster=cluster, command_line="sleep 600")
             job.submit()
-            if job.wait(timeout=120, poll_interval=0.1) is not JobState.SUCCEEDED:
+            deadline = time.monotonic() + 120
+            while job.state is not JobState.RUNNING and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if job.state is not JobState.RUNNING:
                 print(job.tail("stderr.txt", 20), file=sys.stderr)
                 return 1
             backend, spec = ws.backend, cluster.spec
             calls: dict[str, Callable[[], object]] = {
                 "job state": lambda: backend.scheduler(spec).job_state("e", "j"),
-                "terminate (ended job)": lambda: backend.scheduler(spec).terminate("e", "j"),
+                "terminate (unknown)": lambda: backend.scheduler(spec).terminate("e", "none"),
                 "ping": lambda: backend.scheduler(spec).ensure_running(),
             }
             for label, call in calls.items():
@@ -74,10 +78,11 @@ def main() -> int:
                     call()
                     times.append(time.perf_counter() - t)
                 print(
-                    f"{label:22s} median {statistics.median(times) * 1000:6.1f} ms, "
+                    f"{label:20s} median {statistics.median(times) * 1000:6.1f} ms, "
                     f"max {max(times) * 1000:6.1f} ms, host probes per call {probes[0] / args.calls:.1f} "
                     f"(load {os.getloadavg()[0]:.1f})"
                 )
+            job.terminate(timeout=60)
     return 0
 
 

@@ -130,6 +130,11 @@ class ClusterScheduler(ABC):
         """Bring the job's status record up to date where the scheduler does not publish it by itself."""
         return None
 
+    def configure(self, *, timeout: float | None = None) -> None:
+        """Hand the scheduler the cluster's configuration (its nodes, autoscale settings), starting it
+        where it sleeps: control calls (a job's state, a terminate, a ping) do not carry it."""
+        self.ensure_running()
+
     def update_nodes(self, nodes: tuple[Node, ...], *, timeout: float | None = None) -> None:  # noqa: B027
         """Tell the scheduler the cluster's nodes changed (resize): queued jobs that no longer fit fail."""
 
@@ -247,6 +252,11 @@ class Backend(ABC):
     @abstractmethod
     def launch_target(self, spec: ClusterSpec, nodes: tuple[Node, ...]) -> LaunchTarget:
         """The facts the job wrapper needs to start ranks on ``nodes`` (the first is the head)."""
+
+    def head_node(self, spec: ClusterSpec) -> Node | None:
+        """The cluster's head node where the backend knows it without asking the machines (a control call
+        then reaches its scheduler without a probe of every node); None: from ``cluster_status``."""
+        return None
 
     @abstractmethod
     def head_runner(self, spec: ClusterSpec, nodes: tuple[Node, ...]) -> Runner:

@@ -1,6 +1,11 @@
 """The client of a cluster's own scheduler (``node/scheduler/daemon.py``) on its head node, for the backends
 whose nodes we run (local, SSH, Azure). Each call runs ``ctl`` on the head node through the backend's
 runner: the request (secrets included) goes on stdin, the reply comes back on stdout.
+
+The cluster's configuration (its nodes, probed, and everything ``cluster.json`` holds) travels with a submit,
+a change of nodes and a health report, and otherwise only when ``ctl`` must start the scheduler: a control
+call (a job's state, a terminate, a ping) carries a job reference and reaches the head node without a probe
+of every node where the backend knows its head (``Backend.head_node``).
 """
 
 from __future__ import annotations
@@ -19,9 +24,16 @@ from .. import _layout as layout
 from .._models import ClusterSpec, Node, parse_time
 from .._staging import ensure_node_code as ensure_node_code  # re-exported (it lived here)
 from .._staging import node_code as node_code
-from ..exceptions import AlreadyExistsError, BackendError, CapacityError, ValidationError
+from ..exceptions import (
+    AlreadyExistsError,
+    BackendError,
+    CapacityError,
+    ProtocolMismatchError,
+    SSHError,
+    ValidationError,
+)
 from ..launch import node_command, on_node
-from ..node.protocol.names import SCHED_SOCKET
+from ..node.protocol.names import E_NEEDS_CLUSTER, PROTOCOL, SCHED_SOCKET
 from ..node.protocol.records import NodesDoc, StatusDoc
 from ..node.protocol.requests import E_CAPACITY, E_EXISTS, E_INVALID, E_REQUEST_REUSED, E_UNAVAILABLE
 from ..share import Share
@@ -67,6 +79,15 @@ class HeadNodeScheduler(ClusterScheduler):
 
     def target(self) -> LaunchTarget:
         return self.backend.launch_target(self.spec, self.nodes() or self.pool())
+
+    def head(self) -> tuple[Node, ...]:
+        """The nodes a control call needs, the head first: the probed ones once known, else the head the
+        backend knows without a probe, else (local, Azure) the probed ones."""
+        if self._nodes is None:
+            head = self.backend.head_node(self.spec)
+            if head is not None:
+                return (head,)
+        return self.nodes() or self.pool()
 
     def node_main(self, target: LaunchTarget) -> str:
         return on_node(target, posixpath.join(ensure_node_code(self.backend), "__main__.py"))
@@ -161,16 +182,37 @@ class HeadNodeScheduler(ClusterScheduler):
                 return
             time.sleep(0.2)
 
-    def call(self, request: dict[str, Any], *, timeout: float | None = None) -> dict[str, Any]:
-        target = self.target()
-        request = {**request, "cluster": self.cluster_config(target)}
+    def call(
+        self, request: dict[str, Any], *, timeout: float | None = None, configure: bool = True
+    ) -> dict[str, Any]:
+        """The scheduler's reply to ``request``. With ``configure`` the request carries the cluster's
+        configuration (built from the nodes, probed); without, it carries only what it names, and the
+        configuration goes only where ``ctl`` must start the scheduler (it answers ``needs_cluster``)."""
+        if not configure:
+            try:
+                reply = self._call(request, self.head(), timeout, cluster=False)
+            except SSHError:  # the head known without a probe does not answer: the probed nodes say who is
+                if self._nodes is not None:
+                    raise
+                reply = {"error": E_NEEDS_CLUSTER}
+            if reply.get("error") != E_NEEDS_CLUSTER:
+                return reply
+        return self._call(request, self.nodes() or self.pool(), timeout, cluster=True)
+
+    def _call(
+        self, request: dict[str, Any], nodes: tuple[Node, ...], timeout: float | None, *, cluster: bool
+    ) -> dict[str, Any]:
+        target = self.backend.launch_target(self.spec, nodes)
+        node_main = self.node_main(target)
+        if cluster:
+            request = {**request, "cluster": self.cluster_config(target)}
         direct = self.call_direct(request, target, timeout)
         if direct is not None:
             return direct
-        command = node_command(
-            target.python, request["cluster"]["node_main"], "ctl", self.state_dir(target), env=target.env
-        )
-        with self.backend.head_runner(self.spec, self.nodes() or self.pool()) as runner:
+        if not cluster and self.backend.kind == "local":  # none answers on its socket: ctl must start it
+            return self._call(request, nodes, timeout, cluster=True)
+        command = node_command(target.python, node_main, "ctl", self.state_dir(target), env=target.env)
+        with self.backend.head_runner(self.spec, nodes) as runner:
             result = runner.run(command, timeout=timeout or 120, stdin=json.dumps(request))
         if not result.ok:
             raise BackendError(
@@ -244,7 +286,9 @@ class HeadNodeScheduler(ClusterScheduler):
         raise BackendError(f"the scheduler of cluster {self.spec.name!r} refused the job: {message}")
 
     def terminate(self, experiment: str, name: str, *, timeout: float | None = None) -> bool:
-        reply = self.call({"op": "terminate", "experiment": experiment, "name": name}, timeout=timeout)
+        reply = self.call(
+            {"op": "terminate", "experiment": experiment, "name": name}, timeout=timeout, configure=False
+        )
         if not reply.get("ok") or "found" not in reply:  # no answer is not "not found": the job is untouched
             raise BackendError(
                 f"the scheduler of cluster {self.spec.name!r} did not answer the terminate of job "
@@ -254,16 +298,38 @@ class HeadNodeScheduler(ClusterScheduler):
         return bool(reply["found"])
 
     def job_state(self, experiment: str, name: str, *, timeout: float | None = None) -> dict[str, Any] | None:
-        reply = self.call({"op": "job", "experiment": experiment, "name": name}, timeout=timeout)
+        reply = self.call(
+            {"op": "job", "experiment": experiment, "name": name}, timeout=timeout, configure=False
+        )
         return reply if reply.get("ok") and "found" in reply else None  # an older scheduler cannot say
 
     def ensure_running(self) -> None:
-        """Make sure the scheduler runs (restarting it if it died) and knows the cluster's nodes."""
-        self.call({"op": "ping"})
+        """Make sure the scheduler runs (restarting it if it died) and speaks this client's protocol
+        (``ProtocolMismatchError`` otherwise). The ping carries no configuration unless it must start
+        the scheduler: ``configure`` hands it over."""
+        self.check_protocol(self.call({"op": "ping"}, configure=False))
+
+    def configure(self, *, timeout: float | None = None) -> None:
+        self.check_protocol(self.call({"op": "nodes"}, timeout=timeout))
+
+    def check_protocol(self, reply: Mapping[str, Any]) -> None:
+        """A scheduler's answer to a ping or a change of nodes, from another version of the wire: refused.
+        No answer is left to the next call to report, as before."""
+        if not reply.get("ok"):
+            return
+        theirs = reply.get("protocol")
+        if theirs != PROTOCOL:
+            pid = reply.get("pid")
+            raise ProtocolMismatchError(
+                self.spec.name,
+                ours=PROTOCOL,
+                theirs=theirs if isinstance(theirs, int) else None,
+                pid=pid if isinstance(pid, int) else None,
+            )
 
     def update_nodes(self, nodes: tuple[Node, ...], *, timeout: float | None = None) -> None:
         self._nodes = nodes
-        self.call({"op": "nodes"}, timeout=timeout)
+        self.configure(timeout=timeout)
 
     def assignments(self) -> Mapping[str, Assignment]:
         raw = self.backend.share.read_json_or_none(layout.nodes_record(self.spec.name))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .names import E_NEEDS_CLUSTER as E_NEEDS_CLUSTER
 from .records import _str
 
 # ctl: the error codes of a refused request

@@ -38,7 +38,16 @@ from ..agent.keeper import Agents
 from ..common import TAG_VAR, load_or_none, write_json_atomic
 from ..policy import retries
 from ..policy.queue import Holding, Waiting, plan, priority_rank
-from ..protocol.names import OP_HEALTH, OP_JOB, OP_NODES, OP_PING, OP_SUBMIT, OP_TERMINATE, SCHED_SOCKET
+from ..protocol.names import (
+    OP_HEALTH,
+    OP_JOB,
+    OP_NODES,
+    OP_PING,
+    OP_SUBMIT,
+    OP_TERMINATE,
+    PROTOCOL,
+    SCHED_SOCKET,
+)
 from ..protocol.paths import ASSIGNMENT_RECORD, PHASE_RECORD, RESULT_RECORD, SECRETS_RECORD
 from ..protocol.requests import E_REQUEST_REUSED
 from . import (
@@ -132,8 +141,8 @@ class Scheduler:
             return self.submit(request)
         if op == OP_TERMINATE:
             return self.terminate(request)
-        if op in (OP_PING, OP_NODES):
-            return {"ok": True, "pid": os.getpid()}
+        if op in (OP_PING, OP_NODES):  # the wire's version: a client of another one stops there
+            return {"ok": True, "pid": os.getpid(), "protocol": PROTOCOL}
         if op == OP_JOB:
             return self.job_state(request)
         if op == OP_HEALTH:  # the admin's report: the scheduler signs it, keeps it and applies it
