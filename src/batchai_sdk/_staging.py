@@ -31,6 +31,7 @@ from ._requirements import check_requirements
 from .exceptions import NotFoundError, ShareError, ValidationError
 from .launch import launch_config, on_node
 from .node.protocol.paths import LAUNCH_CONFIG
+from .node.protocol.records import StatusDoc
 from .share import Share, join
 from .train import SCRIPTS, module_path
 
@@ -330,7 +331,7 @@ def stage_job(
         share.write_json(join(job.paths.run_dir, LAUNCH_CONFIG), config)
         created = utcnow().isoformat()
         what = "the job's status record"
-        share.write_json(job.paths.status, {"state": "queued", "creation_time": created})
+        share.write_json(job.paths.status, StatusDoc(state="queued", creation_time=created).to_dict())
         record = {
             "spec": job.spec.to_dict(redact=True),
             "paths": job.paths.to_dict(),
