@@ -8,7 +8,7 @@ from pathlib import Path
 from batchai_sdk import _layout as layout
 from batchai_sdk.node.protocol.paths import SharePaths, eviction_marker, is_eviction_file
 from batchai_sdk.node.protocol.records import NodeHold, NodesDoc, Reporter, StatusDoc
-from batchai_sdk.node.protocol.requests import CtlReply
+from batchai_sdk.node.protocol.requests import E_NO_REPLY, check_reply
 
 
 def test_a_status_record_round_trips_and_keeps_keys_it_does_not_know() -> None:
@@ -67,9 +67,14 @@ def test_nodes_record_and_ctl_reply_round_trip() -> None:
     full = NodesDoc(head_disk_error="disk full")
     assert NodesDoc.from_dict(full.to_dict()).head_disk_error == "disk full"
     assert not NodesDoc.from_dict({"nodes": {}}).has_idle_since  # an older scheduler's record
-    refused = CtlReply.refused("exists", "job e/a is already queued or running")
-    assert CtlReply.from_dict(refused.to_dict()) == refused
-    assert CtlReply.from_dict({"ok": True, "id": 3}).data == {"id": 3}
+    refused = {"ok": False, "error": "exists", "message": "job e/a is already queued or running"}
+    assert check_reply(refused) == refused
+    assert check_reply({"ok": True, "id": 3, "newer": [1]}) == {"ok": True, "id": 3}  # unknown keys dropped
+    assert check_reply({"ok": 1, "found": "yes", "pid": True, "exit_code": None}) == {
+        "ok": False,
+        "exit_code": None,
+    }
+    assert check_reply(["not", "a", "reply"])["error"] == E_NO_REPLY
 
 
 def test_the_clients_layout_and_a_nodes_paths_are_the_protocols() -> None:

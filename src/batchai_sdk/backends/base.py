@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from .._models import ClusterSpec, Node, NodeState
 from ..exceptions import BackendError, NotSupportedError, ValidationError
 from ..mounts import Mount, describe, storage_key
+from ..node.protocol.requests import Reply
 from ..remote.base import Runner
 from ..share import Share
 
@@ -120,7 +121,7 @@ class ClusterScheduler(ABC):
     def ensure_running(self) -> None:  # noqa: B027 - Slurm's daemons are not ours to start
         """Start the scheduler again if it died (it then resumes its queue)."""
 
-    def job_state(self, experiment: str, name: str, *, timeout: float | None = None) -> dict[str, Any] | None:
+    def job_state(self, experiment: str, name: str, *, timeout: float | None = None) -> Reply | None:
         """What the scheduler itself holds of the job (``found``, ``state``, ``exit_code``,
         ``failure_reason``, ``end_time``), for when its published record went stale; None where the
         scheduler cannot say (Slurm: its own queue is read by ``refresh``)."""

@@ -35,7 +35,17 @@ from ..exceptions import (
 from ..launch import node_command, on_node
 from ..node.protocol.names import E_NEEDS_CLUSTER, PROTOCOL, SCHED_SOCKET
 from ..node.protocol.records import NodesDoc, StatusDoc
-from ..node.protocol.requests import E_CAPACITY, E_EXISTS, E_INVALID, E_REQUEST_REUSED, E_UNAVAILABLE
+from ..node.protocol.requests import (
+    E_CAPACITY,
+    E_EXISTS,
+    E_INVALID,
+    E_REQUEST_REUSED,
+    E_UNAVAILABLE,
+    JobRef,
+    Reply,
+    SubmitRequest,
+    check_reply,
+)
 from ..share import Share
 from ..vm_sizes import health_floors
 from .base import Activity, Assignment, Backend, ClusterScheduler, JobRequest, LaunchTarget
@@ -183,8 +193,8 @@ class HeadNodeScheduler(ClusterScheduler):
             time.sleep(0.2)
 
     def call(
-        self, request: dict[str, Any], *, timeout: float | None = None, configure: bool = True
-    ) -> dict[str, Any]:
+        self, request: Mapping[str, Any], *, timeout: float | None = None, configure: bool = True
+    ) -> Reply:
         """The scheduler's reply to ``request``. With ``configure`` the request carries the cluster's
         configuration (built from the nodes, probed); without, it carries only what it names, and the
         configuration goes only where ``ctl`` must start the scheduler (it answers ``needs_cluster``)."""
@@ -194,21 +204,21 @@ class HeadNodeScheduler(ClusterScheduler):
             except SSHError:  # the head known without a probe does not answer: the probed nodes say who is
                 if self._nodes is not None:
                     raise
-                reply = {"error": E_NEEDS_CLUSTER}
+                reply = Reply(ok=False, error=E_NEEDS_CLUSTER)
             if reply.get("error") != E_NEEDS_CLUSTER:
                 return reply
         return self._call(request, self.nodes() or self.pool(), timeout, cluster=True)
 
     def _call(
-        self, request: dict[str, Any], nodes: tuple[Node, ...], timeout: float | None, *, cluster: bool
-    ) -> dict[str, Any]:
+        self, request: Mapping[str, Any], nodes: tuple[Node, ...], timeout: float | None, *, cluster: bool
+    ) -> Reply:
         target = self.backend.launch_target(self.spec, nodes)
         node_main = self.node_main(target)
         if cluster:
             request = {**request, "cluster": self.cluster_config(target)}
         direct = self.call_direct(request, target, timeout)
         if direct is not None:
-            return direct
+            return check_reply(direct)
         if not cluster and self.backend.kind == "local":  # none answers on its socket: ctl must start it
             return self._call(request, nodes, timeout, cluster=True)
         command = node_command(target.python, node_main, "ctl", self.state_dir(target), env=target.env)
@@ -219,15 +229,14 @@ class HeadNodeScheduler(ClusterScheduler):
                 f"could not reach the scheduler of cluster {self.spec.name!r}: {result.describe()}"
             )
         try:
-            reply: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+            return check_reply(json.loads(result.stdout.strip().splitlines()[-1]))
         except (ValueError, IndexError) as exc:
             raise BackendError(
                 f"the scheduler of cluster {self.spec.name!r} gave no answer: {result.describe()}"
             ) from exc
-        return reply
 
     def call_direct(
-        self, request: dict[str, Any], target: LaunchTarget, timeout: float | None
+        self, request: Mapping[str, Any], target: LaunchTarget, timeout: float | None
     ) -> dict[str, Any] | None:
         """The reply of a scheduler that runs on this machine (the local backend), asked on its socket
         directly: no shell and no Python start (``ctl``) per call, which made up most of a submit's time
@@ -241,27 +250,27 @@ class HeadNodeScheduler(ClusterScheduler):
             return None
         from ..node.scheduler.ctl import send  # stdlib only; loaded on the first call, not at import
 
-        return send(sock, request, timeout=min(timeout or DIRECT_TIMEOUT, DIRECT_TIMEOUT))
+        return send(sock, dict(request), timeout=min(timeout or DIRECT_TIMEOUT, DIRECT_TIMEOUT))
 
     def submit(self, request: JobRequest, *, timeout: float | None = None) -> None:
         reply = self.call(
-            {
-                "op": "submit",
-                "request_id": uuid.uuid4().hex,
-                "experiment": request.experiment,
-                "name": request.name,
-                "node_count": request.node_count,
-                "max_wall_clock_seconds": request.max_wall_clock_seconds,
-                "created": request.created,
-                "hang_timeout": request.hang_timeout,
-                "hang_notice": request.hang_notice,
-                "max_retries": request.max_retries,
-                "retry_on_exit_codes": list(request.retry_on_exit_codes),
-                "max_cost": request.max_cost,
-                "price": request.price_per_node_hour,
-                "scheduling_priority": request.scheduling_priority,
-                "secrets": dict(request.secrets),
-            },
+            SubmitRequest(
+                op="submit",
+                request_id=uuid.uuid4().hex,
+                experiment=request.experiment,
+                name=request.name,
+                node_count=request.node_count,
+                max_wall_clock_seconds=request.max_wall_clock_seconds,
+                created=request.created,
+                hang_timeout=request.hang_timeout,
+                hang_notice=request.hang_notice,
+                max_retries=request.max_retries,
+                retry_on_exit_codes=list(request.retry_on_exit_codes),
+                max_cost=request.max_cost,
+                price=request.price_per_node_hour,
+                scheduling_priority=request.scheduling_priority,
+                secrets=dict(request.secrets),
+            ),
             timeout=timeout,
         )
         if reply.get("ok") and reply.get("key") in (None, request.key):  # None: an older scheduler
@@ -286,9 +295,8 @@ class HeadNodeScheduler(ClusterScheduler):
         raise BackendError(f"the scheduler of cluster {self.spec.name!r} refused the job: {message}")
 
     def terminate(self, experiment: str, name: str, *, timeout: float | None = None) -> bool:
-        reply = self.call(
-            {"op": "terminate", "experiment": experiment, "name": name}, timeout=timeout, configure=False
-        )
+        ref = JobRef(experiment=experiment, name=name)
+        reply = self.call({"op": "terminate", **ref}, timeout=timeout, configure=False)
         if not reply.get("ok") or "found" not in reply:  # no answer is not "not found": the job is untouched
             raise BackendError(
                 f"the scheduler of cluster {self.spec.name!r} did not answer the terminate of job "
@@ -297,10 +305,9 @@ class HeadNodeScheduler(ClusterScheduler):
             )
         return bool(reply["found"])
 
-    def job_state(self, experiment: str, name: str, *, timeout: float | None = None) -> dict[str, Any] | None:
-        reply = self.call(
-            {"op": "job", "experiment": experiment, "name": name}, timeout=timeout, configure=False
-        )
+    def job_state(self, experiment: str, name: str, *, timeout: float | None = None) -> Reply | None:
+        ref = JobRef(experiment=experiment, name=name)
+        reply = self.call({"op": "job", **ref}, timeout=timeout, configure=False)
         return reply if reply.get("ok") and "found" in reply else None  # an older scheduler cannot say
 
     def ensure_running(self) -> None:
@@ -312,20 +319,14 @@ class HeadNodeScheduler(ClusterScheduler):
     def configure(self, *, timeout: float | None = None) -> None:
         self.check_protocol(self.call({"op": "nodes"}, timeout=timeout))
 
-    def check_protocol(self, reply: Mapping[str, Any]) -> None:
+    def check_protocol(self, reply: Reply) -> None:
         """A scheduler's answer to a ping or a change of nodes, from another version of the wire: refused.
         No answer is left to the next call to report, as before."""
         if not reply.get("ok"):
             return
         theirs = reply.get("protocol")
         if theirs != PROTOCOL:
-            pid = reply.get("pid")
-            raise ProtocolMismatchError(
-                self.spec.name,
-                ours=PROTOCOL,
-                theirs=theirs if isinstance(theirs, int) else None,
-                pid=pid if isinstance(pid, int) else None,
-            )
+            raise ProtocolMismatchError(self.spec.name, ours=PROTOCOL, theirs=theirs, pid=reply.get("pid"))
 
     def update_nodes(self, nodes: tuple[Node, ...], *, timeout: float | None = None) -> None:
         self._nodes = nodes

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..protocol.names import LEVELS, OPS, PRIORITIES
 from ..protocol.names import NAME as NAME  # not their users' modules: ctl imports this one
+from ..protocol.requests import JobRef, SubmitRequest
 
 MAX_REQUEST = 1 << 20  # bytes of one request line: secrets and a cluster of thousands of nodes fit
 MAX_DEPTH = 8
@@ -158,20 +159,33 @@ def check_request(doc: dict[str, Any]) -> dict[str, Any]:
     if op == "health":  # checked and bounded by health_reports.normalize
         out["report"] = doc.get("report")
     if op in ("terminate", "job"):
-        out["experiment"] = text(doc, "experiment", NAME)
-        out["name"] = text(doc, "name", NAME)
-    if op != "submit":
-        return out
+        out.update(check_job_ref(doc))
+    if op == "submit":
+        out.update(check_submit(doc))
+    return out
+
+
+def check_job_ref(doc: Mapping[str, Any]) -> JobRef:
+    """The job a control call names."""
+    return JobRef(experiment=_name(doc, "experiment"), name=_name(doc, "name"))
+
+
+def check_submit(doc: Mapping[str, Any]) -> SubmitRequest:
+    """A submit's fields, checked and normalised (numbers as float, absent lists empty)."""
     codes = doc.get("retry_on_exit_codes") or []
     if not isinstance(codes, list) or not all(
         not isinstance(c, bool) and isinstance(c, int) and 1 <= c <= 255 for c in codes
     ):
         raise invalid("retry_on_exit_codes", codes, "a list of exit codes 1..255")
-    out.update(
-        experiment=text(doc, "experiment", NAME),
-        name=text(doc, "name", NAME),
+    priority = doc.get("scheduling_priority")
+    if priority is not None and (not isinstance(priority, str) or priority.lower() not in PRIORITIES):
+        raise invalid("scheduling_priority", priority, f"one of {', '.join(PRIORITIES)}")
+    return SubmitRequest(
+        op="submit",
+        experiment=_name(doc, "experiment"),
+        name=_name(doc, "name"),
         request_id=text(doc, "request_id", REQUEST_ID, optional=True),
-        node_count=integer(doc, "node_count", 1, MAX_ITEMS),
+        node_count=integer(doc, "node_count", 1, MAX_ITEMS) or 1,
         max_wall_clock_seconds=number(doc, "max_wall_clock_seconds", 0, 100 * WEEKS_52, above=True),
         created=text(doc, "created", PRINTABLE, optional=True),
         hang_timeout=number(doc, "hang_timeout", 0, 100 * WEEKS_52),
@@ -181,12 +195,12 @@ def check_request(doc: dict[str, Any]) -> dict[str, Any]:
         price=number(doc, "price", 0, 1e9),
         secrets=string_map(doc, "secrets", ENV_NAME),
         hang_notice=number(doc, "hang_notice", 0, 100 * WEEKS_52),
+        scheduling_priority=priority,
     )
-    priority = doc.get("scheduling_priority")
-    if priority is not None and (not isinstance(priority, str) or priority.lower() not in PRIORITIES):
-        raise invalid("scheduling_priority", priority, f"one of {', '.join(PRIORITIES)}")
-    out["scheduling_priority"] = priority
-    return out
+
+
+def _name(doc: Mapping[str, Any], field: str) -> str:
+    return text(doc, field, NAME) or ""  # text raises for a missing one: never ""
 
 
 def request_digest(request: Mapping[str, Any]) -> str:

@@ -49,7 +49,7 @@ from ..protocol.names import (
     SCHED_SOCKET,
 )
 from ..protocol.paths import ASSIGNMENT_RECORD, PHASE_RECORD, RESULT_RECORD, SECRETS_RECORD
-from ..protocol.requests import E_REQUEST_REUSED
+from ..protocol.requests import E_REQUEST_REUSED, JobRef, SubmitRequest
 from . import (
     api,
     attempt_end,
@@ -138,13 +138,13 @@ class Scheduler:
             self.set_cluster(request["cluster"])
         op = request["op"]
         if op == OP_SUBMIT:
-            return self.submit(request)
+            return self.submit(api.check_submit(request))
         if op == OP_TERMINATE:
-            return self.terminate(request)
+            return self.terminate(api.check_job_ref(request))
         if op in (OP_PING, OP_NODES):  # the wire's version: a client of another one stops there
             return {"ok": True, "pid": os.getpid(), "protocol": PROTOCOL}
         if op == OP_JOB:
-            return self.job_state(request)
+            return self.job_state(api.check_job_ref(request))
         if op == OP_HEALTH:  # the admin's report: the scheduler signs it, keeps it and applies it
             self.gate.write(health_reports.check_request_report(request["report"]))
             self.publish()
@@ -165,7 +165,7 @@ class Scheduler:
                 f"{row['node_count']} (resize the cluster and submit it again)",
             )
 
-    def submit(self, request: dict[str, Any]) -> dict[str, Any]:
+    def submit(self, request: SubmitRequest) -> dict[str, Any]:
         """Queue a job (once per ``request_id``), keep its secrets here only, and start what can start."""
         experiment, name, node_count = request["experiment"], request["name"], request["node_count"]
         if node_count > self.cluster.capacity():
@@ -233,19 +233,19 @@ class Scheduler:
             self.fault(exc)
         return {"ok": True, "id": job_id, "key": f"{experiment}/{name}"}
 
-    def job_state(self, request: dict[str, Any]) -> dict[str, Any]:
+    def job_state(self, request: JobRef) -> dict[str, Any]:
         """What this scheduler holds of a job, whatever the share shows (a full share stops its writes,
         not its work): found, and the state, exit code, reason and end it would publish."""
-        rows = self.rows("key = ?", f"{request.get('experiment')}/{request.get('name')}")
+        rows = self.rows("key = ?", f"{request['experiment']}/{request['name']}")
         if not rows:
             return {"ok": True, "found": False}
         doc = publish.status_doc(rows[-1])
         keys = ("state", "exit_code", "failure_reason", "end_time")
         return {"ok": True, "found": True, **{k: doc[k] for k in keys if k in doc}}
 
-    def terminate(self, request: dict[str, Any]) -> dict[str, Any]:
+    def terminate(self, request: JobRef) -> dict[str, Any]:
         """End a queued job now, or stop a running one (its launcher gets SIGTERM)."""
-        key = f"{request.get('experiment')}/{request.get('name')}"
+        key = f"{request['experiment']}/{request['name']}"
         rows = self.rows(f"key = ? AND state IN {ACTIVE}", key)
         if not rows:
             return {"ok": True, "found": False}
