@@ -33,6 +33,7 @@ from ..exceptions import (
     ValidationError,
 )
 from ..launch import node_command, on_node
+from ..node.protocol.cluster import ClusterConfig, HealthConfig, NodeConfig
 from ..node.protocol.names import E_NEEDS_CLUSTER, PROTOCOL, SCHED_SOCKET
 from ..node.protocol.records import NodesDoc, StatusDoc
 from ..node.protocol.requests import (
@@ -112,38 +113,38 @@ class HeadNodeScheduler(ClusterScheduler):
             return self.nodes()
         return self.backend.cluster_status(replace(self.spec, nodes=auto.max_nodes)).nodes
 
-    def cluster_config(self, target: LaunchTarget) -> dict[str, Any]:
-        def described(nodes: tuple[Node, ...]) -> list[dict[str, Any]]:
-            return [{"id": n.id, "address": n.address, "machine": n.machine, "slots": n.slots} for n in nodes]
+    def cluster_config(self, target: LaunchTarget) -> ClusterConfig:
+        def described(nodes: tuple[Node, ...]) -> list[NodeConfig]:
+            return [NodeConfig(id=n.id, address=n.address, machine=n.machine, slots=n.slots) for n in nodes]
 
         auto = self.spec.autoscale
-        return {
-            "cluster": self.spec.name,
-            "nodes": described(self.nodes()),
-            "pool": described(self.pool()),
-            "autoscale": auto.to_dict() if auto is not None else None,
-            "azure": self.backend.scale_set(self.spec) if auto is not None else None,
-            "ssh_command": list(target.ssh_command) if target.ssh_command is not None else None,
-            "python": target.python,
-            "node_main": self.node_main(target),
-            "meta_root": on_node(target, layout.META),
-            "cluster_dir": on_node(target, layout.cluster_dir(self.spec.name)),
-            "env": dict(target.env),
-            "health": self.health_settings(target),
-        }
+        return ClusterConfig(
+            cluster=self.spec.name,
+            nodes=described(self.nodes()),
+            pool=described(self.pool()),
+            autoscale=auto.to_dict() if auto is not None else None,
+            azure=self.backend.scale_set(self.spec) if auto is not None else None,
+            ssh_command=list(target.ssh_command) if target.ssh_command is not None else None,
+            python=target.python,
+            node_main=self.node_main(target),
+            meta_root=on_node(target, layout.META),
+            cluster_dir=on_node(target, layout.cluster_dir(self.spec.name)),
+            env=dict(target.env),
+            health=self.health_settings(target),
+        )
 
-    def health_settings(self, target: LaunchTarget) -> dict[str, Any]:
+    def health_settings(self, target: LaunchTarget) -> HealthConfig:
         """What the health gate needs: its level, GPUs per node, and the VM size's all-reduce floors (on
         Azure, where the size is real; elsewhere it is a label and only the sniff test applies)."""
         node_busbw, link_busbw = (
             health_floors(self.spec.vm_size) if self.backend.kind == "azure" else (None, None)
         )
-        return {
-            "level": self.spec.health_check,
-            "gpus": target.num_gpus,
-            "node_busbw": node_busbw,
-            "link_busbw": link_busbw,
-        }
+        settings = HealthConfig(level=self.spec.health_check, gpus=target.num_gpus)
+        if node_busbw is not None:
+            settings["node_busbw"] = node_busbw
+        if link_busbw is not None:
+            settings["link_busbw"] = link_busbw
+        return settings
 
     def check_nodes(self, level: str, *, timeout: float | None = None) -> dict[str, Any]:
         """Run the health gate across the cluster's nodes from its head node; returns its report, which

@@ -18,8 +18,9 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
+from ..protocol.cluster import ClusterConfig, HealthConfig, NodeConfig
 from ..protocol.names import LEVELS, OPS, PRIORITIES
 from ..protocol.names import NAME as NAME  # not their users' modules: ctl imports this one
 from ..protocol.requests import JobRef, SubmitRequest
@@ -212,26 +213,25 @@ def request_digest(request: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _nodes(value: Any, field: str) -> list[dict[str, Any]]:
+def _nodes(value: Any, field: str) -> list[NodeConfig]:
     if not isinstance(value, list):
         raise invalid(field, value, "a list of nodes")
     out = []
     for i, node in enumerate(value):
         if not isinstance(node, dict):
             raise invalid(f"{field}[{i}]", node, "a node object")
-        out.append(
-            {
-                **node,
-                "id": text(node, "id", NODE_ID),
-                "address": text(node, "address", HOST),
-                "machine": text(node, "machine", PRINTABLE),
-                "slots": integer(node, "slots", 1, 4096),
-            }
-        )
+        checked = {
+            **node,
+            "id": text(node, "id", NODE_ID),
+            "address": text(node, "address", HOST),
+            "machine": text(node, "machine", PRINTABLE),
+            "slots": integer(node, "slots", 1, 4096),
+        }
+        out.append(cast(NodeConfig, checked))  # each field checked above
     return out
 
 
-def check_cluster(cfg: Any) -> dict[str, Any]:
+def check_cluster(cfg: Any) -> ClusterConfig:
     """The cluster configuration a request carries (and ``cluster.json`` holds), checked."""
     if not isinstance(cfg, dict):
         raise invalid("cluster", cfg, "the cluster's configuration object")
@@ -269,10 +269,10 @@ def check_cluster(cfg: Any) -> dict[str, Any]:
         out["idle_exit_seconds"] = number(cfg, "idle_exit_seconds", 0, WEEKS_52)
     if cfg.get("health") is not None:
         out["health"] = check_health(cfg["health"])
-    return out
+    return cast(ClusterConfig, out)  # each field checked above
 
 
-def check_health(health: Any) -> dict[str, Any]:
+def check_health(health: Any) -> HealthConfig:
     """The health gate's settings (``HeadNodeScheduler.health_settings``)."""
     if not isinstance(health, dict):
         raise invalid("cluster.health", health, "the health gate's settings or null")
@@ -285,7 +285,7 @@ def check_health(health: Any) -> dict[str, Any]:
         "link_busbw": number(health, "link_busbw", 0, 1e6),
         "tolerance": number(health, "tolerance", 0, 1),
     }
-    return {k: v for k, v in out.items() if v is not None}
+    return cast(HealthConfig, {k: v for k, v in out.items() if v is not None})
 
 
 # -- the scheduler's own rows -------------------------------------------------------------------------------

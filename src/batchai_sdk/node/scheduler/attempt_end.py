@@ -163,7 +163,7 @@ class AttemptEnds:
                 # an unreachable node may still run the job (a partition ends no process): it is not free
                 # until it answers and is emptied (health.DownNodes.probe)
                 for node_id in node_ids:
-                    if by_id.get(node_id, {}).get("address") == address:
+                    if node_id in by_id and by_id[node_id]["address"] == address:
                         self.down.unreached(node_id, tag)
             else:
                 left += reaped

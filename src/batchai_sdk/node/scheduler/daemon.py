@@ -38,6 +38,7 @@ from ..agent.keeper import Agents
 from ..common import TAG_VAR, load_or_none, write_json_atomic
 from ..policy import retries
 from ..policy.queue import Holding, Waiting, plan, priority_rank
+from ..protocol.cluster import ClusterConfig, NodeConfig
 from ..protocol.names import (
     OP_HEALTH,
     OP_JOB,
@@ -80,6 +81,12 @@ IDLE_EXIT = 2.0
 LOST_NODE_GRACE = 2.0
 
 
+def idle_exit(cfg: ClusterConfig) -> float:
+    """How long an idle scheduler waits before it exits (a configuration's null: the default)."""
+    seconds = cfg.get("idle_exit_seconds")
+    return IDLE_EXIT if seconds is None else float(seconds)
+
+
 class Scheduler:
     """The queue's one authority on a head node: its state folder holds ``cluster.json`` and ``sched.db``."""
 
@@ -113,7 +120,7 @@ class Scheduler:
 
     # -- what its callers read (tests, tools): the Store's ------------------------------------------
     @property
-    def cfg(self) -> dict[str, Any]:
+    def cfg(self) -> ClusterConfig:
         """The cluster's configuration."""
         return self.store.cfg
 
@@ -151,7 +158,7 @@ class Scheduler:
             return {"ok": True}
         raise RequestError("invalid", f"unknown request {op!r}")
 
-    def set_cluster(self, cfg: dict[str, Any]) -> None:
+    def set_cluster(self, cfg: ClusterConfig) -> None:
         """Take the cluster's configuration a request carried; fail queued jobs it no longer fits."""
         if not self.cluster.configure(cfg):
             return
@@ -290,7 +297,7 @@ class Scheduler:
         launch = load_or_none(self.cluster.share_paths().launch_config(row["experiment"], row["name"])) or {}
         return str(launch.get("health_check") or "off"), launch.get("stdouterr_dir")
 
-    def start(self, row: sqlite3.Row, nodes: list[dict[str, Any]]) -> None:
+    def start(self, row: sqlite3.Row, nodes: list[NodeConfig]) -> None:
         """Start the job's launcher on ``nodes`` with a fresh tag for this attempt."""
         job_id = row["id"]
         argv = [self.cfg["python"], "-S", self.cfg["node_main"], "launch"]
@@ -486,7 +493,7 @@ class Scheduler:
             self.cleared()
             if self.idle():
                 self.idle_since = self.idle_since or time.monotonic()
-                if time.monotonic() - self.idle_since > float(self.cfg.get("idle_exit_seconds", IDLE_EXIT)):
+                if time.monotonic() - self.idle_since > idle_exit(self.cfg):
                     break
             else:
                 self.idle_since = None
