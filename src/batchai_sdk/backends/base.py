@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from .._models import ClusterSpec, Node, NodeState
 from ..exceptions import BackendError, NotSupportedError, ValidationError
 from ..mounts import Mount, describe, storage_key
+from ..node.protocol.launch import LaunchConfig
 from ..node.protocol.requests import Reply
 from ..remote.base import Runner
 from ..share import Share
@@ -263,7 +264,7 @@ class Backend(ABC):
     def head_runner(self, spec: ClusterSpec, nodes: tuple[Node, ...]) -> Runner:
         """A runner on the job's head node, where the wrapper starts detached."""
 
-    def guard_host(self, config: dict[str, Any]) -> list[str]:
+    def guard_host(self, config: LaunchConfig) -> list[str]:
         """Take out of a job's launch configuration what must not change this machine unasked; returns
         what was skipped, each with how to allow it. Only the local backend's nodes are the user's own
         computer."""

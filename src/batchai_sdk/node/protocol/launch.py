@@ -1,0 +1,55 @@
+"""A job's launch configuration (``run/launch.json``): what ``Job.submit`` stages (``launch.launch_config``,
+then ``_staging``) and the launcher, the rank shims, the pre-started world, the Slurm step and the Batch
+and Slurm schedulers read. A ``TypedDict``: it travels as JSON, and mypy checks every key read at both
+ends. No secret values: only their names (``secret_names``)."""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+
+class MountLink(TypedDict):
+    """A link the rank shim makes on each node: ``path`` -> ``target``."""
+
+    path: str
+    target: str
+
+
+class _Staged(TypedDict):
+    job: str  # experiment/name
+    toolkit: str  # names a policy/toolkits entry
+    python: str  # the interpreter the ranks run
+    script: str | None  # the script on the node, where the job runs one
+    args: list[str]
+    command_line: str | None  # custom / custommpi
+    job_preparation: str | None  # run on every node before the ranks
+    container_image: str | None
+    container_python: str
+    node_count: int
+    toolkit_settings: dict[str, Any]  # the toolkit's own settings (parameter server count, ...)
+    gpus_per_node: int
+    max_wall_clock_seconds: float | None
+    health_check: str | None  # the job's own gate level, right before it starts
+    status_path: str  # its status.json, as the nodes mount the share
+    ranks_per_node: list[int]
+    head: str  # the head node's id
+    env: dict[str, str]  # Batch AI's variables and the job's own (no secrets)
+    expand_env: list[str]  # the names whose values the node expands ($VARS)
+    secret_names: list[str]  # exported by mpirun from the launcher's environment
+    mount_link: MountLink | None  # the job's mount_path -> the share
+    mount_links: list[MountLink]  # $AZ_BATCHAI_JOB_MOUNT_ROOT/<relative_mount_path> -> the storage
+    ssh_command: list[str] | None  # how the head node reaches the others (None: all on this machine)
+    share_root: str
+    run_dir: str
+    stdouterr_dir: str
+    wd: str
+    hostfile: str
+    mpirun_argv: list[str]
+
+
+class LaunchConfig(_Staged, total=False):
+    """``launch.json``: the keys ``launch.launch_config`` writes, and those ``Job.submit`` adds."""
+
+    eviction_watch: bool  # Spot / low priority: each node watches for notices
+    requirements: dict[str, Any]  # _requirements.Requirements.node_config: the job's venv
+    notes: list[str]  # what the backend left out of the configuration (guard_host), and why
