@@ -1,4 +1,4 @@
-"""node/protocol.py, the contract both halves read and write: every record survives its round trip, old
+"""node/protocol/, the contract both halves read and write: every record survives its round trip, old
 keys are read for one version, and the client's share paths are the protocol's."""
 
 from __future__ import annotations

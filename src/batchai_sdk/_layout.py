@@ -1,5 +1,5 @@
 """Where things live on the workspace share, as the client names them: every path is derived from
-``node/protocol.py`` (the one place the share's paths are spelled, for the client and the nodes alike).
+``node/protocol/paths.py`` (the one place the share's paths are spelled, for the client and the nodes alike).
 
 ::
 
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 META = protocol.META
 STDOUTERR = "stdouterr"
-_SHARE = protocol.SharePaths()  # share-relative: the spelling both halves use, in node/protocol.py
+_SHARE = protocol.SharePaths()  # share-relative: the spelling both halves use, in node/protocol/paths.py
 
 
 def workspace_record() -> str:

@@ -1,6 +1,6 @@
 """Why a job's Batch task is still active (queued), from its pool's states — the only place this is read:
 the pool's resize errors (a core quota), its allocation state (resizing), its target, and its nodes'
-states (starting, waiting for the start task, unusable). Kinds as in ``node/protocol.py``."""
+states (starting, waiting for the start task, unusable). Kinds as in ``node/protocol/records.py``."""
 
 from __future__ import annotations
 

@@ -67,7 +67,7 @@ class Cluster:
         return settings.max_nodes if settings is not None else len(self.nodes())
 
     def share_paths(self) -> SharePaths:
-        """The share's paths as this head node sees them (node/protocol.py)."""
+        """The share's paths as this head node sees them (node/protocol/paths.py)."""
         return SharePaths.at_meta(self.cfg["meta_root"])
 
     def event(self, fields: dict[str, Any], label: str = "autoscale") -> None:
