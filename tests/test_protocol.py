@@ -87,3 +87,13 @@ def test_the_clients_layout_and_a_nodes_paths_are_the_protocols() -> None:
     assert layout.job_output_root(None, "e", "j") == layout.job_dir("e", "j")
     assert is_eviction_file(eviction_marker("n0")) and not is_eviction_file("simulate-eviction-n0.json")
     assert is_eviction_file("simulate-eviction-n0.json", simulated=True)
+
+
+def test_a_launchers_result_is_read_field_by_field_as_data() -> None:
+    from batchai_sdk.node.protocol.launch import read_result
+
+    left = {"exit_code": 3, "reason": "boom", "stopped_by_signal": None, "tag": "t1"}
+    assert read_result(left) == left
+    odd = {"exit_code": "3", "reason": ["x"], "stopped_by_signal": True, "tag": 7, "extra": 1}
+    assert read_result(odd) == {"exit_code": None, "reason": None, "stopped_by_signal": None, "tag": None}
+    assert read_result(["not", "a", "record"]) is None and read_result(None) is None

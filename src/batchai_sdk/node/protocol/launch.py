@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
+from .cluster import NodeConfig
+
 
 class MountLink(TypedDict):
     """A link the rank shim makes on each node: ``path`` -> ``target``."""
@@ -53,3 +55,53 @@ class LaunchConfig(_Staged, total=False):
     eviction_watch: bool  # Spot / low priority: each node watches for notices
     requirements: dict[str, Any]  # _requirements.Requirements.node_config: the job's venv
     notes: list[str]  # what the backend left out of the configuration (guard_host), and why
+
+
+# -- a launcher's node-local job folder (paths.ASSIGNMENT_RECORD, PHASE_RECORD, RESULT_RECORD) -------------
+class Assignment(TypedDict):
+    """What the scheduler gives a launcher before it starts (``assignment.json``)."""
+
+    launch: str  # the job's launch.json, as the head node mounts the share
+    nodes: list[NodeConfig]  # the job's nodes, the head first
+    tag: str  # this attempt's process tag
+    attempt: int
+    node_main: str  # the node code's entry point (this version's)
+
+
+class Phase(TypedDict):
+    """The mark a launcher leaves as it goes (``phase.json``): recovery tells a begun attempt by its tag."""
+
+    phase: str  # preparing, running
+    pid: int
+    tag: str | None
+
+
+class Result(TypedDict, total=False):
+    """A launcher's outcome (``result.json``), in its node-local folder and in the run folder on the share;
+    the share's copy counts only with this attempt's ``tag``."""
+
+    exit_code: int | None  # None: the ranks never ran or were ended
+    reason: str | None  # why it failed
+    stopped_by_signal: int | None  # the signal the scheduler sent to stop it
+    tag: str | None
+
+
+def read_result(doc: Any) -> Result | None:
+    """A ``result.json`` as read (a file on the share is data): its fields of their types, a field of
+    another type as None; None for anything that is not a record."""
+    if not isinstance(doc, dict):
+        return None
+    out = Result()
+    if "exit_code" in doc:
+        out["exit_code"] = _int(doc["exit_code"])
+    if "stopped_by_signal" in doc:
+        out["stopped_by_signal"] = _int(doc["stopped_by_signal"])
+    if "reason" in doc:
+        out["reason"] = doc["reason"] if isinstance(doc["reason"], str) else None
+    if "tag" in doc:
+        out["tag"] = doc["tag"] if isinstance(doc["tag"], str) else None
+    return out
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

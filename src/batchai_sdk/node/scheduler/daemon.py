@@ -39,6 +39,7 @@ from ..common import TAG_VAR, load_or_none, write_json_atomic
 from ..policy import retries
 from ..policy.queue import Holding, Waiting, plan, priority_rank
 from ..protocol.cluster import ClusterConfig, NodeConfig
+from ..protocol.launch import Assignment
 from ..protocol.names import (
     OP_HEALTH,
     OP_JOB,
@@ -310,13 +311,13 @@ class Scheduler:
         for stale in (RESULT_RECORD, PHASE_RECORD):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(job_dir, stale))
-        assignment = {
-            "launch": self.cluster.share_paths().launch_config(row["experiment"], row["name"]),
-            "nodes": nodes,
-            "tag": tag,
-            "attempt": row["attempt"],
-            "node_main": self.cfg["node_main"],
-        }
+        assignment = Assignment(
+            launch=self.cluster.share_paths().launch_config(row["experiment"], row["name"]),
+            nodes=nodes,
+            tag=tag,
+            attempt=row["attempt"],
+            node_main=self.cfg["node_main"],
+        )
         write_json_atomic(os.path.join(job_dir, ASSIGNMENT_RECORD), assignment, sync=False)
         launch = load_or_none(assignment["launch"]) or {}
         env[TAG_VAR] = tag
