@@ -36,7 +36,7 @@ from ..common import (
     write_json_atomic,
 )
 from ..policy.toolkits import hostfile_slots
-from ..protocol.launch import Assignment, Phase, Result
+from ..protocol.launch import Assignment, LaunchConfig, Phase, Result, given
 from ..protocol.paths import ASSIGNMENT_RECORD, PHASE_RECORD, RESULT_RECORD, SECRETS_RECORD
 from .containers import PULL_FAILED, PULL_FAILED_PREFIX, PullError
 from .forked import ForkedRank, fork_rank
@@ -109,7 +109,7 @@ class Launcher:
         self.world = world  # mpirun and shims its spare started ahead (world.py), used if the job fits
         self.assignment: Assignment = load(os.path.join(job_dir, ASSIGNMENT_RECORD))
         self.config_path: str = self.assignment["launch"]
-        self.cfg: dict[str, Any] = load(self.config_path)
+        self.cfg: LaunchConfig = load(self.config_path)
         self.nodes: list[dict[str, Any]] = self.assignment["nodes"]
         self.secrets: dict[str, str] = load_or_none(os.path.join(job_dir, SECRETS_RECORD)) or {}
         self.proc: subprocess.Popen[bytes] | ForkedRank | agent.AgentRank | None = None
@@ -213,7 +213,7 @@ class Launcher:
         request = self.agent_request(
             "prep", node=node["id"], env={TAG_VAR: os.environ.get(TAG_VAR, "")}, secrets=self.secrets
         )
-        conn = agent.Connection(self.cfg["ssh_command"], node["address"])
+        conn = agent.Connection(given(self.cfg["ssh_command"], "ssh_command"), node["address"])
         try:
             conn.send(request)
             while True:
@@ -238,7 +238,9 @@ class Launcher:
         carried = {k: env[k] for k in PASSED_TO_REMOTE if k in env}
         request = self.agent_request("rank", env=carried, secrets=self.secrets)
         try:
-            return agent.start_rank(self.cfg["ssh_command"], self.nodes[0]["address"], request)
+            return agent.start_rank(
+                given(self.cfg["ssh_command"], "ssh_command"), self.nodes[0]["address"], request
+            )
         except agent.Unavailable:
             return None
 
@@ -430,7 +432,7 @@ class Launcher:
         if self.cfg.get("ssh_command") is None:
             return True
         argv = [
-            *self.cfg["ssh_command"],
+            *given(self.cfg["ssh_command"], "ssh_command"),
             "-o",
             "ControlPath=none",
             "-o",

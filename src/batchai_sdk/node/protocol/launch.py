@@ -5,9 +5,11 @@ ends. No secret values: only their names (``secret_names``)."""
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, TypedDict, TypeVar
 
 from .cluster import NodeConfig
+
+T = TypeVar("T")
 
 
 class MountLink(TypedDict):
@@ -105,3 +107,11 @@ def read_result(doc: Any) -> Result | None:
 
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def given(value: T | None, field: str) -> T:
+    """A launch.json field the job's toolkit implies (a script for Horovod, ``ssh_command`` on SSH
+    nodes, ...): a clear error naming it where it is missing, not a ``None`` deep in a command line."""
+    if value is None:
+        raise ValueError(f"launch.json: {field} is missing, and this job needs it")
+    return value
