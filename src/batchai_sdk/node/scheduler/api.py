@@ -18,12 +18,14 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from ..protocol.cluster import ClusterConfig, HealthConfig, NodeConfig
 from ..protocol.names import LEVELS, OPS, PRIORITIES
 from ..protocol.names import NAME as NAME  # not their users' modules: ctl imports this one
-from ..protocol.requests import JobRef, SubmitRequest
+
+if TYPE_CHECKING:  # types only: ctl loads this module with every request, and its records are JSON
+    from ..protocol.cluster import ClusterConfig, HealthConfig, NodeConfig
+    from ..protocol.requests import JobRef, SubmitRequest
 
 MAX_REQUEST = 1 << 20  # bytes of one request line: secrets and a cluster of thousands of nodes fit
 MAX_DEPTH = 8
@@ -168,7 +170,8 @@ def check_request(doc: dict[str, Any]) -> dict[str, Any]:
 
 def check_job_ref(doc: Mapping[str, Any]) -> JobRef:
     """The job a control call names."""
-    return JobRef(experiment=_name(doc, "experiment"), name=_name(doc, "name"))
+    ref: JobRef = {"experiment": _name(doc, "experiment"), "name": _name(doc, "name")}
+    return ref
 
 
 def check_submit(doc: Mapping[str, Any]) -> SubmitRequest:
@@ -181,23 +184,24 @@ def check_submit(doc: Mapping[str, Any]) -> SubmitRequest:
     priority = doc.get("scheduling_priority")
     if priority is not None and (not isinstance(priority, str) or priority.lower() not in PRIORITIES):
         raise invalid("scheduling_priority", priority, f"one of {', '.join(PRIORITIES)}")
-    return SubmitRequest(
-        op="submit",
-        experiment=_name(doc, "experiment"),
-        name=_name(doc, "name"),
-        request_id=text(doc, "request_id", REQUEST_ID, optional=True),
-        node_count=integer(doc, "node_count", 1, MAX_ITEMS) or 1,
-        max_wall_clock_seconds=number(doc, "max_wall_clock_seconds", 0, 100 * WEEKS_52, above=True),
-        created=text(doc, "created", PRINTABLE, optional=True),
-        hang_timeout=number(doc, "hang_timeout", 0, 100 * WEEKS_52),
-        max_retries=integer(doc, "max_retries", 0, 1000, optional=True) or 0,
-        retry_on_exit_codes=sorted(set(codes)),
-        max_cost=number(doc, "max_cost", 0, 1e12, above=True),
-        price=number(doc, "price", 0, 1e9),
-        secrets=string_map(doc, "secrets", ENV_NAME),
-        hang_notice=number(doc, "hang_notice", 0, 100 * WEEKS_52),
-        scheduling_priority=priority,
-    )
+    request: SubmitRequest = {
+        "op": "submit",
+        "experiment": _name(doc, "experiment"),
+        "name": _name(doc, "name"),
+        "request_id": text(doc, "request_id", REQUEST_ID, optional=True),
+        "node_count": integer(doc, "node_count", 1, MAX_ITEMS) or 1,
+        "max_wall_clock_seconds": number(doc, "max_wall_clock_seconds", 0, 100 * WEEKS_52, above=True),
+        "created": text(doc, "created", PRINTABLE, optional=True),
+        "hang_timeout": number(doc, "hang_timeout", 0, 100 * WEEKS_52),
+        "max_retries": integer(doc, "max_retries", 0, 1000, optional=True) or 0,
+        "retry_on_exit_codes": sorted(set(codes)),
+        "max_cost": number(doc, "max_cost", 0, 1e12, above=True),
+        "price": number(doc, "price", 0, 1e9),
+        "secrets": string_map(doc, "secrets", ENV_NAME),
+        "hang_notice": number(doc, "hang_notice", 0, 100 * WEEKS_52),
+        "scheduling_priority": priority,
+    }
+    return request
 
 
 def _name(doc: Mapping[str, Any], field: str) -> str:
@@ -227,7 +231,7 @@ def _nodes(value: Any, field: str) -> list[NodeConfig]:
             "machine": text(node, "machine", PRINTABLE),
             "slots": integer(node, "slots", 1, 4096),
         }
-        out.append(cast(NodeConfig, checked))  # each field checked above
+        out.append(cast("NodeConfig", checked))  # each field checked above
     return out
 
 
@@ -269,7 +273,7 @@ def check_cluster(cfg: Any) -> ClusterConfig:
         out["idle_exit_seconds"] = number(cfg, "idle_exit_seconds", 0, WEEKS_52)
     if cfg.get("health") is not None:
         out["health"] = check_health(cfg["health"])
-    return cast(ClusterConfig, out)  # each field checked above
+    return cast("ClusterConfig", out)  # each field checked above
 
 
 def check_health(health: Any) -> HealthConfig:
@@ -285,7 +289,7 @@ def check_health(health: Any) -> HealthConfig:
         "link_busbw": number(health, "link_busbw", 0, 1e6),
         "tolerance": number(health, "tolerance", 0, 1),
     }
-    return cast(HealthConfig, {k: v for k, v in out.items() if v is not None})
+    return cast("HealthConfig", {k: v for k, v in out.items() if v is not None})
 
 
 # -- the scheduler's own rows -------------------------------------------------------------------------------
