@@ -1,7 +1,8 @@
 """The cluster's configuration: what the client builds (``HeadNodeScheduler.cluster_config``), a request
 carries where ``ctl`` must start the scheduler (or the nodes changed), ``scheduler/api.check_cluster``
-checks, and the head node keeps as ``cluster.json``. ``TypedDict``s: ``ctl`` loads this module with every
-request that carries one, and the record travels as JSON; mypy checks every key read at both ends."""
+checks, and the head node keeps as ``cluster.json``. ``TypedDict``s: the record travels as JSON, ``ctl``
+does not load this module (``api.py`` imports it for type checking), and mypy checks every key read at both
+ends."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""The scheduler's socket: what a request names and what a reply says, as ``TypedDict``s (``ctl`` loads this
-module with each request: no dataclasses), the codes of a refused request, and ``check_reply``, how a client
-reads a reply. The scheduler checks a request's fields in ``scheduler/api.py`` (``check_submit``,
-``check_job_ref``), which returns these types; the client builds them, so a field spelled differently on
-either side is a type error."""
+"""The scheduler's socket: what a request names and what a reply says, as ``TypedDict``s (JSON on the wire;
+``scheduler/api.py``, which ``ctl`` loads, imports them for type checking only), the codes of a refused
+request, and ``check_reply``, how a client reads a reply. The scheduler checks a request's fields in
+``scheduler/api.py`` (``check_submit``, ``check_job_ref``), which returns these types; the client builds
+them, so a field spelled differently on either side is a type error."""
 
 from __future__ import annotations
 
