@@ -166,9 +166,10 @@ class Batch:
         self.cfg: LaunchConfig = load(config_path)
         self.status_path: str = self.cfg["status_path"]
         try:
-            self.status: dict[str, Any] = load(self.status_path)
+            loaded = load(self.status_path)
         except (OSError, ValueError):
-            self.status = {}
+            loaded = None
+        self.status = StatusDoc.from_dict(loaded if isinstance(loaded, dict) else {})
         self.lock = threading.Lock()
         self.proc: subprocess.Popen[bytes] | None = None
         self.stopped: tuple[str, str] | None = None
@@ -177,10 +178,9 @@ class Batch:
 
     def update(self, **fields: Any) -> None:
         with self.lock:
-            self.status.update(fields)
-            self.status["heartbeat"] = now()
+            self.status = self.status.updated(**fields, heartbeat=now())
             try:
-                write_json_atomic(self.status_path, StatusDoc.from_dict(self.status).to_dict())
+                write_json_atomic(self.status_path, self.status.to_dict())
             except OSError as exc:  # a full/read-only share: keep going, the next write retries
                 sys.stderr.write(f"batchai: could not write {self.status_path}: {exc}\n")
 
@@ -278,7 +278,7 @@ class Batch:
             start_time=now(),
             nodes=self.nodes,
             slurm_job_id=os.environ.get("SLURM_JOB_ID"),
-            reporter=Reporter(host=socket.gethostname(), pid=os.getpid()).to_dict(),
+            reporter=Reporter(host=socket.gethostname(), pid=os.getpid()),
         )
         done = threading.Event()
         threading.Thread(target=self.heartbeat, args=(done,), daemon=True).start()
