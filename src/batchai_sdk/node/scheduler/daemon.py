@@ -39,7 +39,7 @@ from ..common import TAG_VAR, load_or_none, write_json_atomic
 from ..policy import retries
 from ..policy.queue import Holding, Waiting, plan, priority_rank
 from ..protocol.cluster import ClusterConfig, NodeConfig
-from ..protocol.launch import Assignment
+from ..protocol.launch import Assignment, LaunchConfig
 from ..protocol.names import (
     OP_HEALTH,
     OP_JOB,
@@ -295,7 +295,10 @@ class Scheduler:
     def job_health_level(self, row: sqlite3.Row) -> tuple[str, str | None]:
         """The job's own ``health_check`` (launch.json), or "off" (the cluster's gate already ran), and
         the job's log folder, where the report of its check goes too."""
-        launch = load_or_none(self.cluster.share_paths().launch_config(row["experiment"], row["name"])) or {}
+        path = self.cluster.share_paths().launch_config(row["experiment"], row["name"])
+        launch: LaunchConfig | None = load_or_none(path)
+        if not isinstance(launch, dict):
+            return "off", None
         return str(launch.get("health_check") or "off"), launch.get("stdouterr_dir")
 
     def start(self, row: sqlite3.Row, nodes: list[NodeConfig]) -> None:
@@ -319,7 +322,7 @@ class Scheduler:
             node_main=self.cfg["node_main"],
         )
         write_json_atomic(os.path.join(job_dir, ASSIGNMENT_RECORD), assignment, sync=False)
-        launch = load_or_none(assignment["launch"]) or {}
+        launch: LaunchConfig | None = load_or_none(assignment["launch"])
         env[TAG_VAR] = tag
         t = time.time()
         # Intent before action: the row says which tag this launch uses before the launcher exists, so a
@@ -333,7 +336,7 @@ class Scheduler:
             tag=tag,
             launcher_pid=None,
             phase=STARTING,
-            stdouterr=launch.get("stdouterr_dir"),
+            stdouterr=launch.get("stdouterr_dir") if isinstance(launch, dict) else None,
             notice=None,
         )
         try:
