@@ -341,7 +341,7 @@ def test_the_estimate_plays_the_queue_forward_by_the_limits() -> None:
 
 
 def test_a_pending_record_that_is_not_one_is_left_out() -> None:
-    from batchai_sdk.node.protocol import NodesDoc, StatusDoc
+    from batchai_sdk.node.protocol.records import NodesDoc, StatusDoc
 
     doc = NodesDoc.from_dict({"pending": {"e/a": "x", "e/b": {"kind": 3}, "e/c": {"kind": "held"}}})
     assert list(doc.pending) == ["e/c"] and doc.pending["e/c"].message == "held"

@@ -1,4 +1,4 @@
-"""node/protocol.py, the contract both halves read and write: every record survives its round trip, old
+"""node/protocol/, the contract both halves read and write: every record survives its round trip, old
 keys are read for one version, and the client's share paths are the protocol's."""
 
 from __future__ import annotations
@@ -6,16 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from batchai_sdk import _layout as layout
-from batchai_sdk.node.protocol import (
-    CtlReply,
-    NodeHold,
-    NodesDoc,
-    Reporter,
-    SharePaths,
-    StatusDoc,
-    eviction_marker,
-    is_eviction_file,
-)
+from batchai_sdk.node.protocol.paths import SharePaths, eviction_marker, is_eviction_file
+from batchai_sdk.node.protocol.records import NodeHold, NodesDoc, Reporter, StatusDoc
+from batchai_sdk.node.protocol.requests import E_NO_REPLY, check_reply
 
 
 def test_a_status_record_round_trips_and_keeps_keys_it_does_not_know() -> None:
@@ -74,9 +67,14 @@ def test_nodes_record_and_ctl_reply_round_trip() -> None:
     full = NodesDoc(head_disk_error="disk full")
     assert NodesDoc.from_dict(full.to_dict()).head_disk_error == "disk full"
     assert not NodesDoc.from_dict({"nodes": {}}).has_idle_since  # an older scheduler's record
-    refused = CtlReply.refused("exists", "job e/a is already queued or running")
-    assert CtlReply.from_dict(refused.to_dict()) == refused
-    assert CtlReply.from_dict({"ok": True, "id": 3}).data == {"id": 3}
+    refused = {"ok": False, "error": "exists", "message": "job e/a is already queued or running"}
+    assert check_reply(refused) == refused
+    assert check_reply({"ok": True, "id": 3, "newer": [1]}) == {"ok": True, "id": 3}  # unknown keys dropped
+    assert check_reply({"ok": 1, "found": "yes", "pid": True, "exit_code": None}) == {
+        "ok": False,
+        "exit_code": None,
+    }
+    assert check_reply(["not", "a", "reply"])["error"] == E_NO_REPLY
 
 
 def test_the_clients_layout_and_a_nodes_paths_are_the_protocols() -> None:
@@ -89,3 +87,13 @@ def test_the_clients_layout_and_a_nodes_paths_are_the_protocols() -> None:
     assert layout.job_output_root(None, "e", "j") == layout.SHARE.job_dir("e", "j")
     assert is_eviction_file(eviction_marker("n0")) and not is_eviction_file("simulate-eviction-n0.json")
     assert is_eviction_file("simulate-eviction-n0.json", simulated=True)
+
+
+def test_a_launchers_result_is_read_field_by_field_as_data() -> None:
+    from batchai_sdk.node.protocol.launch import read_result
+
+    left = {"exit_code": 3, "reason": "boom", "stopped_by_signal": None, "tag": "t1"}
+    assert read_result(left) == left
+    odd = {"exit_code": "3", "reason": ["x"], "stopped_by_signal": True, "tag": 7, "extra": 1}
+    assert read_result(odd) == {"exit_code": None, "reason": None, "stopped_by_signal": None, "tag": None}
+    assert read_result(["not", "a", "record"]) is None and read_result(None) is None

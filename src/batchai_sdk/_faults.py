@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._models import JobState, utcnow
 from .exceptions import BatchAIError, BatchAITimeoutError, FaultInjectionRefusedError, ValidationError
-from .node.protocol import fault_request
+from .node.protocol.paths import fault_request
 from .share import join
 
 if TYPE_CHECKING:

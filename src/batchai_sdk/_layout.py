@@ -1,5 +1,5 @@
 """Where things live on the workspace share, as the client names them: every path is derived from
-``node/protocol.py`` (the one place the share's paths are spelled, for the client and the nodes alike).
+``node/protocol/paths.py`` (the one place the share's paths are spelled, for the client and the nodes alike).
 Callers read a path ``SharePaths`` spells through ``SHARE`` (``layout.SHARE.nodes_record(cluster)``); the
 functions here add something to it (a file in a folder, the logs' prefix, a check, the mounts).
 
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._mount_paths import resolve
 from .exceptions import ValidationError
-from .node import protocol
+from .node.protocol import paths as protocol
 from .share import join, normalize
 
 if TYPE_CHECKING:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._models import JobState, JobStatus, heartbeat_timeout, utcnow
 from .exceptions import BatchAIError
+from .node.protocol.records import StatusDoc
 
 if TYPE_CHECKING:
     from .job import Job
@@ -38,14 +39,11 @@ def confirm_lost(job: Job, status: JobStatus, record: Mapping[str, Any]) -> JobS
 
 def record_lost(job: Job, status: JobStatus, record: Mapping[str, Any]) -> None:
     """Write the lost job's end (``failed``, with the reason it was taken for lost)."""
-    ended = {
-        **record,
-        "state": "failed",
-        "failure_reason": status.failure_reason,
-        "end_time": utcnow().isoformat(),
-    }
+    ended = StatusDoc.from_dict(dict(record)).updated(
+        state="failed", failure_reason=status.failure_reason, end_time=utcnow().isoformat()
+    )
     try:
-        job.workspace.share.write_json(job.paths.status, ended)
+        job.workspace.share.write_json(job.paths.status, ended.to_dict())
     except (OSError, BatchAIError) as exc:
         log.debug("could not record the end of lost job %s: %s", job.name, exc)
 
@@ -58,10 +56,10 @@ def end_lost_job(job: Job) -> JobState:
     if lost.state.ended and not lost.lost:
         return lost.state
     why = lost.failure_reason or "its cluster's scheduler no longer knew it"
-    record.update(
+    ended = StatusDoc.from_dict(record).updated(
         state="terminated",
         end_time=utcnow().isoformat(),
         failure_reason=f"terminated by the user after {why}",
     )
-    share.write_json(job.paths.status, record)
+    share.write_json(job.paths.status, ended.to_dict())
     return JobState.TERMINATED

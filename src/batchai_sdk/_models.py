@@ -26,7 +26,7 @@ from .exceptions import BatchAIJsonError, ValidationError
 from .mounts import Mount, mount_to_dict, validate_mounts
 from .node.policy.autoscale import AutoScaleError, AutoScaleSettings, parse_batchai_autoscale
 from .node.policy.queue import PRIORITIES
-from .node.protocol import PENDING_KINDS, PendingDoc, StatusDoc
+from .node.protocol.records import PENDING_KINDS, PendingDoc, StatusDoc
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 OUTPUT_ID_RE = re.compile(r"[A-Za-z0-9_]{1,32}")

@@ -24,7 +24,8 @@ from .exceptions import (
     ValidationError,
 )
 from .launch import launch_config, on_node
-from .node.protocol import LAUNCH_CONFIG, StatusDoc
+from .node.protocol.paths import LAUNCH_CONFIG
+from .node.protocol.records import StatusDoc
 from .share import join
 
 if TYPE_CHECKING:
@@ -220,7 +221,7 @@ def stage_job(
         share.write_json(join(job.paths.run_dir, LAUNCH_CONFIG), config)
         created = utcnow().isoformat()
         what = "the job's status record"
-        share.write_json(job.paths.status, {"state": "queued", "creation_time": created})
+        share.write_json(job.paths.status, StatusDoc(state="queued", creation_time=created).to_dict())
         record = {
             "spec": job.spec.to_dict(redact=True),
             "paths": job.paths.to_dict(),

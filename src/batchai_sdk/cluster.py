@@ -37,7 +37,8 @@ from .exceptions import (
     ValidationError,
 )
 from .node.policy.autoscale import DEFAULT_IDLE_SECONDS
-from .node.protocol import NodesDoc, simulated_eviction
+from .node.protocol.paths import simulated_eviction
+from .node.protocol.records import NodesDoc
 from .share import join
 
 log = logging.getLogger("batchai_sdk")
@@ -103,7 +104,7 @@ class Cluster:
         self.workspace.share.write_json(layout.SHARE.cluster_record(self.name), self._spec.to_dict())
         why = f"autoscale set by the user: {auto.to_dict()}"
         self._event({"from": before, "to": self.spec.nodes, "reason": why})
-        self.workspace.backend.scheduler(self.spec).ensure_running()
+        self.workspace.backend.scheduler(self.spec).configure()  # the settings reach a running scheduler
         return self
 
     def simulate_eviction(self, node: str | None = None, *, grace_seconds: float = 30.0) -> str:

@@ -206,6 +206,25 @@ class BackendError(BatchAIError):
         super().__init__(message)
 
 
+class ProtocolMismatchError(BackendError):
+    """The cluster's scheduler speaks another version of the wire than this client (``node/protocol``'s
+    ``PROTOCOL``): ``ours``, ``theirs`` (None: a scheduler too old to say) and its ``pid`` on the head node.
+    Nothing was sent to it beyond the ping; let its jobs end and stop it, or use the matching batchai_sdk."""
+
+    def __init__(self, cluster: str, *, ours: int, theirs: int | None, pid: int | None) -> None:
+        self.cluster = cluster
+        self.ours = ours
+        self.theirs = theirs
+        self.pid = pid
+        spoken = "an older protocol that does not say its number" if theirs is None else f"protocol {theirs}"
+        super().__init__(
+            f"the scheduler of cluster {cluster!r} (pid {pid} on its head node) speaks {spoken}; this "
+            f"batchai_sdk speaks protocol {ours}: let its jobs end and stop that process (it starts again "
+            "with the next submit), or use the batchai_sdk version that started it",
+            code="protocol_mismatch",
+        )
+
+
 class SSHError(BackendError):
     """An SSH connection or command channel failed.
 

@@ -43,7 +43,7 @@ from .exceptions import (
     ValidationError,
 )
 from .node.policy.watchdog import LOG_PATTERNS
-from .node.protocol import LAUNCH_CONFIG
+from .node.protocol.paths import LAUNCH_CONFIG
 from .remote.deadline import io_deadline
 from .share import Share, join
 

@@ -17,7 +17,8 @@ from ._mount_paths import job_root_is_share
 from .exceptions import ValidationError
 from .mounts import Mount, describe, storage_key
 from .node.policy import flight, toolkits
-from .node.protocol import LAUNCH_CONFIG
+from .node.protocol.launch import LaunchConfig, MountLink
+from .node.protocol.paths import LAUNCH_CONFIG
 
 __all__ = [
     "RUN_ID_VARIABLE",
@@ -174,7 +175,7 @@ def launch_config(
     script_on_node: str | None,
     node_main: str,
     run_id: str | None = None,
-) -> dict[str, Any]:
+) -> LaunchConfig:
     """The launcher's launch.json. No secret values: only their names, which mpirun exports from the
     launcher's environment (the scheduler keeps the values on the head node)."""
     env, expand = job_environment(spec, target, paths, share_name=share_name, run_id=run_id)
@@ -187,52 +188,54 @@ def launch_config(
     python = spec.python_interpreter or target.python
     temp = node_temp_dir(target, spec)
     mount_link = (
-        {"path": posixpath.join(temp, "mounts", spec.mount_path.strip("/")), "target": target.node_share_root}
+        MountLink(
+            path=posixpath.join(temp, "mounts", spec.mount_path.strip("/")), target=target.node_share_root
+        )
         if spec.mount_path
         else None
     )
     export = [*env, *spec.secret_environment, *ALWAYS_EXPORTED]
     links = job_mount_links(spec, target)
-    return {
-        "job": f"{spec.experiment}/{spec.name}",
-        "toolkit": spec.toolkit.value,
-        "python": python,
-        "script": script_on_node,
-        "args": list(spec.args),
-        "command_line": spec.command_line,
-        "job_preparation": spec.job_preparation,
-        "container_image": spec.container_image,
-        "container_python": spec.python_interpreter or "python",
-        "node_count": spec.node_count,
-        "toolkit_settings": settings,
-        "gpus_per_node": target.num_gpus,
-        "max_wall_clock_seconds": spec.max_wall_clock_seconds,
-        "health_check": spec.health_check,
-        "status_path": on_node(target, paths.status),
-        "ranks_per_node": ranks,
-        "head": target.nodes[0].id,
-        "env": env,
-        "expand_env": expand,
-        "secret_names": sorted(spec.secret_environment),
-        "mount_link": mount_link,
-        "mount_links": links,
-        "ssh_command": list(target.ssh_command) if target.ssh_command is not None else None,
-        "share_root": target.node_share_root,
-        "run_dir": run_dir,
-        "stdouterr_dir": on_node(target, paths.stdouterr),
-        "wd": on_node(target, paths.wd),
-        "hostfile": hostfile,
-        "mpirun_argv": mpirun_argv(
+    return LaunchConfig(
+        job=f"{spec.experiment}/{spec.name}",
+        toolkit=spec.toolkit.value,
+        python=python,
+        script=script_on_node,
+        args=list(spec.args),
+        command_line=spec.command_line,
+        job_preparation=spec.job_preparation,
+        container_image=spec.container_image,
+        container_python=spec.python_interpreter or "python",
+        node_count=spec.node_count,
+        toolkit_settings=settings,
+        gpus_per_node=target.num_gpus,
+        max_wall_clock_seconds=spec.max_wall_clock_seconds,
+        health_check=spec.health_check,
+        status_path=on_node(target, paths.status),
+        ranks_per_node=ranks,
+        head=target.nodes[0].id,
+        env=env,
+        expand_env=expand,
+        secret_names=sorted(spec.secret_environment),
+        mount_link=mount_link,
+        mount_links=links,
+        ssh_command=list(target.ssh_command) if target.ssh_command is not None else None,
+        share_root=target.node_share_root,
+        run_dir=run_dir,
+        stdouterr_dir=on_node(target, paths.stdouterr),
+        wd=on_node(target, paths.wd),
+        hostfile=hostfile,
+        mpirun_argv=mpirun_argv(
             target,
             processes=sum(ranks),
             hostfile=hostfile,
             export=export,
             rank_command=[python, "-S", node_main, "rank", config_path],
         ),
-    }
+    )
 
 
-def job_mount_links(spec: JobSpec, target: LaunchTarget) -> list[dict[str, str]]:
+def job_mount_links(spec: JobSpec, target: LaunchTarget) -> list[MountLink]:
     """The links the rank shim makes on each node: ``$AZ_BATCHAI_JOB_MOUNT_ROOT/<relative_mount_path>`` →
     where the node sees that storage: the cluster's mount of the same storage, else the backend's storage
     root (``Backend.prepare_job_mounts`` made it visible there)."""
@@ -250,7 +253,7 @@ def job_mount_links(spec: JobSpec, target: LaunchTarget) -> list[dict[str, str]]
             where = posixpath.join(target.storage_root, key)
         else:
             raise ValidationError("mounts", describe(mount), "storage the cluster mounts")
-        links.append({"path": posixpath.join(root, mount.relative_mount_path), "target": where})
+        links.append(MountLink(path=posixpath.join(root, mount.relative_mount_path), target=where))
     return links
 
 

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from .._models import ClusterSpec, Node, NodeState
 from ..exceptions import BackendError, NotSupportedError, ValidationError
 from ..mounts import Mount, describe, storage_key
+from ..node.protocol.launch import LaunchConfig
+from ..node.protocol.requests import Reply
 from ..remote.base import Runner
 from ..share import Share
 
@@ -120,7 +122,7 @@ class ClusterScheduler(ABC):
     def ensure_running(self) -> None:  # noqa: B027 - Slurm's daemons are not ours to start
         """Start the scheduler again if it died (it then resumes its queue)."""
 
-    def job_state(self, experiment: str, name: str, *, timeout: float | None = None) -> dict[str, Any] | None:
+    def job_state(self, experiment: str, name: str, *, timeout: float | None = None) -> Reply | None:
         """What the scheduler itself holds of the job (``found``, ``state``, ``exit_code``,
         ``failure_reason``, ``end_time``), for when its published record went stale; None where the
         scheduler cannot say (Slurm: its own queue is read by ``refresh``)."""
@@ -129,6 +131,11 @@ class ClusterScheduler(ABC):
     def refresh(self, experiment: str, name: str) -> object:
         """Bring the job's status record up to date where the scheduler does not publish it by itself."""
         return None
+
+    def configure(self, *, timeout: float | None = None) -> None:
+        """Hand the scheduler the cluster's configuration (its nodes, autoscale settings), starting it
+        where it sleeps: control calls (a job's state, a terminate, a ping) do not carry it."""
+        self.ensure_running()
 
     def update_nodes(self, nodes: tuple[Node, ...], *, timeout: float | None = None) -> None:  # noqa: B027
         """Tell the scheduler the cluster's nodes changed (resize): queued jobs that no longer fit fail."""
@@ -248,11 +255,16 @@ class Backend(ABC):
     def launch_target(self, spec: ClusterSpec, nodes: tuple[Node, ...]) -> LaunchTarget:
         """The facts the job wrapper needs to start ranks on ``nodes`` (the first is the head)."""
 
+    def head_node(self, spec: ClusterSpec) -> Node | None:
+        """The cluster's head node where the backend knows it without asking the machines (a control call
+        then reaches its scheduler without a probe of every node); None: from ``cluster_status``."""
+        return None
+
     @abstractmethod
     def head_runner(self, spec: ClusterSpec, nodes: tuple[Node, ...]) -> Runner:
         """A runner on the job's head node, where the wrapper starts detached."""
 
-    def guard_host(self, config: dict[str, Any]) -> list[str]:
+    def guard_host(self, config: LaunchConfig) -> list[str]:
         """Take out of a job's launch configuration what must not change this machine unasked; returns
         what was skipped, each with how to allow it. Only the local backend's nodes are the user's own
         computer."""

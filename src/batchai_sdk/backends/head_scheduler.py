@@ -1,6 +1,11 @@
 """The client of a cluster's own scheduler (``node/scheduler/daemon.py``) on its head node, for the backends
 whose nodes we run (local, SSH, Azure). Each call runs ``ctl`` on the head node through the backend's
 runner: the request (secrets included) goes on stdin, the reply comes back on stdout.
+
+The cluster's configuration (its nodes, probed, and everything ``cluster.json`` holds) travels with a submit,
+a change of nodes and a health report, and otherwise only when ``ctl`` must start the scheduler: a control
+call (a job's state, a terminate, a ping) carries a job reference and reaches the head node without a probe
+of every node where the backend knows its head (``Backend.head_node``).
 """
 
 from __future__ import annotations
@@ -17,18 +22,30 @@ from typing import Any
 
 from .. import _layout as layout
 from .._models import ClusterSpec, Node, parse_time
-from .._staging import ensure_node_code
-from ..exceptions import AlreadyExistsError, BackendError, CapacityError, ValidationError
+from .._staging import ensure_node_code as ensure_node_code  # re-exported (it lived here)
+from .._staging import node_code as node_code
+from ..exceptions import (
+    AlreadyExistsError,
+    BackendError,
+    CapacityError,
+    ProtocolMismatchError,
+    SSHError,
+    ValidationError,
+)
 from ..launch import node_command, on_node
-from ..node.names import SCHED_SOCKET
-from ..node.protocol import (
+from ..node.protocol.cluster import ClusterConfig, HealthConfig, NodeConfig
+from ..node.protocol.names import E_NEEDS_CLUSTER, PROTOCOL, SCHED_SOCKET
+from ..node.protocol.records import NodesDoc, StatusDoc
+from ..node.protocol.requests import (
     E_CAPACITY,
     E_EXISTS,
     E_INVALID,
     E_REQUEST_REUSED,
     E_UNAVAILABLE,
-    NodesDoc,
-    StatusDoc,
+    JobRef,
+    Reply,
+    SubmitRequest,
+    check_reply,
 )
 from ..share import Share
 from ..vm_sizes import health_floors
@@ -74,6 +91,15 @@ class HeadNodeScheduler(ClusterScheduler):
     def target(self) -> LaunchTarget:
         return self.backend.launch_target(self.spec, self.nodes() or self.pool())
 
+    def head(self) -> tuple[Node, ...]:
+        """The nodes a control call needs, the head first: the probed ones once known, else the head the
+        backend knows without a probe, else (local, Azure) the probed ones."""
+        if self._nodes is None:
+            head = self.backend.head_node(self.spec)
+            if head is not None:
+                return (head,)
+        return self.nodes() or self.pool()
+
     def node_main(self, target: LaunchTarget) -> str:
         return on_node(target, posixpath.join(ensure_node_code(self.backend.share), "__main__.py"))
 
@@ -87,38 +113,37 @@ class HeadNodeScheduler(ClusterScheduler):
             return self.nodes()
         return self.backend.cluster_status(replace(self.spec, nodes=auto.max_nodes)).nodes
 
-    def cluster_config(self, target: LaunchTarget) -> dict[str, Any]:
-        def described(nodes: tuple[Node, ...]) -> list[dict[str, Any]]:
-            return [{"id": n.id, "address": n.address, "machine": n.machine, "slots": n.slots} for n in nodes]
+    def cluster_config(self, target: LaunchTarget) -> ClusterConfig:
+        def described(nodes: tuple[Node, ...]) -> list[NodeConfig]:
+            return [NodeConfig(id=n.id, address=n.address, machine=n.machine, slots=n.slots) for n in nodes]
 
         auto = self.spec.autoscale
-        return {
-            "cluster": self.spec.name,
-            "nodes": described(self.nodes()),
-            "pool": described(self.pool()),
-            "autoscale": auto.to_dict() if auto is not None else None,
-            "azure": self.backend.scale_set(self.spec) if auto is not None else None,
-            "ssh_command": list(target.ssh_command) if target.ssh_command is not None else None,
-            "python": target.python,
-            "node_main": self.node_main(target),
-            "meta_root": on_node(target, layout.META),
-            "cluster_dir": on_node(target, layout.SHARE.cluster_dir(self.spec.name)),
-            "env": dict(target.env),
-            "health": self.health_settings(target),
-        }
+        return ClusterConfig(
+            cluster=self.spec.name,
+            nodes=described(self.nodes()),
+            pool=described(self.pool()),
+            autoscale=auto.to_dict() if auto is not None else None,
+            azure=self.backend.scale_set(self.spec) if auto is not None else None,
+            ssh_command=list(target.ssh_command) if target.ssh_command is not None else None,
+            python=target.python,
+            node_main=self.node_main(target),
+            meta_root=on_node(target, layout.META),
+            cluster_dir=on_node(target, layout.SHARE.cluster_dir(self.spec.name)),
+            env=dict(target.env),
+            health=self.health_settings(target),
+        )
 
-    def health_settings(self, target: LaunchTarget) -> dict[str, Any]:
+    def health_settings(self, target: LaunchTarget) -> HealthConfig:
         """What the health gate needs: its level, GPUs per node, and the VM size's all-reduce floors (on
         Azure, where the size is real; elsewhere it is a label and only the sniff test applies)."""
         node_busbw, link_busbw = (
             health_floors(self.spec.vm_size) if self.backend.kind == "azure" else (None, None)
         )
-        settings: dict[str, Any] = {
-            "level": self.spec.health_check,
-            "gpus": target.num_gpus,
-            "node_busbw": node_busbw,
-            "link_busbw": link_busbw,
-        }
+        settings = HealthConfig(level=self.spec.health_check, gpus=target.num_gpus)
+        if node_busbw is not None:
+            settings["node_busbw"] = node_busbw
+        if link_busbw is not None:
+            settings["link_busbw"] = link_busbw
         source = self.spec.health_source
         if source is not None:  # never on the share: every job can write there
             share = target.node_share_root.rstrip("/")
@@ -176,31 +201,51 @@ class HeadNodeScheduler(ClusterScheduler):
                 return
             time.sleep(0.2)
 
-    def call(self, request: dict[str, Any], *, timeout: float | None = None) -> dict[str, Any]:
-        target = self.target()
-        request = {**request, "cluster": self.cluster_config(target)}
+    def call(
+        self, request: Mapping[str, Any], *, timeout: float | None = None, configure: bool = True
+    ) -> Reply:
+        """The scheduler's reply to ``request``. With ``configure`` the request carries the cluster's
+        configuration (built from the nodes, probed); without, it carries only what it names, and the
+        configuration goes only where ``ctl`` must start the scheduler (it answers ``needs_cluster``)."""
+        if not configure:
+            try:
+                reply = self._call(request, self.head(), timeout, cluster=False)
+            except SSHError:  # the head known without a probe does not answer: the probed nodes say who is
+                if self._nodes is not None:
+                    raise
+                reply = Reply(ok=False, error=E_NEEDS_CLUSTER)
+            if reply.get("error") != E_NEEDS_CLUSTER:
+                return reply
+        return self._call(request, self.nodes() or self.pool(), timeout, cluster=True)
+
+    def _call(
+        self, request: Mapping[str, Any], nodes: tuple[Node, ...], timeout: float | None, *, cluster: bool
+    ) -> Reply:
+        target = self.backend.launch_target(self.spec, nodes)
+        node_main = self.node_main(target)
+        if cluster:
+            request = {**request, "cluster": self.cluster_config(target)}
         direct = self.call_direct(request, target, timeout)
         if direct is not None:
-            return direct
-        command = node_command(
-            target.python, request["cluster"]["node_main"], "ctl", self.state_dir(target), env=target.env
-        )
-        with self.backend.head_runner(self.spec, self.nodes() or self.pool()) as runner:
+            return check_reply(direct)
+        if not cluster and self.backend.kind == "local":  # none answers on its socket: ctl must start it
+            return self._call(request, nodes, timeout, cluster=True)
+        command = node_command(target.python, node_main, "ctl", self.state_dir(target), env=target.env)
+        with self.backend.head_runner(self.spec, nodes) as runner:
             result = runner.run(command, timeout=timeout or 120, stdin=json.dumps(request))
         if not result.ok:
             raise BackendError(
                 f"could not reach the scheduler of cluster {self.spec.name!r}: {result.describe()}"
             )
         try:
-            reply: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+            return check_reply(json.loads(result.stdout.strip().splitlines()[-1]))
         except (ValueError, IndexError) as exc:
             raise BackendError(
                 f"the scheduler of cluster {self.spec.name!r} gave no answer: {result.describe()}"
             ) from exc
-        return reply
 
     def call_direct(
-        self, request: dict[str, Any], target: LaunchTarget, timeout: float | None
+        self, request: Mapping[str, Any], target: LaunchTarget, timeout: float | None
     ) -> dict[str, Any] | None:
         """The reply of a scheduler that runs on this machine, asked on its socket directly: no shell and
         no Python start (``ctl``) per call, which made up most of a submit's time and, 50 submits at once,
@@ -217,27 +262,27 @@ class HeadNodeScheduler(ClusterScheduler):
             return None
         from ..node.scheduler.ctl import send  # stdlib only; loaded on the first call, not at import
 
-        return send(sock, request, timeout=min(timeout or DIRECT_TIMEOUT, DIRECT_TIMEOUT))
+        return send(sock, dict(request), timeout=min(timeout or DIRECT_TIMEOUT, DIRECT_TIMEOUT))
 
     def submit(self, request: JobRequest, *, timeout: float | None = None) -> None:
         reply = self.call(
-            {
-                "op": "submit",
-                "request_id": uuid.uuid4().hex,
-                "experiment": request.experiment,
-                "name": request.name,
-                "node_count": request.node_count,
-                "max_wall_clock_seconds": request.max_wall_clock_seconds,
-                "created": request.created,
-                "hang_timeout": request.hang_timeout,
-                "hang_notice": request.hang_notice,
-                "max_retries": request.max_retries,
-                "retry_on_exit_codes": list(request.retry_on_exit_codes),
-                "max_cost": request.max_cost,
-                "price": request.price_per_node_hour,
-                "scheduling_priority": request.scheduling_priority,
-                "secrets": dict(request.secrets),
-            },
+            SubmitRequest(
+                op="submit",
+                request_id=uuid.uuid4().hex,
+                experiment=request.experiment,
+                name=request.name,
+                node_count=request.node_count,
+                max_wall_clock_seconds=request.max_wall_clock_seconds,
+                created=request.created,
+                hang_timeout=request.hang_timeout,
+                hang_notice=request.hang_notice,
+                max_retries=request.max_retries,
+                retry_on_exit_codes=list(request.retry_on_exit_codes),
+                max_cost=request.max_cost,
+                price=request.price_per_node_hour,
+                scheduling_priority=request.scheduling_priority,
+                secrets=dict(request.secrets),
+            ),
             timeout=timeout,
         )
         if reply.get("ok") and reply.get("key") in (None, request.key):  # None: an older scheduler
@@ -262,7 +307,8 @@ class HeadNodeScheduler(ClusterScheduler):
         raise BackendError(f"the scheduler of cluster {self.spec.name!r} refused the job: {message}")
 
     def terminate(self, experiment: str, name: str, *, timeout: float | None = None) -> bool:
-        reply = self.call({"op": "terminate", "experiment": experiment, "name": name}, timeout=timeout)
+        ref = JobRef(experiment=experiment, name=name)
+        reply = self.call({"op": "terminate", **ref}, timeout=timeout, configure=False)
         if not reply.get("ok") or "found" not in reply:  # no answer is not "not found": the job is untouched
             raise BackendError(
                 f"the scheduler of cluster {self.spec.name!r} did not answer the terminate of job "
@@ -271,17 +317,32 @@ class HeadNodeScheduler(ClusterScheduler):
             )
         return bool(reply["found"])
 
-    def job_state(self, experiment: str, name: str, *, timeout: float | None = None) -> dict[str, Any] | None:
-        reply = self.call({"op": "job", "experiment": experiment, "name": name}, timeout=timeout)
+    def job_state(self, experiment: str, name: str, *, timeout: float | None = None) -> Reply | None:
+        ref = JobRef(experiment=experiment, name=name)
+        reply = self.call({"op": "job", **ref}, timeout=timeout, configure=False)
         return reply if reply.get("ok") and "found" in reply else None  # an older scheduler cannot say
 
     def ensure_running(self) -> None:
-        """Make sure the scheduler runs (restarting it if it died) and knows the cluster's nodes."""
-        self.call({"op": "ping"})
+        """Make sure the scheduler runs (restarting it if it died) and speaks this client's protocol
+        (``ProtocolMismatchError`` otherwise). The ping carries no configuration unless it must start
+        the scheduler: ``configure`` hands it over."""
+        self.check_protocol(self.call({"op": "ping"}, configure=False))
+
+    def configure(self, *, timeout: float | None = None) -> None:
+        self.check_protocol(self.call({"op": "nodes"}, timeout=timeout))
+
+    def check_protocol(self, reply: Reply) -> None:
+        """A scheduler's answer to a ping or a change of nodes, from another version of the wire: refused.
+        No answer is left to the next call to report, as before."""
+        if not reply.get("ok"):
+            return
+        theirs = reply.get("protocol")
+        if theirs != PROTOCOL:
+            raise ProtocolMismatchError(self.spec.name, ours=PROTOCOL, theirs=theirs, pid=reply.get("pid"))
 
     def update_nodes(self, nodes: tuple[Node, ...], *, timeout: float | None = None) -> None:
         self._nodes = nodes
-        self.call({"op": "nodes"}, timeout=timeout)
+        self.configure(timeout=timeout)
 
     def assignments(self) -> Mapping[str, Assignment]:
         raw = self.backend.share.read_json_or_none(layout.SHARE.nodes_record(self.spec.name))

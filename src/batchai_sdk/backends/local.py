@@ -14,10 +14,10 @@ import socket
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from .._models import ClusterSpec, Node
 from ..mounts import Mount, storage_key
+from ..node.protocol.launch import LaunchConfig
 from ..remote.local import LocalRunner
 from ..share import LocalShare
 from .base import Backend, ClusterStatus, LaunchTarget
@@ -62,7 +62,7 @@ class LocalBackend(Backend):
         )
         self.hostname = socket.gethostname().split(".")[0] or "localhost"
 
-    def guard_host(self, config: dict[str, Any]) -> list[str]:
+    def guard_host(self, config: LaunchConfig) -> list[str]:
         """A job.json written for cluster nodes (the tutorial's installs packages with apt and pip, and runs
         in a Docker image) must not change the user's own computer unasked."""
         if self.allow_host_changes:

@@ -12,8 +12,8 @@ from typing import Any
 from .._models import CNTK_LANGUAGES, OUTPUT_ID_RE, TORCH_BACKENDS, JobSpec, Toolkit
 from ..exceptions import BatchAIJsonError, ValidationError
 from ..mounts import AzureFileShare
-from ..node.names import LEVELS
 from ..node.policy.queue import PRIORITIES
+from ..node.protocol.names import LEVELS
 from .mounts import _parse_mount_volumes
 from .older import JOB_PROPERTIES_IGNORED, JOB_PROPERTIES_REFUSED, OUTPUT_DIRECTORY_IGNORED, TOP_IGNORED
 from .reading import _error, _invalid, _join, _load, _missing, _Reader

@@ -17,7 +17,7 @@ from typing import Any
 
 from .._models import Toolkit
 from ..batchai_json.values import parse_duration
-from ..node.names import LEVELS, PRIORITIES
+from ..node.protocol.names import LEVELS, PRIORITIES
 from ._context import NO_GROUP, Context, UsageError
 from ._mount_flags import add_mount_args, mounts_from_args, storage_key
 from ._params import non_negative, positive

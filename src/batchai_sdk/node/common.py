@@ -6,7 +6,10 @@ import json
 import os
 import re
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # ctl loads this module: the type only where it is checked
+    from .protocol.launch import LaunchConfig
 
 TAG_VAR = "BATCHAI_JOB_TAG"  # every process of a job carries it; procs.py finds them by it
 
@@ -71,7 +74,7 @@ def expand(value: str, env: dict[str, str]) -> str:
     return _VAR_RE.sub(lambda m: env.get(m.group(1) or m.group(2), ""), value)
 
 
-def job_env(cfg: dict[str, Any], secrets: dict[str, str] | None = None) -> dict[str, str]:
+def job_env(cfg: LaunchConfig, secrets: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of job preparation and ranks: ours + the job's + its secrets, values expanded."""
     env = dict(os.environ)
     env.update(cfg["env"])
@@ -87,7 +90,7 @@ def job_env(cfg: dict[str, Any], secrets: dict[str, str] | None = None) -> dict[
     return env
 
 
-def script_python(cfg: dict[str, Any]) -> str:
+def script_python(cfg: LaunchConfig) -> str:
     """The interpreter of the job's script: its venv's when source_dir had requirements, else the job's."""
     venv = (cfg.get("requirements") or {}).get("venv")
     return os.path.join(venv, "bin", "python") if venv else str(cfg["python"])

@@ -1,13 +1,13 @@
 """Why a job's Batch task is still active (queued), from its pool's states — the only place this is read:
 the pool's resize errors (a core quota), its allocation state (resizing), its target, and its nodes'
-states (starting, waiting for the start task, unusable). Kinds as in ``node/protocol.py``."""
+states (starting, waiting for the start task, unusable). Kinds as in ``node/protocol/records.py``."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ...node.protocol import (
+from ...node.protocol.records import (
     CLUSTER_AT_ZERO,
     NODES_UNHEALTHY,
     OTHER,

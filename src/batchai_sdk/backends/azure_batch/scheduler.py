@@ -21,7 +21,8 @@ from ... import _layout as layout
 from ..._models import JobState, parse_time, utcnow
 from ..._staging import ensure_node_code
 from ...exceptions import AlreadyExistsError
-from ...node.protocol import PendingDoc, Reporter, StatusDoc
+from ...node.protocol.launch import LaunchConfig
+from ...node.protocol.records import PendingDoc, Reporter, StatusDoc
 from ...share import join
 from ..base import Assignment, ClusterScheduler, JobRequest
 from . import task as tasks
@@ -98,7 +99,7 @@ class BatchScheduler(ClusterScheduler):
         A task that cannot be added takes its Batch job away again."""
         backend, share = self.backend, self.backend.share
         service = backend.service
-        cfg: dict[str, Any] = share.read_json(request.launch_config)
+        cfg: LaunchConfig = share.read_json(request.launch_config)
         record = dict(
             share.read_json_or_none(layout.SHARE.status_record(request.experiment, request.name)) or {}
         )

@@ -31,7 +31,7 @@ from datetime import timedelta
 from typing import Any
 
 from ..._models import JobState
-from ...node.protocol import ASSIGNMENT_RECORD, RESULT_RECORD, SECRETS_RECORD
+from ...node.protocol.paths import ASSIGNMENT_RECORD, RESULT_RECORD, SECRETS_RECORD
 from .models import bm
 from .pool import POOL_USER
 

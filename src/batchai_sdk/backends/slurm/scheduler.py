@@ -21,7 +21,8 @@ from ... import _layout as layout
 from ..._models import ClusterSpec, JobState, utcnow
 from ..._staging import ensure_node_code
 from ...exceptions import AlreadyExistsError, ValidationError
-from ...node.protocol import Reporter, StatusDoc
+from ...node.protocol.launch import LaunchConfig
+from ...node.protocol.records import Reporter, StatusDoc
 from ...share import join
 from ..base import Assignment, ClusterScheduler, JobRequest
 from . import states
@@ -73,7 +74,7 @@ class SlurmScheduler(ClusterScheduler):
         for job in self._jobs(request.experiment, request.name):
             if _active(job):
                 raise AlreadyExistsError("job", request.name, f"Slurm (job {job.job_id}, {job.state})")
-        cfg: dict[str, Any] = share.read_json(request.launch_config)
+        cfg: LaunchConfig = share.read_json(request.launch_config)
         node_main = posixpath.join(backend.share_path, ensure_node_code(backend.share), "__main__.py")
         ntasks = sum(cfg.get("ranks_per_node") or []) or request.node_count
         if cfg.get("toolkit") != "horovod":

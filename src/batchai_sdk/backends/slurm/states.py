@@ -7,7 +7,7 @@ are ``sinfo %T`` words with their flag suffixes (``idle~``, ``down*``, ...).
 from __future__ import annotations
 
 from ..._models import JobState, NodeState
-from ...node.protocol import (
+from ...node.protocol.records import (
     CLUSTER_AT_ZERO,
     DEPENDENCY,
     HELD,
@@ -112,7 +112,7 @@ def node_state(raw: str) -> tuple[NodeState, str | None]:
     return NodeState.UNUSABLE, f"unrecognised Slurm node state {text!r}"
 
 
-# squeue's Reason for a pending job (%r) -> why it waits (node/protocol.py's kinds); first match wins
+# squeue's Reason for a pending job (%r) -> why it waits (node/protocol/records.py's kinds); first match wins
 _PENDING = (
     (("None",), SUBMITTED, "Slurm has not considered it yet"),
     (("Resources",), WAITING_FOR_NODES, "the nodes it needs are busy"),

@@ -536,6 +536,10 @@ class SSHBackend(Backend):
     def head_runner(self, spec: ClusterSpec, nodes: tuple[Node, ...]) -> Runner:
         return BorrowedRunner(self.runner(nodes[0]))
 
+    def head_node(self, spec: ClusterSpec) -> Node | None:
+        """The first host: the head while it answers (when it does not, cluster_status names the next)."""
+        return self._nodes(1)[0] if self.hosts else None
+
     # -- removal --------------------------------------------------------------------------------------
     def delete_cluster(self, spec: ClusterSpec) -> None:
         """Remove the cluster's key from the hosts that answer (node-local files and authorized_keys),

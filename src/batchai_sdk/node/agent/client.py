@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 from ..common import TAG_VAR
+from ..protocol.cluster import ClusterConfig
 
 SOCKET_DIR = ".batchai-ssh"  # in the home folder, 0700 (node setup makes it; so does the agent)
 SAFE_REFUSALS = ("stale", "closing")  # answers that mean the agent did nothing
@@ -258,12 +259,15 @@ def start_rank(ssh_command: list[str], address: str, request: dict[str, Any]) ->
     )
 
 
-def reap(cfg: dict[str, Any], address: str, tag: str) -> int:
+def reap(cfg: ClusterConfig, address: str, tag: str) -> int:
     """End the job tagged ``tag`` on the node through its agent: how many processes survived.
     ``Unavailable`` whenever the agent did not answer (reaping again over SSH is harmless)."""
+    ssh = cfg.get("ssh_command")
+    if not ssh:
+        raise Unavailable("the nodes are not reached over SSH: they have no agents")
     request = {"op": "reap", "node_main": cfg["node_main"], "tag": tag}
     try:
-        answer = call(list(cfg["ssh_command"]), address, request, timeout=REAP_S)
+        answer = call(list(ssh), address, request, timeout=REAP_S)
     except Lost as exc:
         raise Unavailable(str(exc)) from None
     if not answer.get("ok") or not isinstance(answer.get("left"), int):

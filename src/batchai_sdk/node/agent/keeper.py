@@ -23,8 +23,8 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
+from ..protocol.cluster import ClusterConfig
 from . import client
 
 SWITCH = "BATCHAI_NODE_AGENT"  # "0" in the cluster's env (Workspace.ssh(env=...)): no agents
@@ -58,7 +58,7 @@ class Agents:
         # silent agent until another one there is ready (the scheduler's lost-node watch reads it)
         self.last_heard: dict[str, float] = {}
 
-    def tick(self, cfg: dict[str, Any], addresses: list[str]) -> None:
+    def tick(self, cfg: ClusterConfig, addresses: list[str]) -> None:
         """Start the agents of ``addresses`` that are missing, dead or stale; let go of the others."""
         ssh = cfg.get("ssh_command")
         off = (cfg.get("env") or {}).get(SWITCH) == "0"  # the old path, everywhere: SSH per step
@@ -116,12 +116,12 @@ class Agents:
         return RETRY_S * (1 << min(self.failures.get(kept.address, 0), 5))
 
     @staticmethod
-    def _key(cfg: dict[str, Any], address: str) -> tuple[str, ...]:
+    def _key(cfg: ClusterConfig, address: str) -> tuple[str, ...]:
         """What an agent runs as: a change of any part restarts it (``Kept.ssh`` reads the front back)."""
-        return (*cfg["ssh_command"], cfg["python"], cfg["node_main"], address)
+        return (*(cfg.get("ssh_command") or ()), cfg["python"], cfg["node_main"], address)
 
-    def _start(self, kept: Kept, cfg: dict[str, Any]) -> None:
-        ssh = list(cfg["ssh_command"])
+    def _start(self, kept: Kept, cfg: ClusterConfig) -> None:
+        ssh = list(cfg.get("ssh_command") or ())
         address = kept.address
         name = client.agent_name(ssh, address)
         try:

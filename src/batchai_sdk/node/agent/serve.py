@@ -52,7 +52,7 @@ from ..job import procs
 from ..job.containers import PULL_FAILED, PullError
 from ..job.launcher import PASSED_TO_REMOTE
 from ..job.rank import run_prep
-from ..protocol import LAUNCH_CONFIG
+from ..protocol.paths import LAUNCH_CONFIG
 from ..scheduler.api import ENV_NAME, NODE_ID, RequestError, invalid, parse, string_map, text
 from .client import HEARTBEAT_S, SOCKET_DIR
 

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
-from ..names import LEVELS as LEVELS  # names.py spells them once
+from ..protocol.names import LEVELS as LEVELS  # names.py spells them once
 
 # nvidia-smi's query: the order of these fields is the order of the CSV columns parse_gpus reads.
 GPU_QUERY = (

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..common import write_json_atomic
-from ..protocol import fault_request, lost_marker
+from ..protocol.paths import fault_request, lost_marker
 from . import procs
 
 KINDS = ("kill_rank", "hang_rank", "stop_node", "lose_node")

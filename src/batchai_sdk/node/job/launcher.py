@@ -36,7 +36,8 @@ from ..common import (
     write_json_atomic,
 )
 from ..policy.toolkits import hostfile_slots
-from ..protocol import ASSIGNMENT_RECORD, PHASE_RECORD, RESULT_RECORD, SECRETS_RECORD
+from ..protocol.launch import Assignment, LaunchConfig, Phase, Result, given
+from ..protocol.paths import ASSIGNMENT_RECORD, PHASE_RECORD, RESULT_RECORD, SECRETS_RECORD
 from .containers import PULL_FAILED, PULL_FAILED_PREFIX, PullError
 from .forked import ForkedRank, fork_rank
 from .rank import run_prep
@@ -106,9 +107,9 @@ class Launcher:
         # launcher adopted by a restarted scheduler that exits without it never ran the job (recovery.py)
         self.phase("preparing")
         self.world = world  # mpirun and shims its spare started ahead (world.py), used if the job fits
-        self.assignment: dict[str, Any] = load(os.path.join(job_dir, ASSIGNMENT_RECORD))
+        self.assignment: Assignment = load(os.path.join(job_dir, ASSIGNMENT_RECORD))
         self.config_path: str = self.assignment["launch"]
-        self.cfg: dict[str, Any] = load(self.config_path)
+        self.cfg: LaunchConfig = load(self.config_path)
         self.nodes: list[dict[str, Any]] = self.assignment["nodes"]
         self.secrets: dict[str, str] = load_or_none(os.path.join(job_dir, SECRETS_RECORD)) or {}
         self.proc: subprocess.Popen[bytes] | ForkedRank | agent.AgentRank | None = None
@@ -122,7 +123,7 @@ class Launcher:
     def phase(self, name: str) -> None:
         write_json_atomic(
             os.path.join(self.job_dir, PHASE_RECORD),
-            {"phase": name, "pid": os.getpid(), "tag": os.environ.get(TAG_VAR)},
+            Phase(phase=name, pid=os.getpid(), tag=os.environ.get(TAG_VAR)),
             sync=False,
         )
 
@@ -212,7 +213,7 @@ class Launcher:
         request = self.agent_request(
             "prep", node=node["id"], env={TAG_VAR: os.environ.get(TAG_VAR, "")}, secrets=self.secrets
         )
-        conn = agent.Connection(self.cfg["ssh_command"], node["address"])
+        conn = agent.Connection(given(self.cfg["ssh_command"], "ssh_command"), node["address"])
         try:
             conn.send(request)
             while True:
@@ -237,7 +238,9 @@ class Launcher:
         carried = {k: env[k] for k in PASSED_TO_REMOTE if k in env}
         request = self.agent_request("rank", env=carried, secrets=self.secrets)
         try:
-            return agent.start_rank(self.cfg["ssh_command"], self.nodes[0]["address"], request)
+            return agent.start_rank(
+                given(self.cfg["ssh_command"], "ssh_command"), self.nodes[0]["address"], request
+            )
         except agent.Unavailable:
             return None
 
@@ -429,7 +432,7 @@ class Launcher:
         if self.cfg.get("ssh_command") is None:
             return True
         argv = [
-            *self.cfg["ssh_command"],
+            *given(self.cfg["ssh_command"], "ssh_command"),
             "-o",
             "ControlPath=none",
             "-o",
@@ -453,7 +456,7 @@ class Launcher:
             ):
                 err.write(f"note: {note}\n")
             self.log(f"note: {note}")
-        result: dict[str, Any] = {"exit_code": None, "reason": None}
+        result = Result(exit_code=None, reason=None)
         try:
             reason = self.prepare_nodes()
             if reason is not None:
@@ -461,7 +464,7 @@ class Launcher:
             elif self.stopping is None:
                 self.phase("running")
                 code, reason = self.run_ranks()
-                result.update(exit_code=code, reason=reason)
+                result["exit_code"], result["reason"] = code, reason
         except Exception as exc:  # the result must say why, whatever broke
             result["reason"] = f"job launcher error: {exc!r}"
         if self.world is not None:  # the job never reached its ranks: its pre-started world is not used
@@ -471,7 +474,7 @@ class Launcher:
         self.leave(result)
         return 0
 
-    def leave(self, result: dict[str, Any]) -> None:
+    def leave(self, result: Result) -> None:
         """The outcome, in the node-local job folder and in the run folder on the share: a scheduler whose
         own disk is full, or that lost its database, still reads it there (matched by the tag)."""
         kept = False

@@ -24,22 +24,24 @@ from typing import TYPE_CHECKING, Any
 
 from ..common import expand, job_env, load, load_or_none, script_python, try_append, write_json_atomic
 from ..policy.toolkits import SHELL
-from ..protocol import eviction_marker, simulated_eviction
+from ..protocol.launch import LaunchConfig, given
+from ..protocol.paths import eviction_marker, simulated_eviction
 from . import containers
 
 if TYPE_CHECKING:
     from ..policy.toolkits import RankContext
 
 
-def make_node_dirs(cfg: dict[str, Any]) -> None:
+def make_node_dirs(cfg: LaunchConfig) -> None:
     os.makedirs(cfg["env"]["AZ_BATCHAI_JOB_TEMP"], exist_ok=True)
     make_mount_link(cfg)
 
 
-def make_mount_link(cfg: dict[str, Any]) -> None:
+def make_mount_link(cfg: LaunchConfig) -> None:
     """The job's mount root on this node: a link to the share at its mount_path (``mount_link``) and one to
     each of the job's mounts (``mount_links``: where this node sees that storage; launch.job_mount_links)."""
-    links = [cfg["mount_link"]] if cfg.get("mount_link") else []
+    link = cfg.get("mount_link")
+    links = [link] if link else []
     links += cfg.get("mount_links") or []
     for link in links:
         os.makedirs(os.path.dirname(link["path"]), exist_ok=True)
@@ -99,7 +101,7 @@ def relay_lines(source: Any, fd: int, last: list[bytes] | None = None, copy_path
             os.write(fd, pending)
 
 
-def container_env(cfg: dict[str, Any], env: dict[str, str]) -> dict[str, str]:
+def container_env(cfg: LaunchConfig, env: dict[str, str]) -> dict[str, str]:
     """What a rank in a container gets: the job's variables and the MPI runtime's, not the host's PATH."""
     names = set(cfg["env"]) - {"PATH"} | {"AZ_BATCHAI_TASK_INDEX", "PYTHONUNBUFFERED", "BATCHAI_JOB_TAG"}
     names |= {k for k in env if k.startswith(("OMPI_", "PMIX_", "OPAL_", "HOROVOD_", "NCCL_"))}
@@ -140,15 +142,15 @@ def container_argv(
     return [*cmd, image, *argv]
 
 
-def rank_command(cfg: dict[str, Any]) -> list[str]:
+def rank_command(cfg: LaunchConfig) -> list[str]:
     """The rank's command as written in the job (``$VARS`` unexpanded)."""
     if cfg["toolkit"] == "horovod":
-        return [script_python(cfg), cfg["script"], *cfg["args"]]
-    return [*SHELL, cfg["command_line"]]
+        return [script_python(cfg), given(cfg["script"], "script"), *cfg["args"]]
+    return [*SHELL, given(cfg["command_line"], "command_line")]
 
 
 def in_container(
-    cfg: dict[str, Any], env: dict[str, str], argv: list[str], rank: int, log: str
+    cfg: LaunchConfig, env: dict[str, str], argv: list[str], rank: int, log: str
 ) -> tuple[list[str], str | None]:
     """``argv`` wrapped in ``docker run`` when the job names an image and an engine answers."""
     image = cfg.get("container_image")
@@ -185,7 +187,7 @@ def in_container(
 
 
 def run_rank(config_path: str, secrets: dict[str, str] | None = None) -> int:
-    cfg = load(config_path)
+    cfg: LaunchConfig = load(config_path)
     make_node_dirs(cfg)
     env = job_env(cfg, secrets)
     rank = int(env.get("OMPI_COMM_WORLD_RANK", env.get("PMI_RANK", "0")))
@@ -333,7 +335,7 @@ class EvictionWatch:
     retry), sends SIGTERM to the job's processes here so they checkpoint, and acknowledges the event (a
     real one) shortly before the VM is taken."""
 
-    def __init__(self, cfg: dict[str, Any], env: dict[str, str], node: str, log: str) -> None:
+    def __init__(self, cfg: LaunchConfig, env: dict[str, str], node: str, log: str) -> None:
         self.cfg, self.node, self.log = cfg, node, log
         self.tag = env.get("BATCHAI_JOB_TAG", "")
         self.rank_nodes = env.get("BATCHAI_RANK_NODES", "").split(",")
@@ -396,9 +398,7 @@ class EvictionWatch:
             self.done.wait(timeout=120)
 
 
-def start_eviction_watch(
-    cfg: dict[str, Any], env: dict[str, str], node: str, log: str
-) -> EvictionWatch | None:
+def start_eviction_watch(cfg: LaunchConfig, env: dict[str, str], node: str, log: str) -> EvictionWatch | None:
     rank = int(env.get("OMPI_COMM_WORLD_RANK", env.get("PMI_RANK", "0")))
     rank_nodes = env.get("BATCHAI_RANK_NODES", "").split(",")
     first_here = node not in rank_nodes or rank_nodes.index(node) == rank  # one watcher per node
@@ -413,7 +413,7 @@ FRAMEWORKS = ("pytorch", "tensorflow", "chainer", "cntk", "caffe", "caffe2")
 
 
 def framework_context(
-    cfg: dict[str, Any], env: dict[str, str], rank: int, layout: list[int] | None = None
+    cfg: LaunchConfig, env: dict[str, str], rank: int, layout: list[int] | None = None
 ) -> RankContext | None:
     """Where this rank stands, for the toolkits whose variables and command the framework functions make;
     ``layout``: ranks per node where the launcher's own (``ranks_per_node``) is not in force (Slurm)."""
@@ -472,13 +472,14 @@ def run_prep(
     command once. Raises ``containers.PullError`` when the image could not be pulled. ``stop`` is asked
     while the command runs: once it is true the command's whole process group is ended (terminate during
     preparation is prompt) and the result is -SIGTERM."""
-    cfg = load(config_path)
+    cfg: LaunchConfig = load(config_path)
     make_node_dirs(cfg)
     env = job_env(cfg, secrets)
     out_dir = cfg["stdouterr_dir"]
     log = os.path.join(out_dir, f"execution-{node}.log")
-    if cfg.get("container_image"):
-        pull_image(cfg["container_image"], job_env(cfg), log)  # the engine needs none of the secrets
+    image = cfg.get("container_image")
+    if image:
+        pull_image(image, job_env(cfg), log)  # the engine needs none of the secrets
     if cfg.get("requirements"):  # source_dir's requirements.txt, into the job's (cached) venv
         from . import requirements
 
@@ -499,7 +500,7 @@ def run_prep(
         open(os.path.join(out_dir, f"stderr-job_prep-{node}.txt"), "ab") as err,
     ):
         proc = subprocess.Popen(
-            [*SHELL, cfg["job_preparation"]],
+            [*SHELL, given(cfg["job_preparation"], "job_preparation")],
             cwd=cfg["wd"],
             env=env,
             stdout=out,

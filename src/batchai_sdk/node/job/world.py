@@ -36,6 +36,7 @@ from typing import Any
 
 from ..common import hostfile_text, job_env, load
 from ..policy.toolkits import hostfile_slots
+from ..protocol.launch import LaunchConfig
 
 READY_WAIT = 10.0  # the longest a hand-off waits for a world still starting before it starts its own
 END_GRACE = 1.0
@@ -47,7 +48,7 @@ MPI_PREFIXES = ("OMPI_", "OPAL_", "PMIX_", "PRTE_", "HWLOC_")
 MPI_NAMES = ("PATH", "LD_LIBRARY_PATH", "TMPDIR")
 
 
-def mpirun_env(cfg: dict[str, Any]) -> dict[str, str]:
+def mpirun_env(cfg: LaunchConfig) -> dict[str, str]:
     """The variables of the job's environment that mpirun reads (its launcher gives them to mpirun)."""
     env = job_env(cfg)
     return {k: v for k, v in sorted(env.items()) if k.startswith(MPI_PREFIXES) or k in MPI_NAMES}
@@ -70,7 +71,7 @@ class Shape:
         return [*head, *self.options, *self.shim, "--world", sock]
 
 
-def shape(cfg: dict[str, Any], nodes: list[dict[str, Any]]) -> Shape | None:
+def shape(cfg: LaunchConfig, nodes: list[dict[str, Any]]) -> Shape | None:
     """What the job's world is made of: mpirun, its options, the shim's command and the hostfile, none
     of them naming the job; None where a job cannot have a pre-started world (a custom toolkit, nodes
     over ssh, an mpirun line not of launch.mpirun_argv's form)."""
@@ -124,7 +125,7 @@ class World:
                 start_new_session=True,
             )
 
-    def fits(self, cfg: dict[str, Any], nodes: list[dict[str, Any]]) -> bool:
+    def fits(self, cfg: LaunchConfig, nodes: list[dict[str, Any]]) -> bool:
         return shape(cfg, nodes) == self.shape and self.proc.poll() is None
 
     def ready(self, stop: Callable[[], bool], timeout: float = READY_WAIT) -> bool:

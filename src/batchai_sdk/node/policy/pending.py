@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from ..protocol import (
+from ..protocol.records import (
     AHEAD_SHOWN,
     CLUSTER_AT_ZERO,
     NODES_DOWN,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..names import PRIORITIES as PRIORITIES  # names.py spells them once
+from ..protocol.names import PRIORITIES as PRIORITIES  # names.py spells them once
 
 
 def priority_rank(name: object) -> int:

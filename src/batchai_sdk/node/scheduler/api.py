@@ -18,10 +18,14 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
-from ..names import LEVELS, OPS, PRIORITIES
-from ..names import NAME as NAME  # not their users' modules: ctl imports this one
+from ..protocol.names import LEVELS, OPS, PRIORITIES
+from ..protocol.names import NAME as NAME  # not their users' modules: ctl imports this one
+
+if TYPE_CHECKING:  # types only: ctl loads this module with every request, and its records are JSON
+    from ..protocol.cluster import ClusterConfig, HealthConfig, NodeConfig
+    from ..protocol.requests import JobRef, SubmitRequest
 
 MAX_REQUEST = 1 << 20  # bytes of one request line: secrets and a cluster of thousands of nodes fit
 MAX_DEPTH = 8
@@ -158,35 +162,50 @@ def check_request(doc: dict[str, Any]) -> dict[str, Any]:
     if op == "health":  # checked and bounded by health_reports.normalize
         out["report"] = doc.get("report")
     if op in ("terminate", "job"):
-        out["experiment"] = text(doc, "experiment", NAME)
-        out["name"] = text(doc, "name", NAME)
-    if op != "submit":
-        return out
+        out.update(check_job_ref(doc))
+    if op == "submit":
+        out.update(check_submit(doc))
+    return out
+
+
+def check_job_ref(doc: Mapping[str, Any]) -> JobRef:
+    """The job a control call names."""
+    ref: JobRef = {"experiment": _name(doc, "experiment"), "name": _name(doc, "name")}
+    return ref
+
+
+def check_submit(doc: Mapping[str, Any]) -> SubmitRequest:
+    """A submit's fields, checked and normalised (numbers as float, absent lists empty)."""
     codes = doc.get("retry_on_exit_codes") or []
     if not isinstance(codes, list) or not all(
         not isinstance(c, bool) and isinstance(c, int) and 1 <= c <= 255 for c in codes
     ):
         raise invalid("retry_on_exit_codes", codes, "a list of exit codes 1..255")
-    out.update(
-        experiment=text(doc, "experiment", NAME),
-        name=text(doc, "name", NAME),
-        request_id=text(doc, "request_id", REQUEST_ID, optional=True),
-        node_count=integer(doc, "node_count", 1, MAX_ITEMS),
-        max_wall_clock_seconds=number(doc, "max_wall_clock_seconds", 0, 100 * WEEKS_52, above=True),
-        created=text(doc, "created", PRINTABLE, optional=True),
-        hang_timeout=number(doc, "hang_timeout", 0, 100 * WEEKS_52),
-        max_retries=integer(doc, "max_retries", 0, 1000, optional=True) or 0,
-        retry_on_exit_codes=sorted(set(codes)),
-        max_cost=number(doc, "max_cost", 0, 1e12, above=True),
-        price=number(doc, "price", 0, 1e9),
-        secrets=string_map(doc, "secrets", ENV_NAME),
-        hang_notice=number(doc, "hang_notice", 0, 100 * WEEKS_52),
-    )
     priority = doc.get("scheduling_priority")
     if priority is not None and (not isinstance(priority, str) or priority.lower() not in PRIORITIES):
         raise invalid("scheduling_priority", priority, f"one of {', '.join(PRIORITIES)}")
-    out["scheduling_priority"] = priority
-    return out
+    request: SubmitRequest = {
+        "op": "submit",
+        "experiment": _name(doc, "experiment"),
+        "name": _name(doc, "name"),
+        "request_id": text(doc, "request_id", REQUEST_ID, optional=True),
+        "node_count": integer(doc, "node_count", 1, MAX_ITEMS) or 1,
+        "max_wall_clock_seconds": number(doc, "max_wall_clock_seconds", 0, 100 * WEEKS_52, above=True),
+        "created": text(doc, "created", PRINTABLE, optional=True),
+        "hang_timeout": number(doc, "hang_timeout", 0, 100 * WEEKS_52),
+        "max_retries": integer(doc, "max_retries", 0, 1000, optional=True) or 0,
+        "retry_on_exit_codes": sorted(set(codes)),
+        "max_cost": number(doc, "max_cost", 0, 1e12, above=True),
+        "price": number(doc, "price", 0, 1e9),
+        "secrets": string_map(doc, "secrets", ENV_NAME),
+        "hang_notice": number(doc, "hang_notice", 0, 100 * WEEKS_52),
+        "scheduling_priority": priority,
+    }
+    return request
+
+
+def _name(doc: Mapping[str, Any], field: str) -> str:
+    return text(doc, field, NAME) or ""  # text raises for a missing one: never ""
 
 
 def request_digest(request: Mapping[str, Any]) -> str:
@@ -198,26 +217,25 @@ def request_digest(request: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _nodes(value: Any, field: str) -> list[dict[str, Any]]:
+def _nodes(value: Any, field: str) -> list[NodeConfig]:
     if not isinstance(value, list):
         raise invalid(field, value, "a list of nodes")
     out = []
     for i, node in enumerate(value):
         if not isinstance(node, dict):
             raise invalid(f"{field}[{i}]", node, "a node object")
-        out.append(
-            {
-                **node,
-                "id": text(node, "id", NODE_ID),
-                "address": text(node, "address", HOST),
-                "machine": text(node, "machine", PRINTABLE),
-                "slots": integer(node, "slots", 1, 4096),
-            }
-        )
+        checked = {
+            **node,
+            "id": text(node, "id", NODE_ID),
+            "address": text(node, "address", HOST),
+            "machine": text(node, "machine", PRINTABLE),
+            "slots": integer(node, "slots", 1, 4096),
+        }
+        out.append(cast("NodeConfig", checked))  # each field checked above
     return out
 
 
-def check_cluster(cfg: Any) -> dict[str, Any]:
+def check_cluster(cfg: Any) -> ClusterConfig:
     """The cluster configuration a request carries (and ``cluster.json`` holds), checked."""
     if not isinstance(cfg, dict):
         raise invalid("cluster", cfg, "the cluster's configuration object")
@@ -255,10 +273,10 @@ def check_cluster(cfg: Any) -> dict[str, Any]:
         out["idle_exit_seconds"] = number(cfg, "idle_exit_seconds", 0, WEEKS_52)
     if cfg.get("health") is not None:
         out["health"] = check_health(cfg["health"])
-    return out
+    return cast("ClusterConfig", out)  # each field checked above
 
 
-def check_health(health: Any) -> dict[str, Any]:
+def check_health(health: Any) -> HealthConfig:
     """The health gate's settings (``HeadNodeScheduler.health_settings``)."""
     if not isinstance(health, dict):
         raise invalid("cluster.health", health, "the health gate's settings or null")
@@ -275,7 +293,7 @@ def check_health(health: Any) -> dict[str, Any]:
     source = out["source"]
     if source is not None and not (isinstance(source, str) and source.startswith("/") and "\0" not in source):
         raise invalid("cluster.health.source", source, "an absolute folder path")
-    return {k: v for k, v in out.items() if v is not None}
+    return cast("HealthConfig", {k: v for k, v in out.items() if v is not None})
 
 
 # -- the scheduler's own rows -------------------------------------------------------------------------------

@@ -20,7 +20,8 @@ from typing import Any
 from ..common import load_or_none, now
 from ..job import procs
 from ..policy import retries, watchdog
-from ..protocol import (
+from ..protocol.launch import Result, read_result
+from ..protocol.paths import (
     FAULT_REQUEST_PREFIX,
     LOST_MARKER_PREFIX,
     PHASE_RECORD,
@@ -136,14 +137,16 @@ class AttemptEnds:
             return True
         return self.launcher_result(row) is not None
 
-    def launcher_result(self, row: sqlite3.Row) -> dict[str, Any] | None:
+    def launcher_result(self, row: sqlite3.Row) -> Result | None:
         """The outcome this attempt's launcher left: in its node-local folder, else (that disk full) its copy
         in the run folder on the share, which counts only when it carries this attempt's tag."""
-        local = load_or_none(os.path.join(self.store.job_state_dir(row["id"]), RESULT_RECORD))
-        if isinstance(local, dict):
+        local = read_result(load_or_none(os.path.join(self.store.job_state_dir(row["id"]), RESULT_RECORD)))
+        if local is not None:
             return local
-        shared = load_or_none(self.cluster.share_paths().result_record(row["experiment"], row["name"]))
-        if isinstance(shared, dict) and row["tag"] and shared.get("tag") == row["tag"]:
+        shared = read_result(
+            load_or_none(self.cluster.share_paths().result_record(row["experiment"], row["name"]))
+        )
+        if shared is not None and row["tag"] and shared.get("tag") == row["tag"]:
             return shared
         return None
 
@@ -163,7 +166,7 @@ class AttemptEnds:
                 # an unreachable node may still run the job (a partition ends no process): it is not free
                 # until it answers and is emptied (health.DownNodes.probe)
                 for node_id in node_ids:
-                    if by_id.get(node_id, {}).get("address") == address:
+                    if node_id in by_id and by_id[node_id]["address"] == address:
                         self.down.unreached(node_id, tag)
             else:
                 left += reaped

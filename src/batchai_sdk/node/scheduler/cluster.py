@@ -14,7 +14,8 @@ from typing import Any
 
 from ..common import now
 from ..policy import autoscale
-from ..protocol import EVENTS_RECORD, SharePaths
+from ..protocol.cluster import ClusterConfig, NodeConfig
+from ..protocol.paths import EVENTS_RECORD, SharePaths
 from .log import log
 from .store import Store
 
@@ -25,10 +26,10 @@ class Cluster:
         self.active: list[str] | None = None  # with autoscale: the nodes up now (a subset of the pool)
 
     @property
-    def cfg(self) -> dict[str, Any]:
+    def cfg(self) -> ClusterConfig:
         return self.store.cfg
 
-    def configure(self, cfg: dict[str, Any]) -> bool:
+    def configure(self, cfg: ClusterConfig) -> bool:
         """Take the configuration a request carried; False when it is the one in force."""
         if not self.store.save_cluster(cfg):
             return False
@@ -44,11 +45,11 @@ class Cluster:
         data = self.cfg.get("autoscale")
         return autoscale.AutoScaleSettings.from_dict(data) if data else None
 
-    def pool(self) -> list[dict[str, Any]]:
+    def pool(self) -> list[NodeConfig]:
         """Every node the cluster may have: its nodes, or with autoscale every node up to max_nodes."""
         return list(self.cfg.get("pool") or self.cfg.get("nodes", []))
 
-    def nodes(self) -> list[dict[str, Any]]:
+    def nodes(self) -> list[NodeConfig]:
         """The nodes up now."""
         if self.settings() is None:
             return list(self.cfg.get("nodes", []))
@@ -66,7 +67,7 @@ class Cluster:
         return settings.max_nodes if settings is not None else len(self.nodes())
 
     def share_paths(self) -> SharePaths:
-        """The share's paths as this head node sees them (node/protocol.py)."""
+        """The share's paths as this head node sees them (node/protocol/paths.py)."""
         return SharePaths.at_meta(self.cfg["meta_root"])
 
     def event(self, fields: dict[str, Any], label: str = "autoscale") -> None:

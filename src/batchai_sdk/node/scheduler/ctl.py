@@ -1,6 +1,9 @@
 """``ctl``: how a client reaches the cluster's scheduler. Run on the head node (directly, or over SSH by
 the client), it reads one JSON request on stdin, starts the scheduler if none answers, passes the
-request over the scheduler's Unix socket and prints the JSON reply. Secrets travel in the request on
+request over the scheduler's Unix socket and prints the JSON reply. Only a request that carries the
+cluster's configuration starts a scheduler: a control call (a job's state, a terminate, a ping) carries a
+job reference only, and is answered ``needs_cluster`` when none runs (the client then sends it again with
+the configuration). Secrets travel in the request on
 stdin and the socket, never on a command line."""
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import time
 from typing import Any
 
 from ..common import write_json_atomic
-from ..names import SCHED_SOCKET
+from ..protocol.names import E_NEEDS_CLUSTER, SCHED_SOCKET
 from . import api
 
 START_TIMEOUT = 20.0
@@ -103,7 +106,6 @@ def main(state_dir: str) -> int:
         write_json_atomic(os.path.join(state_dir, "cluster.json"), cluster, sync=False)
     os.chdir(state_dir)  # connect by the socket's short relative name (AF_UNIX paths are capped at 108 bytes)
     sock_path = SCHED_SOCKET
-    node_main = cluster["node_main"] if cluster else os.path.abspath(sys.argv[0])
     deadline = time.monotonic() + START_TIMEOUT
     started: subprocess.Popen[bytes] | None = None
     while True:
@@ -114,6 +116,10 @@ def main(state_dir: str) -> int:
         if request.get("op") != "submit" and not os.path.exists(sock_path) and request.get("no_start"):
             print(json.dumps({"ok": True, "running": False}))
             return 0
+        if not cluster:  # nothing to start it with: the client sends the request again with the configuration
+            message = "no scheduler answers; only a request with the cluster's configuration starts one"
+            print(json.dumps({"ok": False, "error": E_NEEDS_CLUSTER, "message": message}))
+            return 0
         if time.monotonic() > deadline:
             print(
                 json.dumps({"ok": False, "error": "unavailable", "message": "the scheduler did not answer"})
@@ -121,5 +127,5 @@ def main(state_dir: str) -> int:
             return 0
         if started is None or started.poll() is not None:  # none started yet, or it gave way to another
             with contextlib.suppress(OSError):
-                started = start_scheduler(state_dir, node_main)
+                started = start_scheduler(state_dir, cluster["node_main"])
         time.sleep(0.02)

@@ -36,21 +36,22 @@ from typing import Any
 
 from ..agent.keeper import Agents
 from ..common import TAG_VAR, load_or_none, write_json_atomic
-from ..names import SCHED_SOCKET
 from ..policy import retries
 from ..policy.queue import Holding, Waiting, plan, priority_rank
-from ..protocol import (
-    ASSIGNMENT_RECORD,
-    E_REQUEST_REUSED,
+from ..protocol.cluster import ClusterConfig, NodeConfig
+from ..protocol.launch import Assignment, LaunchConfig
+from ..protocol.names import (
     OP_HEALTH,
     OP_JOB,
     OP_NODES,
     OP_PING,
     OP_SUBMIT,
     OP_TERMINATE,
-    PHASE_RECORD,
-    RESULT_RECORD,
+    PROTOCOL,
+    SCHED_SOCKET,
 )
+from ..protocol.paths import ASSIGNMENT_RECORD, PHASE_RECORD, RESULT_RECORD
+from ..protocol.requests import E_REQUEST_REUSED, JobRef, SubmitRequest
 from . import (
     api,
     attempt_end,
@@ -79,6 +80,12 @@ SOCKET_CHECK_S = 0.25  # how often the loop checks that its socket path is still
 TERM_GRACE = 10.0  # the launcher's own grace for the ranks, plus a margin before it is killed
 IDLE_EXIT = 2.0
 LOST_NODE_GRACE = 2.0
+
+
+def idle_exit(cfg: ClusterConfig) -> float:
+    """How long an idle scheduler waits before it exits (a configuration's null: the default)."""
+    seconds = cfg.get("idle_exit_seconds")
+    return IDLE_EXIT if seconds is None else float(seconds)
 
 
 class Scheduler:
@@ -114,7 +121,7 @@ class Scheduler:
 
     # -- what its callers read (tests, tools): the Store's ------------------------------------------
     @property
-    def cfg(self) -> dict[str, Any]:
+    def cfg(self) -> ClusterConfig:
         """The cluster's configuration."""
         return self.store.cfg
 
@@ -130,20 +137,20 @@ class Scheduler:
             self.set_cluster(request["cluster"])
         op = request["op"]
         if op == OP_SUBMIT:
-            return self.submit(request)
+            return self.submit(api.check_submit(request))
         if op == OP_TERMINATE:
-            return self.terminate(request)
-        if op in (OP_PING, OP_NODES):
-            return {"ok": True, "pid": os.getpid()}
+            return self.terminate(api.check_job_ref(request))
+        if op in (OP_PING, OP_NODES):  # the wire's version: a client of another one stops there
+            return {"ok": True, "pid": os.getpid(), "protocol": PROTOCOL}
         if op == OP_JOB:
-            return self.job_state(request)
+            return self.job_state(api.check_job_ref(request))
         if op == OP_HEALTH:  # the admin's report: the scheduler signs it, keeps it and applies it
             self.gate.write(health_reports.check_request_report(request["report"]))
             self.publish()
             return {"ok": True}
         raise RequestError("invalid", f"unknown request {op!r}")
 
-    def set_cluster(self, cfg: dict[str, Any]) -> None:
+    def set_cluster(self, cfg: ClusterConfig) -> None:
         """Take the cluster's configuration a request carried; fail queued jobs it no longer fits."""
         if not self.cluster.configure(cfg):
             return
@@ -157,7 +164,7 @@ class Scheduler:
                 f"{row['node_count']} (resize the cluster and submit it again)",
             )
 
-    def submit(self, request: dict[str, Any]) -> dict[str, Any]:
+    def submit(self, request: SubmitRequest) -> dict[str, Any]:
         """Queue a job (once per ``request_id``), keep its secrets here only, and start what can start."""
         experiment, name, node_count = request["experiment"], request["name"], request["node_count"]
         if node_count > self.cluster.capacity():
@@ -203,19 +210,19 @@ class Scheduler:
             self.fault(exc)
         return {"ok": True, "id": job_id, "key": f"{experiment}/{name}"}
 
-    def job_state(self, request: dict[str, Any]) -> dict[str, Any]:
+    def job_state(self, request: JobRef) -> dict[str, Any]:
         """What this scheduler holds of a job, whatever the share shows (a full share stops its writes,
         not its work): found, and the state, exit code, reason and end it would publish."""
-        rows = self.store.runs(f"{request.get('experiment')}/{request.get('name')}")
+        rows = self.store.runs(f"{request['experiment']}/{request['name']}")
         if not rows:
             return {"ok": True, "found": False}
         doc = publish.status_doc(rows[-1])
         keys = ("state", "exit_code", "failure_reason", "end_time")
         return {"ok": True, "found": True, **{k: doc[k] for k in keys if k in doc}}
 
-    def terminate(self, request: dict[str, Any]) -> dict[str, Any]:
+    def terminate(self, request: JobRef) -> dict[str, Any]:
         """End a queued job now, or stop a running one (its launcher gets SIGTERM)."""
-        key = f"{request.get('experiment')}/{request.get('name')}"
+        key = f"{request['experiment']}/{request['name']}"
         row = self.store.active_run(key)
         if row is None:
             return {"ok": True, "found": False}
@@ -256,10 +263,13 @@ class Scheduler:
     def job_health_level(self, row: sqlite3.Row) -> tuple[str, str | None]:
         """The job's own ``health_check`` (launch.json), or "off" (the cluster's gate already ran), and
         the job's log folder, where the report of its check goes too."""
-        launch = load_or_none(self.cluster.share_paths().launch_config(row["experiment"], row["name"])) or {}
+        path = self.cluster.share_paths().launch_config(row["experiment"], row["name"])
+        launch: LaunchConfig | None = load_or_none(path)
+        if not isinstance(launch, dict):
+            return "off", None
         return str(launch.get("health_check") or "off"), launch.get("stdouterr_dir")
 
-    def start(self, row: sqlite3.Row, nodes: list[dict[str, Any]]) -> None:
+    def start(self, row: sqlite3.Row, nodes: list[NodeConfig]) -> None:
         """Start the job's launcher on ``nodes`` with a fresh tag for this attempt."""
         job_id = row["id"]
         argv = [self.cfg["python"], "-S", self.cfg["node_main"], "launch"]
@@ -272,15 +282,15 @@ class Scheduler:
         for stale in (RESULT_RECORD, PHASE_RECORD):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(job_dir, stale))
-        assignment = {
-            "launch": self.cluster.share_paths().launch_config(row["experiment"], row["name"]),
-            "nodes": nodes,
-            "tag": tag,
-            "attempt": row["attempt"],
-            "node_main": self.cfg["node_main"],
-        }
+        assignment = Assignment(
+            launch=self.cluster.share_paths().launch_config(row["experiment"], row["name"]),
+            nodes=nodes,
+            tag=tag,
+            attempt=row["attempt"],
+            node_main=self.cfg["node_main"],
+        )
         write_json_atomic(os.path.join(job_dir, ASSIGNMENT_RECORD), assignment, sync=False)
-        launch = load_or_none(assignment["launch"]) or {}
+        launch: LaunchConfig | None = load_or_none(assignment["launch"])
         env[TAG_VAR] = tag
         t = time.time()
         # Intent before action: the row says which tag this launch uses before the launcher exists, so a
@@ -294,7 +304,7 @@ class Scheduler:
             tag=tag,
             launcher_pid=None,
             phase=STARTING,
-            stdouterr=launch.get("stdouterr_dir"),
+            stdouterr=launch.get("stdouterr_dir") if isinstance(launch, dict) else None,
             notice=None,
         )
         try:
@@ -455,7 +465,7 @@ class Scheduler:
             self.cleared()
             if self.idle():
                 self.idle_since = self.idle_since or time.monotonic()
-                if time.monotonic() - self.idle_since > float(self.cfg.get("idle_exit_seconds", IDLE_EXIT)):
+                if time.monotonic() - self.idle_since > idle_exit(self.cfg):
                     break
             else:
                 self.idle_since = None

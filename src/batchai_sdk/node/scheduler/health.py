@@ -281,13 +281,18 @@ def say_in_output(stdouterr: str, notice: str) -> None:
             os.close(fd)
 
 
+def ssh_command(cluster: Cluster) -> list[str]:
+    """How the head node reaches the other nodes (for SSH clusters: callers check it is configured)."""
+    return list(cluster.cfg.get("ssh_command") or ())
+
+
 def answers(cluster: Cluster, address: str, tags: frozenset[str] = frozenset()) -> frozenset[str] | None:
     """None unless the node at ``address`` runs a command over SSH (always, without SSH) and every job
     in ``tags`` (jobs that ended while it did not answer) is ended there; else the tags it emptied."""
     if cluster.cfg.get("ssh_command") is None:
         return tags
     # a new connection, not the shared one: the probe is of the node and its network
-    argv = [*cluster.cfg["ssh_command"], "-o", "ControlPath=none", "-o", "ConnectTimeout=5", address, "true"]
+    argv = [*ssh_command(cluster), "-o", "ControlPath=none", "-o", "ConnectTimeout=5", address, "true"]
     try:
         if subprocess.run(argv, capture_output=True, timeout=15, check=False).returncode != 0:
             return None
@@ -305,7 +310,7 @@ def reap_on(cluster: Cluster, address: str, tag: str) -> int | None:
     with contextlib.suppress(agent.Unavailable):
         return agent.reap(cluster.cfg, address, tag)  # its warm agent; else over SSH
     argv = [
-        *cluster.cfg["ssh_command"],
+        *ssh_command(cluster),
         address,
         shlex.join([cluster.cfg["python"], "-S", cluster.cfg["node_main"], "reap", tag]),
     ]
@@ -319,7 +324,7 @@ def reap_on(cluster: Cluster, address: str, tag: str) -> int | None:
 def warm_connection(cluster: Cluster, address: str) -> None:
     """Open the shared SSH connection to a node from the scheduler (whose environment carries no job's
     tag, so no job's cleanup ends it): launchers, mpirun and cleanups then reuse it."""
-    argv = [*cluster.cfg["ssh_command"], "-o", "ConnectTimeout=5", address, "true"]
+    argv = [*ssh_command(cluster), "-o", "ConnectTimeout=5", address, "true"]
     try:
         subprocess.run(argv, capture_output=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired):
@@ -356,7 +361,7 @@ def collect_stacks(
             out_dir,
         ]
         argv = [
-            *cluster.cfg["ssh_command"],
+            *ssh_command(cluster),
             address,
             shlex.join([*command, "--node", node_id, "--timeout", "20"]),
         ]

@@ -24,7 +24,7 @@ import stat
 from collections.abc import Mapping
 from typing import Any
 
-from ..names import LEVELS
+from ..protocol.names import LEVELS
 from .api import NODE_ID, RequestError, invalid
 
 KEY_FILE = "health.key"

@@ -87,7 +87,7 @@ class LostWatch:
         by_id = {n["id"]: n for n in self.cluster.nodes()}
         limit = client.SILENT_BEATS * client.HEARTBEAT_S
         for node_id in json.loads(row["nodes"] or "[]"):
-            address = by_id.get(node_id, {}).get("address")
+            address = by_id[node_id]["address"] if node_id in by_id else None
             if not address:
                 continue
             silent = self.agents.silent_for(address)

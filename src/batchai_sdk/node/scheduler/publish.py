@@ -23,10 +23,10 @@ from typing import Any
 from ..common import now, write_json_atomic
 from ..policy import pending
 from ..policy.queue import Waiting
-from ..protocol import (
+from ..protocol.paths import NODES_RECORD
+from ..protocol.records import (
     HEAD_DISK_ERROR,
     HEARTBEAT_KEY,
-    NODES_RECORD,
     NodeHold,
     NodesDoc,
     PendingDoc,

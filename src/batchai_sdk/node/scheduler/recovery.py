@@ -16,7 +16,9 @@ from ..common import load_or_none
 from ..job import procs
 from ..policy import retries
 from ..policy.queue import priority_rank
-from ..protocol import SharePaths, StatusDoc
+from ..protocol.launch import read_result
+from ..protocol.paths import SharePaths
+from ..protocol.records import StatusDoc
 from . import attempt_end
 from .api import NAME
 from .log import log
@@ -101,10 +103,10 @@ def fence(
     the share, else the attempt counts as lost with its node: the job is requeued from its checkpoint
     while its ``max_retries`` allow (it keeps its attempts, retry settings and watchdog), and fails only
     when it cannot run again (out of retries, or secrets that were kept only on the lost head node)."""
-    result = load_or_none(paths.result_record(exp, name))
-    ended = isinstance(result, dict) and status.tag is not None and result.get("tag") == status.tag
-    if ended and result.get("exit_code") is not None:
-        cause, exit_code, reason = retries.EndCause.EXIT.value, result["exit_code"], result.get("reason")
+    result = read_result(load_or_none(paths.result_record(exp, name)))  # a file on the share: data
+    ended = result is not None and status.tag is not None and result.get("tag") == status.tag
+    if ended and result is not None and result.get("exit_code") is not None:
+        cause, exit_code, reason = retries.EndCause.EXIT.value, result.get("exit_code"), result.get("reason")
     elif spec.get("secret_environment"):
         cause, exit_code = retries.EndCause.EXIT.value, None
         reason = (

@@ -16,7 +16,7 @@ import time
 
 from ..common import now, write_json_atomic
 from ..policy.autoscale import NodeView, decide
-from ..protocol import SIZE_RECORD
+from ..protocol.paths import SIZE_RECORD
 from .cluster import Cluster
 from .gate import NodeGate
 from .log import log

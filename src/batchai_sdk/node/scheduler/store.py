@@ -16,10 +16,11 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, cast
 
 from ..common import load_or_none, now, write_json_atomic
-from ..protocol import SECRETS_RECORD
+from ..protocol.cluster import ClusterConfig
+from ..protocol.paths import SECRETS_RECORD
 from .api import RequestError, check_cluster
 from .log import log
 
@@ -108,7 +109,7 @@ class Fenced:
     tag: str | None
     nodes: list[str]
     cause: str
-    detail: str
+    detail: str | None  # the launcher's reason, where it left one
     creation_time: str | None
     start_time: str | None
     started: float
@@ -139,7 +140,7 @@ class Store:
 
     def __init__(self, state_dir: str) -> None:
         self.state_dir = state_dir
-        self.cfg: dict[str, Any] = {}
+        self.cfg: ClusterConfig = cast(ClusterConfig, {})  # none yet: the first request's replaces it
         try:
             self.cfg = check_cluster(load_or_none(os.path.join(state_dir, "cluster.json")) or {})
         except RequestError as exc:  # written by an older ctl that did not check it: the next request's
@@ -150,7 +151,7 @@ class Store:
         migrate(self._db)
         self._db.execute("CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state)")
 
-    def save_cluster(self, cfg: dict[str, Any]) -> bool:
+    def save_cluster(self, cfg: ClusterConfig) -> bool:
         """Keep the configuration a request carried (``cluster.json``); False when it is the same."""
         if cfg == self.cfg:
             return False

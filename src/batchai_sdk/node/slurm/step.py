@@ -30,12 +30,13 @@ from ..common import job_env as common_job_env
 from ..job.launcher import free_port
 from ..job.rank import FRAMEWORKS, framework_context, make_mount_link
 from ..policy import toolkits
-from ..protocol import Reporter, StatusDoc
+from ..protocol.launch import LaunchConfig, given
+from ..protocol.records import Reporter, StatusDoc
 
 HEARTBEAT = 10.0
 
 
-def job_env(cfg: dict[str, Any]) -> dict[str, str]:
+def job_env(cfg: LaunchConfig) -> dict[str, str]:
     env = common_job_env(cfg)
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
@@ -87,7 +88,7 @@ def tasks_per_node(text: str) -> list[int]:
     return counts
 
 
-def make_node_dirs(cfg: dict[str, Any], env: dict[str, str]) -> None:
+def make_node_dirs(cfg: LaunchConfig, env: dict[str, str]) -> None:
     temp = env.get("AZ_BATCHAI_JOB_TEMP")
     if temp:
         os.makedirs(temp, exist_ok=True)
@@ -98,13 +99,13 @@ def node_name() -> str:
     return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
 
 
-def execution_log(cfg: dict[str, Any], node: str) -> str:
+def execution_log(cfg: LaunchConfig, node: str) -> str:
     return os.path.join(cfg["stdouterr_dir"], f"execution-{node}.log")
 
 
 # ------------------------------------------------------------------------------------------ per node
 def run_prep(config_path: str) -> int:
-    cfg = load(config_path)
+    cfg: LaunchConfig = load(config_path)
     env = job_env(cfg)
     make_node_dirs(cfg, env)
     if not cfg.get("job_preparation"):
@@ -117,20 +118,24 @@ def run_prep(config_path: str) -> int:
         open(os.path.join(out_dir, f"stderr-job_prep-{node}.txt"), "ab") as err,
     ):
         code = subprocess.call(
-            [*toolkits.SHELL, cfg["job_preparation"]], cwd=cfg["wd"], env=env, stdout=out, stderr=err
+            [*toolkits.SHELL, given(cfg["job_preparation"], "job_preparation")],
+            cwd=cfg["wd"],
+            env=env,
+            stdout=out,
+            stderr=err,
         )
     append(execution_log(cfg, node), f"job preparation exited with code {code}")
     return code
 
 
 def run_rank(config_path: str) -> int:
-    cfg = load(config_path)
+    cfg: LaunchConfig = load(config_path)
     env = job_env(cfg)
     make_node_dirs(cfg, env)
     rank = int(env.get("SLURM_PROCID", "0"))
     node = node_name()
     env["AZ_BATCHAI_TASK_INDEX"] = env.get("SLURM_NODEID", "0")
-    written = [script_python(cfg), cfg["script"], *(cfg.get("args") or [])]
+    written = [script_python(cfg), given(cfg["script"], "script"), *(cfg.get("args") or [])]
     if cfg["toolkit"] in FRAMEWORKS:  # the framework's own variables, from Slurm's task layout
         layout = tasks_per_node(env.get("SLURM_TASKS_PER_NODE", "")) or [int(env.get("SLURM_NTASKS", "1"))]
         env.setdefault("BATCHAI_NODE_ADDRESSES", node)
@@ -158,12 +163,13 @@ class Batch:
     def __init__(self, config_path: str, mpi: str) -> None:
         self.config_path = config_path
         self.mpi = mpi
-        self.cfg: dict[str, Any] = load(config_path)
+        self.cfg: LaunchConfig = load(config_path)
         self.status_path: str = self.cfg["status_path"]
         try:
-            self.status: dict[str, Any] = load(self.status_path)
+            loaded = load(self.status_path)
         except (OSError, ValueError):
-            self.status = {}
+            loaded = None
+        self.status = StatusDoc.from_dict(loaded if isinstance(loaded, dict) else {})
         self.lock = threading.Lock()
         self.proc: subprocess.Popen[bytes] | None = None
         self.stopped: tuple[str, str] | None = None
@@ -172,10 +178,9 @@ class Batch:
 
     def update(self, **fields: Any) -> None:
         with self.lock:
-            self.status.update(fields)
-            self.status["heartbeat"] = now()
+            self.status = self.status.updated(**fields, heartbeat=now())
             try:
-                write_json_atomic(self.status_path, StatusDoc.from_dict(self.status).to_dict())
+                write_json_atomic(self.status_path, self.status.to_dict())
             except OSError as exc:  # a full/read-only share: keep going, the next write retries
                 sys.stderr.write(f"batchai: could not write {self.status_path}: {exc}\n")
 
@@ -246,7 +251,7 @@ class Batch:
                 "--kill-on-bad-exit=1",
                 *self.me("rank"),
             ]
-        return [*toolkits.SHELL, self.cfg["command_line"]]
+        return [*toolkits.SHELL, given(self.cfg["command_line"], "command_line")]
 
     def first_failed_rank(self) -> str | None:
         failures: list[tuple[str, str]] = []
@@ -273,7 +278,7 @@ class Batch:
             start_time=now(),
             nodes=self.nodes,
             slurm_job_id=os.environ.get("SLURM_JOB_ID"),
-            reporter=Reporter(host=socket.gethostname(), pid=os.getpid()).to_dict(),
+            reporter=Reporter(host=socket.gethostname(), pid=os.getpid()),
         )
         done = threading.Event()
         threading.Thread(target=self.heartbeat, args=(done,), daemon=True).start()
