@@ -16,7 +16,7 @@ from batchai_sdk import _layout as layout
 from batchai_sdk.node.gate import checks
 from batchai_sdk.vm_sizes import health_floors
 
-DATA = Path(__file__).parent / "data" / "health"
+DATA = Path(__file__).parents[2] / "data" / "health"
 NODE_MAIN = Path(checks.__file__).parent.parent / "__main__.py"
 
 
