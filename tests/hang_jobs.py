@@ -8,7 +8,7 @@ import json
 import time
 from pathlib import Path
 
-from _helpers import wait_for
+from _procs import wait_for
 from batchai_sdk import Job, Workspace
 from batchai_sdk.exceptions import NotFoundError
 

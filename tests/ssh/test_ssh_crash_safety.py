@@ -20,7 +20,8 @@ import pytest
 from sshd import NODE_ADDRESSES, SSHNodes
 from test_ssh_scheduler import comm, descendants
 
-from _helpers import kill_scheduler_at_launch, pid_alive, scheduler_pid, wait_for
+from _procs import pid_alive, wait_for
+from _scheduler_procs import kill_scheduler_at_launch, scheduler_pid
 from batchai_sdk import Job, JobState, Workspace
 from batchai_sdk.cluster import Cluster
 from batchai_sdk.experiment import Experiment

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from sshd import NODE_ADDRESSES, SSHNodes
 
-from _helpers import wait_for
+from _procs import wait_for
 from batchai_sdk import JobState, Workspace
 from hang_jobs import NOTICE, REDUCE_LINE, SLEEP_LINE, notice_within, rank_pids, start, step_of, write_train
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sshd import DEAD_ADDRESS, NODE_ADDRESSES, SSHNodes
 
-from _helpers import pid_alive, read_pid
+from _procs import pid_alive, read_pid
 from batchai_sdk import Workspace
 from batchai_sdk._models import JobState, NodeCounts
 from batchai_sdk.exceptions import NodeError, NotFoundError, ValidationError

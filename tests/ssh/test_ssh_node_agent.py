@@ -23,7 +23,8 @@ import pytest
 from sshd import NODE_ADDRESSES, SSHNodes
 from test_ssh_scheduler import descendants, is_node_agent, left_on_nodes
 
-from _helpers import pid_alive, scheduler_pid, wait_for
+from _procs import pid_alive, wait_for
+from _scheduler_procs import scheduler_pid
 from batchai_sdk import JobState, Workspace
 from batchai_sdk._models import NodeCounts
 from batchai_sdk.cluster import Cluster

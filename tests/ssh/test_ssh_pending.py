@@ -16,7 +16,7 @@ import pytest
 from sshd import NODE_ADDRESSES, SSHNodes
 from test_ssh_scheduler import comm, descendants
 
-from _helpers import wait_for
+from _procs import wait_for
 from batchai_sdk import JobState, Workspace
 
 pytestmark = [pytest.mark.ssh, pytest.mark.mpi]

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from sshd import NODE_ADDRESSES, SSHNodes
 
-from _helpers import pid_alive, read_pid, wait_for
+from _procs import pid_alive, read_pid, wait_for
 from batchai_sdk import AlreadyExistsError, JobState, Workspace
 from batchai_sdk._models import NodeCounts
 from batchai_sdk.cluster import Cluster

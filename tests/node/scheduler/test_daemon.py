@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import batchai_sdk.node
-from _helpers import local_cluster_config
+from _configs import local_cluster_config
 from batchai_sdk.node.job import procs
 from batchai_sdk.node.scheduler.daemon import RequestError, Scheduler
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from _helpers import scheduler_pid, wait_for
+from _procs import wait_for
+from _scheduler_procs import scheduler_pid
 from batchai_sdk import JobState, Workspace
 from batchai_sdk import _layout as layout
 from health_jobs import FORGER

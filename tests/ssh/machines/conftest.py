@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from nslab import STARTED
 
-from _helpers import wait_for
+from _procs import wait_for
 from batchai_sdk import Workspace
 from batchai_sdk._models import NodeCounts
 from batchai_sdk.cluster import Cluster

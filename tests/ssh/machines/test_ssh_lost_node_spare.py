@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from nslab import STARTED, sleeper_job
 
-from _helpers import wait_for
+from _procs import wait_for
 from batchai_sdk import JobState, Workspace
 from batchai_sdk._models import NodeCounts
 from batchai_sdk.cluster import Cluster
