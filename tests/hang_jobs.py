@@ -1,4 +1,4 @@
-"""Jobs for the hang verdict tests (tests/test_hang_verdict.py, tests/ssh/test_ssh_hang_verdict.py): real
+"""Jobs for the hang verdict tests (tests/node/policy/test_verdict_local.py, tests/ssh/test_ssh_hang_verdict.py): real
 PyTorch ranks over gloo that report a step (``log_metric``) every 0.3 s, a 2.5 s one every fourth, and print a
 line every 2 s whatever happens; a mode makes rank 1 sleep in the loop or skip a collective."""
 
@@ -8,7 +8,7 @@ import json
 import time
 from pathlib import Path
 
-from _helpers import wait_for
+from _procs import wait_for
 from batchai_sdk import Job, Workspace
 from batchai_sdk.exceptions import NotFoundError
 

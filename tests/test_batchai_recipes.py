@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from _helpers import stand_in_engine, stand_in_tools
+from _stand_ins import stand_in_engine, stand_in_tools
 from batchai_sdk import Workspace
 from batchai_sdk._registry import Registry
 from batchai_sdk.cli import main

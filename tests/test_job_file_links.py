@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from _helpers import PLANT_LINKS, check_links_not_followed
+from _links import PLANT_LINKS, check_links_not_followed
 from batchai_sdk import JobState, Workspace
 
 

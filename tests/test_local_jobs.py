@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from _helpers import pid_alive, read_pid, wait_for
+from _procs import pid_alive, read_pid, wait_for
 from batchai_sdk import (
     AlreadyExistsError,
     BatchAIError,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from _helpers import recipe_mount_volumes
+from _configs import recipe_mount_volumes
 from batchai_sdk import (
     AzureBlobContainer,
     AzureFileShare,

@@ -9,7 +9,8 @@ import signal
 import threading
 from pathlib import Path
 
-from _helpers import cmdline, pid_alive, scheduler_pid, wait_for
+from _procs import pid_alive, wait_for
+from _scheduler_procs import cmdline, scheduler_pid
 from batchai_sdk import JobState, Workspace
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from _helpers import read_pid
+from _procs import read_pid
 from batchai_sdk import JobState, Workspace
 from batchai_sdk.exceptions import ValidationError
 from batchai_sdk.node.job import procs

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from _helpers import TUTORIAL_SCRIPT, engine_calls, stand_in_engine, stand_in_tools
+from _stand_ins import TUTORIAL_SCRIPT, engine_calls, stand_in_engine, stand_in_tools
 from batchai_sdk import Job, JobState, Workspace
 
 pytestmark = [pytest.mark.mpi, pytest.mark.train]

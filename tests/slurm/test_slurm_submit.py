@@ -98,7 +98,7 @@ def test_the_tutorial_job_json_runs_through_sbatch(
     import os
     import sys
 
-    from _helpers import TUTORIAL_SCRIPT, stand_in_tools
+    from _stand_ins import TUTORIAL_SCRIPT, stand_in_tools
     from batchai_sdk.batchai_json import parse_job_json
 
     pytest.importorskip("horovod.tensorflow")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from _helpers import wait_for
+from _procs import wait_for
 from batchai_sdk import AzureBlobContainer, JobState
 from nsnodes import NODE_STATE_DIR, NSNodes
 

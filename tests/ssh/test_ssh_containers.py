@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from sshd import NODE_ADDRESSES, SSHNodes
 
-from _helpers import engine_calls, stand_in_engine
+from _stand_ins import engine_calls, stand_in_engine
 from batchai_sdk import JobState
 
 pytestmark = [pytest.mark.ssh]

@@ -13,14 +13,15 @@ import signal
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sshd import NODE_ADDRESSES, SSHNodes
 from test_ssh_scheduler import comm, descendants
 
-from _helpers import kill_scheduler_at_launch, pid_alive, scheduler_pid, wait_for
+from _labs import scheduler_states, ssh_lab
+from _procs import pid_alive, wait_for
+from _scheduler_procs import kill_scheduler_at_launch, scheduler_pid
 from batchai_sdk import Job, JobState, Workspace
 from batchai_sdk.cluster import Cluster
 from batchai_sdk.experiment import Experiment
@@ -57,18 +58,12 @@ with open(os.path.join(out, "ran-" + os.environ["AZ_BATCHAI_JOB_NAME"]), "w") as
 """
 
 
-@pytest.fixture(scope="module")
-def lab(ssh_nodes: SSHNodes, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Workspace, Path]]:
-    root = tmp_path_factory.mktemp("crash")
-    (root / "mnt" / "share").mkdir(parents=True)
-    ws = ssh_nodes.workspace("crash", root, [HEAD, SECOND])
-    yield ws, root / "node_state" / "tmp" / "scheduler"
-    ws.close()
+lab = ssh_lab([HEAD, SECOND], "crash")
 
 
-def _fresh(lab: tuple[Workspace, Path], name: str) -> tuple[Workspace, Experiment, Cluster, Path]:
+def _fresh(lab: Workspace, name: str) -> tuple[Workspace, Experiment, Cluster, Path]:
     """An experiment and a 2-node cluster of their own, and the folder of that cluster's scheduler."""
-    ws, sched_root = lab
+    ws, sched_root = lab, scheduler_states(lab)
     return (
         ws,
         ws.create_experiment(name),
@@ -78,7 +73,7 @@ def _fresh(lab: tuple[Workspace, Path], name: str) -> tuple[Workspace, Experimen
 
 
 def test_kill_9_in_the_launch_window_over_ssh_never_starts_a_job_twice(
-    lab: tuple[Workspace, Path], tmp_path: Path
+    lab: Workspace, tmp_path: Path
 ) -> None:
     ws, exp, cluster, state = _fresh(lab, "k")
     runs = tmp_path / "runs"
@@ -100,7 +95,7 @@ def test_kill_9_in_the_launch_window_over_ssh_never_starts_a_job_twice(
     assert killed == 6
 
 
-def test_a_lost_database_over_ssh_never_shares_a_node(lab: tuple[Workspace, Path], tmp_path: Path) -> None:
+def test_a_lost_database_over_ssh_never_shares_a_node(lab: Workspace, tmp_path: Path) -> None:
     ws, exp, cluster, state = _fresh(lab, "f")
     out = tmp_path / "out"
     out.mkdir()
@@ -171,7 +166,7 @@ def _silent_job(exp: Experiment, cluster: Cluster, tmp_path: Path, name: str) ->
 
 
 def test_a_stopped_node_is_named_not_taken_for_a_hang(
-    lab: tuple[Workspace, Path], ssh_nodes: SSHNodes, tmp_path: Path
+    lab: Workspace, ssh_nodes: SSHNodes, tmp_path: Path
 ) -> None:
     _, exp, cluster, state = _fresh(lab, "s")
     job, out = _silent_job(exp, cluster, tmp_path, "frozen")
@@ -198,9 +193,7 @@ def test_a_stopped_node_is_named_not_taken_for_a_hang(
     assert [a["cause"] for a in job.attempts] == ["node_lost"]
 
 
-def test_a_silent_job_over_ssh_ends_as_a_hang_with_each_nodes_stacks(
-    lab: tuple[Workspace, Path], tmp_path: Path
-) -> None:
+def test_a_silent_job_over_ssh_ends_as_a_hang_with_each_nodes_stacks(lab: Workspace, tmp_path: Path) -> None:
     _, exp, cluster, _ = _fresh(lab, "h")
     job, _ = _silent_job(exp, cluster, tmp_path, "stuck")
     assert job.wait(timeout=120, poll_interval=0.2) is JobState.FAILED

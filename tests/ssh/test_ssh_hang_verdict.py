@@ -7,13 +7,13 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sshd import NODE_ADDRESSES, SSHNodes
+from sshd import NODE_ADDRESSES
 
-from _helpers import wait_for
+from _labs import ssh_lab
+from _procs import wait_for
 from batchai_sdk import JobState, Workspace
 from hang_jobs import NOTICE, REDUCE_LINE, SLEEP_LINE, notice_within, rank_pids, start, step_of, write_train
 
@@ -22,13 +22,7 @@ pytestmark = [pytest.mark.ssh, pytest.mark.mpi, pytest.mark.slow]
 GLOO = {"GLOO_SOCKET_IFNAME": "lo"}
 
 
-@pytest.fixture(scope="module")
-def lab(ssh_nodes: SSHNodes, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
-    root = tmp_path_factory.mktemp("hangs")
-    (root / "mnt" / "share").mkdir(parents=True)
-    ws = ssh_nodes.workspace("hangs", root, list(NODE_ADDRESSES[:2]))
-    yield ws
-    ws.close()
+lab = ssh_lab(NODE_ADDRESSES[:2], "hangs")
 
 
 def test_a_sleeping_rank_on_the_second_ssh_node_is_named(lab: Workspace, tmp_path: Path) -> None:

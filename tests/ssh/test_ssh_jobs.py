@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sshd import DEAD_ADDRESS, NODE_ADDRESSES, SSHNodes
 
-from _helpers import pid_alive, read_pid
+from _labs import ssh_lab
+from _procs import pid_alive, read_pid
 from batchai_sdk import Workspace
 from batchai_sdk._models import JobState, NodeCounts
 from batchai_sdk.exceptions import NodeError, NotFoundError, ValidationError
@@ -49,11 +49,7 @@ def ssh_workspace(nodes: SSHNodes, root: Path, hosts: list[str], name: str = "la
     return nodes.workspace(name, root, hosts)
 
 
-@pytest.fixture(scope="module")
-def lab(ssh_nodes: SSHNodes, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
-    ws = ssh_workspace(ssh_nodes, tmp_path_factory.mktemp("lab"), NODE_ADDRESSES)
-    yield ws
-    ws.close()
+lab = ssh_lab(NODE_ADDRESSES, "lab")
 
 
 def write_script(tmp_path: Path, name: str, source: str) -> Path:

@@ -23,7 +23,9 @@ import pytest
 from sshd import NODE_ADDRESSES, SSHNodes
 from test_ssh_scheduler import descendants, is_node_agent, left_on_nodes
 
-from _helpers import pid_alive, scheduler_pid, wait_for
+from _labs import lab_root, ssh_lab
+from _procs import pid_alive, wait_for
+from _scheduler_procs import scheduler_pid
 from batchai_sdk import JobState, Workspace
 from batchai_sdk._models import NodeCounts
 from batchai_sdk.cluster import Cluster
@@ -56,24 +58,21 @@ sys.exit(int(sys.argv[3]) if len(sys.argv) > 3 else 0)
 """
 
 
-@pytest.fixture(scope="module")
-def lab(ssh_nodes: SSHNodes, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Workspace, Path]]:
-    root = tmp_path_factory.mktemp("agent")
-    (root / "mnt" / "share").mkdir(parents=True)
+def _record_script(root: Path) -> None:
     (root / "record.py").write_text(textwrap.dedent(RECORD))
-    ws = ssh_nodes.workspace("agent", root, [HEAD, SECOND])
-    yield ws, root
-    ws.close()
+
+
+lab = ssh_lab([HEAD, SECOND], "agent", prepare=_record_script)
 
 
 @pytest.fixture(scope="module")
-def cluster(lab: tuple[Workspace, Path]) -> Cluster:
-    return lab[0].create_cluster("c", nodes=2)
+def cluster(lab: Workspace) -> Cluster:
+    return lab.create_cluster("c", nodes=2)
 
 
 @pytest.fixture(scope="module")
-def exp(lab: tuple[Workspace, Path]) -> Experiment:
-    return lab[0].create_experiment("e")
+def exp(lab: Workspace) -> Experiment:
+    return lab.create_experiment("e")
 
 
 @pytest.fixture(autouse=True)
@@ -120,18 +119,16 @@ def stopped() -> Iterator[list[int]]:
             os.kill(pid, signal.SIGKILL)
 
 
-def command(lab: tuple[Workspace, Path], out: Path | None, gate: Path | None = None, code: int = 0) -> str:
-    line = f"{shlex.quote(sys.executable)} {lab[1] / 'record.py'} {out or os.devnull}"
+def command(lab: Workspace, out: Path | None, gate: Path | None = None, code: int = 0) -> str:
+    line = f"{shlex.quote(sys.executable)} {lab_root(lab) / 'record.py'} {out or os.devnull}"
     return line + (f" {gate}" if gate else "") + (f" {code}" if code else "")
 
 
 @contextlib.contextmanager
-def held(
-    lab: tuple[Workspace, Path], exp: Experiment, cluster: Cluster, ssh_nodes: SSHNodes
-) -> Iterator[None]:
+def held(lab: Workspace, exp: Experiment, cluster: Cluster, ssh_nodes: SSHNodes) -> Iterator[None]:
     """A job that holds one node (and so the scheduler and its agents) until the block ends; the block
     starts once both nodes have an agent."""
-    gate = lab[1] / "release"
+    gate = lab_root(lab) / "release"
     gate.unlink(missing_ok=True)
     holder = exp.create_job(
         f"hold-{os.urandom(3).hex()}",
@@ -148,7 +145,7 @@ def held(
 
 
 def test_jobs_start_through_the_node_agents_with_their_secrets(
-    lab: tuple[Workspace, Path], exp: Experiment, cluster: Cluster, ssh_nodes: SSHNodes, tmp_path: Path
+    lab: Workspace, exp: Experiment, cluster: Cluster, ssh_nodes: SSHNodes, tmp_path: Path
 ) -> None:
     mpi, custom = tmp_path / "mpi", tmp_path / "custom"
     with held(lab, exp, cluster, ssh_nodes):
@@ -172,7 +169,7 @@ def test_jobs_start_through_the_node_agents_with_their_secrets(
 
 
 def test_an_agent_that_stops_answering_or_dies_is_passed_over_then_started_again(
-    lab: tuple[Workspace, Path],
+    lab: Workspace,
     exp: Experiment,
     cluster: Cluster,
     ssh_nodes: SSHNodes,
@@ -200,7 +197,7 @@ def test_an_agent_that_stops_answering_or_dies_is_passed_over_then_started_again
 
 
 def running_custom(
-    lab: tuple[Workspace, Path],
+    lab: Workspace,
     exp: Experiment,
     cluster: Cluster,
     name: str,
@@ -219,7 +216,7 @@ def running_custom(
 
 
 def test_jobs_whose_agents_are_killed_while_they_run_go_on_and_end_once(
-    lab: tuple[Workspace, Path], exp: Experiment, cluster: Cluster, ssh_nodes: SSHNodes, tmp_path: Path
+    lab: Workspace, exp: Experiment, cluster: Cluster, ssh_nodes: SSHNodes, tmp_path: Path
 ) -> None:
     custom, mpi, gate = tmp_path / "custom", tmp_path / "mpi", tmp_path / "go"
     with held(lab, exp, cluster, ssh_nodes):
@@ -236,7 +233,7 @@ def test_jobs_whose_agents_are_killed_while_they_run_go_on_and_end_once(
 
 
 def test_a_job_whose_agent_is_stopped_while_it_runs_ends_once_with_its_exit_code(
-    lab: tuple[Workspace, Path], exp: Experiment, cluster: Cluster, ssh_nodes: SSHNodes, tmp_path: Path
+    lab: Workspace, exp: Experiment, cluster: Cluster, ssh_nodes: SSHNodes, tmp_path: Path
 ) -> None:
     out, gate = tmp_path / "runs", tmp_path / "go"
     with held(lab, exp, cluster, ssh_nodes):
@@ -260,7 +257,7 @@ def test_a_job_whose_agent_is_stopped_while_it_runs_ends_once_with_its_exit_code
 
 
 def test_terminate_ends_a_command_started_by_an_agent(
-    lab: tuple[Workspace, Path], exp: Experiment, cluster: Cluster, ssh_nodes: SSHNodes, tmp_path: Path
+    lab: Workspace, exp: Experiment, cluster: Cluster, ssh_nodes: SSHNodes, tmp_path: Path
 ) -> None:
     out, gate = tmp_path / "runs", tmp_path / "never"
     with held(lab, exp, cluster, ssh_nodes):
@@ -270,10 +267,10 @@ def test_terminate_ends_a_command_started_by_an_agent(
 
 
 def test_kill_9_of_the_scheduler_leaves_no_agent_and_no_second_start(
-    lab: tuple[Workspace, Path], exp: Experiment, cluster: Cluster, ssh_nodes: SSHNodes, tmp_path: Path
+    lab: Workspace, exp: Experiment, cluster: Cluster, ssh_nodes: SSHNodes, tmp_path: Path
 ) -> None:
-    state = lab[1] / "node_state" / "tmp" / "scheduler" / "c"
-    ssh = ["ssh", "-F", str(lab[1] / "node_state" / "clusters" / "c" / "ssh_config")]
+    state = lab_root(lab) / "node_state" / "tmp" / "scheduler" / "c"
+    ssh = ["ssh", "-F", str(lab_root(lab) / "node_state" / "clusters" / "c" / "ssh_config")]
     sockets = [Path(socket_path(agent_name(ssh, a))) for a in (HEAD, SECOND)]
     out, gate = tmp_path / "runs", tmp_path / "go"
     with held(lab, exp, cluster, ssh_nodes):
@@ -284,7 +281,7 @@ def test_kill_9_of_the_scheduler_leaves_no_agent_and_no_second_start(
         os.kill(pid, signal.SIGKILL)
         # its agents take nothing more at once; the one whose command runs stays until that command ends
         wait_for(lambda: not any(s.exists() for s in sockets), 30, "the agents to stop listening")
-        lab[0].backend.scheduler(cluster.spec).ensure_running()
+        lab.backend.scheduler(cluster.spec).ensure_running()
         gate.touch()
     assert job.wait(timeout=90, poll_interval=0.1) is JobState.SUCCEEDED, job.status.failure_reason
     assert len(runs(out)) == 1  # started once, across both schedulers

@@ -9,14 +9,14 @@ import signal
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sshd import NODE_ADDRESSES, SSHNodes
 from test_ssh_scheduler import comm, descendants
 
-from _helpers import wait_for
+from _labs import scheduler_states, ssh_lab
+from _procs import wait_for
 from batchai_sdk import JobState, Workspace
 
 pytestmark = [pytest.mark.ssh, pytest.mark.mpi]
@@ -30,19 +30,13 @@ time.sleep(300)
 """
 
 
-@pytest.fixture(scope="module")
-def lab(ssh_nodes: SSHNodes, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Workspace, Path]]:
-    root = tmp_path_factory.mktemp("pending")
-    (root / "mnt" / "share").mkdir(parents=True)
-    ws = ssh_nodes.workspace("pending", root, [HEAD, SECOND])
-    yield ws, root / "node_state" / "tmp" / "scheduler"
-    ws.close()
+lab = ssh_lab([HEAD, SECOND], "pending")
 
 
 def test_a_job_that_needs_a_node_that_stopped_answering_names_it(
-    lab: tuple[Workspace, Path], ssh_nodes: SSHNodes, tmp_path: Path
+    lab: Workspace, ssh_nodes: SSHNodes, tmp_path: Path
 ) -> None:
-    ws, sched_root = lab
+    ws, sched_root = lab, scheduler_states(lab)
     exp = ws.create_experiment("d")
     cluster = ws.create_cluster("d", vm_size="Standard_NC4as_T4_v3", nodes=2)
     out = tmp_path / "out"

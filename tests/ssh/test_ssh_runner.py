@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from sshd import DEAD_ADDRESS, NODE_ADDRESSES, SSHNode, SSHNodes, keygen
 
-from _helpers import pid_alive
+from _procs import pid_alive
 from batchai_sdk.backends.ssh.share import SFTPShare
 from batchai_sdk.exceptions import BatchAIError, BatchAITimeoutError, NodeError, NotFoundError, ShareError
 from batchai_sdk.remote.fanout import fan_out

@@ -26,7 +26,8 @@ from typing import Any
 import pytest
 from sshd import NODE_ADDRESSES, SSHNodes
 
-from _helpers import pid_alive, read_pid, wait_for
+from _labs import ssh_lab
+from _procs import pid_alive, read_pid, wait_for
 from batchai_sdk import AlreadyExistsError, JobState, Workspace
 from batchai_sdk._models import NodeCounts
 from batchai_sdk.cluster import Cluster
@@ -187,13 +188,7 @@ def ended_at(job: Job) -> float:
     return end.timestamp() if isinstance(end, datetime) else float(end)
 
 
-@pytest.fixture(scope="module")
-def lab(ssh_nodes: SSHNodes, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
-    root = tmp_path_factory.mktemp("sched")
-    (root / "mnt" / "share").mkdir(parents=True)
-    ws = ssh_nodes.workspace("sched", root, [HEAD, SECOND])
-    yield ws
-    ws.close()
+lab = ssh_lab([HEAD, SECOND], "sched")
 
 
 @pytest.fixture(scope="module")

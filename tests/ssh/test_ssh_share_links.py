@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sshd import NODE_ADDRESSES, SSHNodes
 
-from _helpers import PLANT_LINKS, check_links_not_followed
+from _links import PLANT_LINKS, check_links_not_followed
 from batchai_sdk import JobState
 from batchai_sdk.exceptions import ValidationError
 

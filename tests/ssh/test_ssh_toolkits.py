@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sshd import NODE_ADDRESSES, SSHNodes
+from sshd import NODE_ADDRESSES
 
+from _labs import ssh_lab
 from batchai_sdk import JobState, Workspace
 
 pytestmark = [pytest.mark.ssh, pytest.mark.mpi]
@@ -35,13 +35,7 @@ DDP = """
 """
 
 
-@pytest.fixture(scope="module")
-def lab(ssh_nodes: SSHNodes, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
-    root = tmp_path_factory.mktemp("toolkits")
-    (root / "mnt" / "share").mkdir(parents=True)
-    ws = ssh_nodes.workspace("toolkits", root, list(NODE_ADDRESSES[:2]))
-    yield ws
-    ws.close()
+lab = ssh_lab(NODE_ADDRESSES[:2], "toolkits")
 
 
 @pytest.mark.parametrize("processes", [2, 4])

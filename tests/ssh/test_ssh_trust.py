@@ -13,11 +13,9 @@ from sshd import NODE_ADDRESSES, SSHNodes
 
 from batchai_sdk import JobState
 from batchai_sdk import _layout as layout
+from health_jobs import FORGER  # the same forger as on local nodes
 
 pytestmark = pytest.mark.ssh
-
-sys.path.insert(0, str(Path(__file__).parent.parent))
-from test_health_trust import FORGER  # noqa: E402 - the same forger as on local nodes
 
 
 def test_a_report_a_job_on_an_ssh_node_forges_changes_nothing(ssh_nodes: SSHNodes, tmp_path: Path) -> None:

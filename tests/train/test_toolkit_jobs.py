@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from _helpers import wait_for
+from _procs import wait_for
 from batchai_sdk import JobState, Workspace
 
 pytestmark = pytest.mark.mpi

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from _helpers import wait_for
+from _procs import wait_for
 from batchai_sdk import JobState, NotFoundError, Workspace
 from batchai_sdk.cluster import Cluster
 from batchai_sdk.job import Job

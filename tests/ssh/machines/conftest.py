@@ -10,22 +10,15 @@ from collections.abc import Iterator
 import pytest
 from nslab import STARTED
 
-from _helpers import wait_for
+from _labs import ssh_lab
+from _procs import wait_for
 from batchai_sdk import Workspace
 from batchai_sdk._models import NodeCounts
 from batchai_sdk.cluster import Cluster
 from batchai_sdk.experiment import Experiment
 from nsnodes import NSNode, NSNodes
 
-
-@pytest.fixture(scope="module")
-def lab(
-    ns_nodes: NSNodes, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
-) -> Iterator[Workspace]:
-    name = request.module.WORKSPACE
-    ws = ns_nodes.workspace(name, tmp_path_factory.mktemp(name), ns_nodes.addresses[:2])
-    yield ws
-    ws.close()
+lab = ssh_lab(2, nodes="ns_nodes")  # named after the module's WORKSPACE
 
 
 @pytest.fixture(scope="module")

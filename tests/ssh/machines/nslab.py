@@ -10,7 +10,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from _helpers import wait_for
+from _procs import wait_for
 from batchai_sdk import JobState
 from batchai_sdk._models import NodeCounts
 from batchai_sdk.cluster import Cluster

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from nslab import STARTED, sleeper_job
 
-from _helpers import wait_for
+from _labs import ssh_lab
+from _procs import wait_for
 from batchai_sdk import JobState, Workspace
 from batchai_sdk._models import NodeCounts
 from batchai_sdk.cluster import Cluster
@@ -23,11 +24,7 @@ pytestmark = [pytest.mark.ssh, pytest.mark.mpi, pytest.mark.nsnodes]
 WORKSPACE = "nsspare"
 
 
-@pytest.fixture(scope="module")
-def lab(ns_nodes: NSNodes, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
-    ws = ns_nodes.workspace(WORKSPACE, tmp_path_factory.mktemp(WORKSPACE), ns_nodes.addresses[:3])
-    yield ws
-    ws.close()
+lab = ssh_lab(3, WORKSPACE, nodes="ns_nodes")
 
 
 @pytest.fixture(scope="module")

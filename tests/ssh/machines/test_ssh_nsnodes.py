@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from nslab import STARTED, heal_and_rerun, sleeper_job
 
-from _helpers import wait_for
+from _procs import wait_for
 from batchai_sdk import JobState
 from batchai_sdk.cluster import Cluster
 from batchai_sdk.exceptions import SSHError

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from _helpers import pid_alive, ppid, started_at, still_running, wait_for
+from _procs import pid_alive, started_at, still_running, wait_for
+from _scheduler_procs import ppid
 from batchai_sdk import JobState, Workspace
 
 pytestmark = pytest.mark.mpi

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from _helpers import engine_calls, stand_in_engine, wait_for
+from _procs import wait_for
+from _stand_ins import engine_calls, stand_in_engine
 from batchai_sdk import Job, JobState, Workspace
 from batchai_sdk.node.job.containers import qualify_image
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from _helpers import kill_scheduler_at_launch, pid_alive, scheduler_pid, wait_for
+from _procs import pid_alive, wait_for
+from _scheduler_procs import kill_scheduler_at_launch, scheduler_pid
 from batchai_sdk import JobState, Workspace
 
 pytestmark = pytest.mark.mpi

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from _helpers import wait_for
+from _procs import wait_for
 from batchai_sdk import Job, JobState, Workspace
 from hang_jobs import (
     BARRIER_LINE,

@@ -14,27 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from _helpers import scheduler_pid, wait_for
+from _procs import wait_for
+from _scheduler_procs import scheduler_pid
 from batchai_sdk import JobState, Workspace
 from batchai_sdk import _layout as layout
+from health_jobs import FORGER
 
 pytestmark = pytest.mark.slow
-
-FORGER = r"""
-import json, os, sys, time
-folder, nodes = sys.argv[1], sys.argv[2].split(",")
-os.makedirs(folder, exist_ok=True)
-doc = {"level": "full", "nodes": nodes, "checks": [], "started": time.time() + 3600,
-       "unusable": {n: "forged by a job" for n in nodes}}
-with open(os.path.join(folder, "99999999999-forged.json"), "w") as f:
-    json.dump(doc, f)
-os.mkfifo(os.path.join(folder, "99999999999-fifo.json"))
-with open(os.path.join(folder, "99999999999-huge.json"), "w") as f:
-    f.write('{"level": "basic", "nodes": ["' + nodes[0] + '"], "unusable": {"' + nodes[0] + '": "')
-    f.write("x" * (8 << 20))
-    f.write('"}}')
-print("forged")
-"""
 
 
 def _health_folder(ws: Workspace, cluster: str) -> Path:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from _helpers import pid_alive, wait_for
+from _procs import pid_alive, wait_for
 from batchai_sdk import AlreadyExistsError, JobState, Workspace
 from batchai_sdk._models import NodeCounts
 from batchai_sdk.node.job import procs

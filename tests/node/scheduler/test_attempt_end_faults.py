@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from _helpers import pid_alive, scheduler_pid, wait_for
+from _procs import pid_alive, wait_for
+from _scheduler_procs import scheduler_pid
 from batchai_sdk import JobState, Workspace
 from batchai_sdk._models import parse_time, utcnow
 from batchai_sdk.node.job import procs

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import batchai_sdk.node
-from _helpers import wait_for
+from _procs import wait_for
 from batchai_sdk.node.agent.client import watch_command
 
 NODE_MAIN = os.path.abspath(Path(batchai_sdk.node.__file__).parent / "__main__.py")

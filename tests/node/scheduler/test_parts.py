@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from _helpers import local_cluster_config
+from _configs import local_cluster_config
 from batchai_sdk.node.scheduler.attempt_end import AttemptEnds
 from batchai_sdk.node.scheduler.cluster import Cluster
 from batchai_sdk.node.scheduler.gate import NodeGate

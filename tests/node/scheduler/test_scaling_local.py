@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from _helpers import wait_for
+from _procs import wait_for
 from batchai_sdk import CapacityError, ValidationError, Workspace
 from batchai_sdk._models import NodeCounts
 

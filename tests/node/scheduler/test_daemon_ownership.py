@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from _helpers import pid_alive, read_pid, scheduler_pid, wait_for
+from _procs import pid_alive, read_pid, wait_for
+from _scheduler_procs import scheduler_pid
 from batchai_sdk import Job, JobState, Workspace
 from batchai_sdk.exceptions import BackendError, BatchAITimeoutError
 

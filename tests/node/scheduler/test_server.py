@@ -22,7 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import batchai_sdk.node
-from _helpers import local_cluster_config, wait_for
+from _configs import local_cluster_config
+from _procs import wait_for
 
 NODE_MAIN = str(Path(batchai_sdk.node.__file__).parent / "__main__.py")
 ANSWER_S = 5.0  # a reply must come well before the 10 s a silent client used to stall the loop
