@@ -20,7 +20,7 @@ from _helpers import scheduler_pid, wait_for
 from batchai_sdk import JobState, ProtocolMismatchError, Workspace
 from batchai_sdk.node.protocol.names import E_NEEDS_CLUSTER, PROTOCOL
 
-NODE_PACKAGE = Path(__file__).resolve().parents[1] / "src" / "batchai_sdk" / "node"
+NODE_PACKAGE = Path(__file__).resolve().parents[2] / "src" / "batchai_sdk" / "node"
 
 
 def _state(ws: Workspace, cluster: str) -> Path:
