@@ -8,7 +8,7 @@ import os
 import signal
 from pathlib import Path
 
-from _helpers import pid_alive, wait_for
+from _procs import pid_alive, wait_for
 from batchai_sdk import JobState, Workspace
 
 

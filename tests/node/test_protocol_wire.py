@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from _helpers import scheduler_pid, wait_for
+from _procs import wait_for
+from _scheduler_procs import scheduler_pid
 from batchai_sdk import JobState, ProtocolMismatchError, Workspace
 from batchai_sdk.node.protocol.names import E_NEEDS_CLUSTER, PROTOCOL
 

@@ -17,7 +17,7 @@ import pytest
 from sshd import NODE_ADDRESSES, SSHNodes, sshd_available, start_nodes
 from test_ssh_scheduler import descendants, is_node_agent, left_on_nodes
 
-from _helpers import pid_alive, wait_for
+from _procs import pid_alive, wait_for
 from batchai_sdk import JobState
 from batchai_sdk._models import NodeCounts
 

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from sshd import NODE_ADDRESSES, SSHNodes
 
-from _helpers import pid_alive, read_pid, scheduler_pid, wait_for
+from _procs import pid_alive, read_pid, wait_for
+from _scheduler_procs import scheduler_pid
 from batchai_sdk import JobState, Workspace
 from batchai_sdk.cluster import Cluster
 from batchai_sdk.experiment import Experiment

@@ -11,7 +11,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from _helpers import pid_alive, ppid, wait_for
+from _procs import pid_alive, wait_for
+from _scheduler_procs import ppid
 from batchai_sdk import JobState, Workspace
 
 WAIT = "while [ ! -e {gate} ]; do sleep 0.05; done"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from _helpers import wait_for
+from _procs import wait_for
 from batchai_sdk import Job, Workspace
 from batchai_sdk.exceptions import NotFoundError
 from hang_jobs import NOTICE, REDUCE_LINE, SLEEP_LINE, TRAIN, start, step_of, write_train

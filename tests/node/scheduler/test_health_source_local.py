@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from _helpers import wait_for
+from _procs import wait_for
 from batchai_sdk import JobState, Workspace
 from batchai_sdk.cli import main
 from batchai_sdk.exceptions import ValidationError

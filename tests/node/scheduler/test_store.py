@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _helpers import local_cluster_config
+from _configs import local_cluster_config
 from batchai_sdk.node.scheduler.daemon import Scheduler
 
 

@@ -10,7 +10,7 @@ import time
 import pytest
 from nslab import STARTED
 
-from _helpers import wait_for
+from _procs import wait_for
 from batchai_sdk import JobState, Workspace
 from batchai_sdk.cluster import Cluster
 from batchai_sdk.experiment import Experiment
