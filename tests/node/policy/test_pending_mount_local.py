@@ -66,7 +66,8 @@ def test_a_job_whose_storage_is_gone_waits_naming_it_and_runs_once_it_is_back(
         why = pending_of(reader, "mount_unavailable")
         node = sorted(cluster.node_states())[0]
         assert "data" in why.message and node in why.message, why
-        assert list(why.nodes) == [node] and "not there" in why.nodes[node]
+        assert list(why.nodes) == [node] and "missing or not mounted" in why.nodes[node]
+        assert why.nodes[node].startswith("data: ")
         assert why.estimated_start is None
         assert "mount_unavailable" in reader.status.pending.line()  # type: ignore[union-attr]
         # a job behind it that mounts nothing is not held back by it

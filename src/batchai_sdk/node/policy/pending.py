@@ -132,8 +132,8 @@ def explain(
         need = job.nodes
         if key in mounts:  # the scheduler does not start it until its storage is there
             wait = mounts[key]
-            listed = ", ".join(f"{m} ({why})" for m, why in sorted(wait.missing.items()))
-            why = f"its mount(s) cannot be used on {wait.node}: {listed}"
+            listed = "; ".join(f"{m}: {why}" for m, why in sorted(wait.missing.items()))
+            why = f"its mount(s) cannot be used on the head node {wait.node}: {listed}"
             out[key] = _with(base, MOUNT_UNAVAILABLE, why, {wait.node: listed}, None)
             continue
         if need > healthy:  # it cannot start on the nodes there are, however long it waits

@@ -25,7 +25,7 @@ def missing(links: Iterable[MountLink]) -> dict[str, str]:
         target = link["target"]
         try:
             if not os.path.isdir(target):
-                out[name] = f"{target} is not there (missing, or not mounted)"
+                out[name] = f"{target} is missing or not mounted"
             elif not os.access(target, os.R_OK | os.X_OK):
                 out[name] = f"{target} cannot be read"
         except OSError as exc:  # isdir and access swallow most; a name too long, say, is not
