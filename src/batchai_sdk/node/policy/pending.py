@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from ..protocol.records import (
     AHEAD_SHOWN,
     CLUSTER_AT_ZERO,
+    MOUNT_UNAVAILABLE,
     NODES_DOWN,
     NODES_UNHEALTHY,
     PREPARING_NODES,
@@ -52,6 +53,14 @@ class NodesNow:
     down: Sequence[str] = ()  # stopped answering
     checking: Sequence[str] = ()  # the health gate is checking them
     can_grow: int = 0  # with autoscale: nodes the cluster may still add (max_nodes - up)
+
+
+@dataclass(frozen=True)
+class MountWait:
+    """A queued job's mounts that cannot be used on ``node`` (mount name -> why): it waits for them."""
+
+    node: str
+    missing: Mapping[str, str]
 
 
 def _iso(t: float) -> str:
@@ -91,11 +100,16 @@ def estimate(order: Sequence[Waiting], running: Sequence[Running], free: int) ->
 
 
 def explain(
-    queued: Sequence[tuple[str, Waiting]], running: Sequence[Running], nodes: NodesNow
+    queued: Sequence[tuple[str, Waiting]],
+    running: Sequence[Running],
+    nodes: NodesNow,
+    mounts: Mapping[str, MountWait] | None = None,
 ) -> dict[str, PendingDoc]:
-    """Job key -> why it waits, for the first ``DETAILED`` queued jobs in the queue's order."""
+    """Job key -> why it waits, for the first ``DETAILED`` queued jobs in the queue's order. ``mounts``:
+    the jobs held back because a storage they mount cannot be used (they wait for it, not for nodes)."""
+    mounts = mounts or {}
     order = sorted(queued, key=lambda kw: (-kw[1].priority, kw[1].job_id))[:DETAILED]
-    starts = estimate([w for _, w in order], running, len(nodes.free))
+    starts = estimate([w for k, w in order if k not in mounts], running, len(nodes.free))
     up = set(nodes.up)
     unusable = {n: why for n, why in sorted(nodes.unusable.items()) if n in up}
     down = sorted(set(nodes.down) & up)
@@ -116,6 +130,12 @@ def explain(
             estimated_start=est,
         )
         need = job.nodes
+        if key in mounts:  # the scheduler does not start it until its storage is there
+            wait = mounts[key]
+            listed = "; ".join(f"{m}: {why}" for m, why in sorted(wait.missing.items()))
+            why = f"its mount(s) cannot be used on the head node {wait.node}: {listed}"
+            out[key] = _with(base, MOUNT_UNAVAILABLE, why, {wait.node: listed}, None)
+            continue
         if need > healthy:  # it cannot start on the nodes there are, however long it waits
             kind, why, named = _short(need, len(up), healthy, unusable, down, nodes.can_grow)
             out[key] = _with(base, kind, why, named, None)

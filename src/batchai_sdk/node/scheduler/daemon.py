@@ -69,6 +69,7 @@ from .api import RequestError, request_digest
 from .cluster import Cluster
 from .gate import NodeGate
 from .log import log
+from .mount_waits import MountWaits
 from .server import RequestServer
 from .spares import Spares
 from .store import STARTING, JobExists, Store, iso
@@ -105,7 +106,8 @@ class Scheduler:
         self.down.on_back = self.gate.forget  # a lost node passes the gate again before it takes a job
         self.hangs = health.HangWatch(self.cluster, self.store, self.pool_exec, self.stop)
         self.ends = attempt_end.AttemptEnds(self.store, self.cluster, self.pool_exec, self.down, self.hangs)
-        self.publisher = publish.Publisher(self.store, self.cluster, self.down, self.gate)
+        self.mount_waits = MountWaits()  # queued jobs whose storage is not there on this node
+        self.publisher = publish.Publisher(self.store, self.cluster, self.down, self.gate, self.mount_waits)
         self.autoscaler = scaling.AutoScaler(self.cluster, self.store, self.gate, self.pool_exec)
         self.server: RequestServer | None = None
         self.sock_ino = 0  # the inode of the socket this process bound (run)
@@ -243,10 +245,17 @@ class Scheduler:
             for n in self.cluster.nodes()
             if n["id"] not in held and n["id"] not in self.down and n["id"] not in blocked
         ]
+        self.mount_waits.recheck()  # a job whose storage came back takes part in this pass's plan
         if not free:  # nothing can start: the queue, however long, need not be read
             return
         rows = {r["id"]: r for r in self.store.jobs("queued")}
-        queued = [Waiting(r["id"], r["node_count"], r["wall"], r["priority"]) for r in rows.values()]
+        self.mount_waits.recheck(rows)
+        waits = self.mount_waits.held()
+        queued = [
+            Waiting(r["id"], r["node_count"], r["wall"], r["priority"])
+            for r in rows.values()
+            if r["id"] not in waits
+        ]
         running = [
             Holding(
                 len(json.loads(r["nodes"])), r["started"] + r["wall"] if r["wall"] and r["started"] else None
@@ -254,18 +263,28 @@ class Scheduler:
             for r in self.store.jobs("running", "cleaning")
         ]
         for job_id, count in plan(queued, running, len(free), time.time()):
-            level, logs = self.job_health_level(rows[job_id])
+            launch = self.launch_of(rows[job_id])
+            if not self.mount_waits.ready(job_id, launch, self.cluster.nodes()[0]["id"]):
+                log(f"{rows[job_id]['key']} waits: its mounts {self.mount_waits.reasons()[job_id]}")
+                continue  # it would only fail on them: it waits, named in its pending reason
+            level, logs = self.job_health_level(launch)
             if not self.gate.ready(free[:count], level, copy_to=logs):
                 break  # its nodes are being checked; the next plan sees which passed
             self.start(rows[job_id], free[:count])
             free = free[count:]
 
-    def job_health_level(self, row: sqlite3.Row) -> tuple[str, str | None]:
+    def launch_of(self, row: sqlite3.Row) -> LaunchConfig | None:
+        """The job's launch.json, as the head node mounts the share (None: unreadable)."""
+        launch: LaunchConfig | None = load_or_none(
+            self.cluster.share_paths().launch_config(row["experiment"], row["name"])
+        )
+        return launch if isinstance(launch, dict) else None
+
+    @staticmethod
+    def job_health_level(launch: LaunchConfig | None) -> tuple[str, str | None]:
         """The job's own ``health_check`` (launch.json), or "off" (the cluster's gate already ran), and
         the job's log folder, where the report of its check goes too."""
-        path = self.cluster.share_paths().launch_config(row["experiment"], row["name"])
-        launch: LaunchConfig | None = load_or_none(path)
-        if not isinstance(launch, dict):
+        if launch is None:
             return "off", None
         return str(launch.get("health_check") or "off"), launch.get("stdouterr_dir")
 

@@ -37,6 +37,7 @@ from .cluster import Cluster
 from .gate import NodeGate
 from .health import DownNodes
 from .log import log
+from .mount_waits import MountWaits
 from .store import STARTING, Store
 
 HEARTBEAT = 10.0
@@ -73,8 +74,16 @@ def status_doc(row: sqlite3.Row) -> dict[str, Any]:
 
 
 class Publisher:
-    def __init__(self, store: Store, cluster: Cluster, down: DownNodes, gate: NodeGate) -> None:
+    def __init__(
+        self,
+        store: Store,
+        cluster: Cluster,
+        down: DownNodes,
+        gate: NodeGate,
+        mounts: MountWaits | None = None,
+    ) -> None:
         self.store = store
+        self.mounts = mounts if mounts is not None else MountWaits()
         self.cluster = cluster
         self.down = down
         self.gate = gate
@@ -180,7 +189,11 @@ class Publisher:
             for r in active
             if r["state"] != "queued"
         ]
-        return pending.explain(queued, running, nodes)
+        found = self.mounts.reasons()
+        mounts = {
+            r["key"]: pending.MountWait(self.mounts.node, found[r["id"]]) for r in active if r["id"] in found
+        }
+        return pending.explain(queued, running, nodes, mounts)
 
     def observed(self) -> tuple[object, ...]:
         """What publish's records are made of, short of reading the jobs: unchanged, nothing is written."""
@@ -192,6 +205,7 @@ class Publisher:
             tuple(sorted(gate.checking)),
             gate.applied,
             self.fault_message,
+            self.mounts.observed(),
         )
 
     def report_fault(self, message: str | None) -> None:
