@@ -5,31 +5,76 @@ Before it starts a job, the scheduler looks, on the head node it runs on, at eac
 backend's storage root): a folder that is missing, a dangling link, or one that cannot be read is a storage
 that cannot be used. Such a job does not start (it would only fail on it); it waits, named in
 ``job.status.pending``, and is looked at again every pass: once its storage is there, it starts. One
-``stat`` per mount; the other nodes' mounts are checked where the job runs (node setup, the launcher).
+``stat`` per mount, on a worker thread with a deadline: a network storage that hangs (a stuck FUSE or NFS
+server) makes the job wait as "not answering" instead of stopping the scheduler's loop; the other nodes'
+mounts are checked where the job runs (node setup, the launcher).
 """
 
 from __future__ import annotations
 
 import os
 import posixpath
+import threading
 from collections.abc import Iterable
 
 from ..protocol.launch import LaunchConfig, MountLink
+
+PROBE_SECONDS = 2.0  # one look at a storage; longer is a storage that does not answer
+
+
+class _Look(threading.Thread):
+    """One look at a storage, on a daemon thread: one stuck in the kernel never holds the scheduler's exit
+    (a ThreadPoolExecutor's workers are joined at exit)."""
+
+    def __init__(self, target: str) -> None:
+        super().__init__(name="mount-look", daemon=True)
+        self.target = target
+        self.why: str | None = None
+        self.done = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        self.why = _why(self.target)
+        self.done.set()
+
+
+_inflight: dict[str, _Look] = {}
+_lock = threading.Lock()
+
+
+def _why(target: str) -> str | None:
+    try:
+        if not os.path.isdir(target):
+            return f"{target} is missing or not mounted"
+        if not os.access(target, os.R_OK | os.X_OK):
+            return f"{target} cannot be read"
+    except OSError as exc:  # isdir and access swallow most; a name too long, say, is not
+        return f"{target}: {exc.strerror or exc}"
+    return None
+
+
+def _look(target: str) -> str | None:
+    """Why ``target`` cannot be used, within ``PROBE_SECONDS``; a look still hanging from an earlier pass
+    answers at once (one stuck thread per storage, not one per pass)."""
+    with _lock:
+        look = _inflight.get(target)
+        fresh = look is None
+        if look is None:
+            look = _inflight[target] = _Look(target)
+    if not look.done.wait(PROBE_SECONDS if fresh else 0):
+        return f"{target} does not answer (a look at it has taken over {PROBE_SECONDS:g} s)"
+    with _lock:
+        _inflight.pop(target, None)
+    return look.why
 
 
 def missing(links: Iterable[MountLink]) -> dict[str, str]:
     """Mount name (its ``relative_mount_path``) → why it cannot be used here, for each that cannot."""
     out: dict[str, str] = {}
     for link in links:
-        name = posixpath.basename(link["path"].rstrip("/"))
-        target = link["target"]
-        try:
-            if not os.path.isdir(target):
-                out[name] = f"{target} is missing or not mounted"
-            elif not os.access(target, os.R_OK | os.X_OK):
-                out[name] = f"{target} cannot be read"
-        except OSError as exc:  # isdir and access swallow most; a name too long, say, is not
-            out[name] = f"{target}: {exc.strerror or exc}"
+        why = _look(link["target"])
+        if why is not None:
+            out[posixpath.basename(link["path"].rstrip("/"))] = why
     return out
 
 
