@@ -18,6 +18,7 @@ from sshd import NODE_ADDRESSES, SSHNodes
 
 from _labs import lab_root, ssh_lab
 from batchai_sdk import SweepDrivenError, Workspace
+from batchai_sdk.cli import main
 
 pytestmark = [pytest.mark.ssh, pytest.mark.mpi]
 WORKSPACE = "sweeps"
@@ -104,6 +105,81 @@ def test_a_second_driver_on_ssh_nodes_is_told_who_drives_and_a_dead_one_is_taken
     assert time.monotonic() - started < 45  # at once on its own host, not after the 60 s lease
     assert len(exp.get_job("one-000").attempts) == 1
     assert len(exp.get_job("one-001").attempts) == 1
+
+
+CLI_DRIVE = """
+import sys
+from batchai_sdk import Workspace
+Workspace.from_cli("lab.rg", "lab").get_experiment("tune").get_sweep("one").run(poll_interval=0.2)
+"""
+
+
+def test_a_trial_its_killed_driver_staged_but_never_queued_is_submitted_again(
+    lab: Workspace, ssh_nodes: SSHNodes, tmp_path: Path
+) -> None:
+    exp = lab.create_experiment("staged")
+    cluster = lab.create_cluster("staged", nodes=1)
+    sweep = exp.sweep("one", grid={"x": [1, 2]}, max_concurrent=1, cluster=cluster,
+                      python_script=write(tmp_path, "quick.py", QUICK))  # fmt: skip
+    drive = DRIVE.replace('"tune"', '"staged"')
+    driver = subprocess.Popen([sys.executable, "-c", drive, same_workspace(lab, ssh_nodes)])
+    try:
+        deadline = time.monotonic() + 90
+        while (
+            "one-000" not in sweep.jobs()
+        ):  # staged on the share; its request to the scheduler is on its way
+            assert time.monotonic() < deadline and driver.poll() is None
+            time.sleep(0.01)
+    finally:
+        driver.kill()  # killed between staging the trial and handing it to the head node's scheduler
+        driver.wait()
+    rows = exp.get_sweep("one").run(timeout=60, poll_interval=0.2).to_dict("records")
+    assert [r["state"] for r in rows] == ["succeeded", "succeeded"]  # not "queued" for ever
+    assert len(exp.get_job("one-000").attempts) == 1
+
+
+def test_the_cli_names_the_driver_of_a_sweep_on_ssh_nodes_in_one_line(
+    ssh_nodes: SSHNodes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("BATCHAI_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    share_root = tmp_path / "mnt" / "share"
+    share_root.mkdir(parents=True)
+    assert main(["configure", "--backend", "ssh", "--hosts", NODE_ADDRESSES[0], "--user", ssh_nodes.user,
+                 "--key-file", str(ssh_nodes.key_file), "--share-root", str(share_root),
+                 "--port", str(ssh_nodes.port), "--trust-on-first-use"]) == 0  # fmt: skip
+    profile_path = tmp_path / "home" / "profile.json"
+    profile = json.loads(profile_path.read_text())
+    profile["ssh"].update(node_state_dir=str(tmp_path / "node_state"), python=sys.executable,
+                          authorized_keys_path=str(ssh_nodes.authorized_keys), tcp_interface="lo",
+                          connect_timeout=5.0)  # fmt: skip
+    profile_path.write_text(json.dumps(profile))
+    assert main(["group", "create", "--name", "lab.rg", "--location", "onprem"]) == 0
+    assert main(["workspace", "create", "-g", "lab.rg", "-w", "lab"]) == 0
+    ws = Workspace.from_cli("lab.rg", "lab")
+    try:
+        exp = ws.create_experiment("tune")
+        cluster = ws.create_cluster("c", nodes=1)
+        sweep = exp.sweep("one", grid={"x": [1, 2]}, max_concurrent=1, cluster=cluster,
+                          python_script=write(tmp_path, "quick.py", QUICK))  # fmt: skip
+        driver = subprocess.Popen([sys.executable, "-c", CLI_DRIVE])
+        try:
+            deadline = time.monotonic() + 90
+            while "one-000" not in sweep.jobs():
+                assert time.monotonic() < deadline and driver.poll() is None
+                time.sleep(0.2)
+            capsys.readouterr()
+            code = main(["sweep", "show", "-g", "lab.rg", "-w", "lab", "-e", "tune", "-n", "one", "--run"])
+            err = capsys.readouterr().err
+            assert code == 1 and f"pid {driver.pid}" in err and "Traceback" not in err, err
+        finally:
+            driver.kill()
+            driver.wait()
+        rows = exp.get_sweep("one").run(timeout=120, poll_interval=0.2).to_dict("records")
+        assert [r["state"] for r in rows] == ["succeeded", "succeeded"]
+        assert len(exp.get_job("one-000").attempts) == 1
+    finally:
+        ws.close()
 
 
 def test_a_silent_trial_on_an_ssh_node_is_ended_after_the_trial_hang_timeout_and_frees_its_slot(
