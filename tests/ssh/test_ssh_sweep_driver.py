@@ -1,7 +1,8 @@
 """A sweep's one driver and its hung trials on real sshd nodes (issue 35, item 8; the local twins are in
 tests/test_sweeps.py): the driver's lease lives on the share the SSH backend reaches over SFTP, a second
 resumer in another process is told who drives (or waits and then says so), a driver killed while holding
-the sweep is taken over at once with nothing run twice, and a trial silent for the sweep's
+the sweep is taken over at once with nothing run twice (also when it died between staging a trial and
+queuing it), the CLI names the live driver in one line, and a trial silent for the sweep's
 ``trial_hang_timeout`` is ended by its job's watchdog on the node, counted failed, and frees its slot."""
 
 from __future__ import annotations
