@@ -343,6 +343,23 @@ class Sweep:
                     told = True
                 time.sleep(poll_interval)
 
+    def _withdraw_unsent(self, say: Callable[[str], None]) -> None:
+        """Trials a driver staged on the share but died before its cluster's scheduler had them read
+        ``queued`` for ever: their folders go (as after a failed submit) and they are submitted again."""
+        from ._submit import unstage
+
+        for name, job in self.jobs().items():
+            if job.state is not JobState.QUEUED:
+                continue
+            try:
+                known = job._scheduler().job_state(self.experiment.name, name, timeout=30)
+            except BatchAIError as exc:
+                log.debug("sweep %s: could not ask the scheduler about %s: %s", self.name, name, exc)
+                continue
+            if known is not None and not known.get("found"):
+                say(f"sweep {self.name}: {name} never reached its cluster's scheduler; submitting it again")
+                unstage(job)
+
     def _drive(
         self,
         lease: DriverLease,
@@ -351,6 +368,7 @@ class Sweep:
         poll_interval: float,
         say: Callable[[str], None],
     ) -> Any:
+        self._withdraw_unsent(say)
         pending = [t for t in self.trials if t["job"] not in self.jobs()]
         while True:
             lease.beat()
