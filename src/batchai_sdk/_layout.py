@@ -82,6 +82,10 @@ def nodes_record(cluster: str) -> str:
     return _SHARE.nodes_record(cluster)
 
 
+def head_record(cluster: str) -> str:
+    return _SHARE.head_record(cluster)
+
+
 def node_code_dir(digest: str) -> str:
     return _SHARE.node_code_dir(digest)
 

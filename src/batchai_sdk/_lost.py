@@ -5,6 +5,7 @@ its end is written once so that it reads the same from then on (a final state is
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,30 @@ if TYPE_CHECKING:
     from .job import Job
 
 log = logging.getLogger("batchai_sdk")
+
+# two of the scheduler's heartbeats (node/scheduler/publish.py: 10 s) missed: its head node may be lost
+TAKEOVER_AFTER_S = 20.0
+ASK_EVERY_S = 10.0
+_asked: dict[tuple[str, str, str], float] = {}  # (workspace, experiment, job) → when its scheduler was asked
+
+
+def revive_if_silent(job: Job, status: JobStatus) -> None:
+    """A queued or running job whose scheduler missed two heartbeats: make sure a scheduler runs (at most
+    every ``ASK_EVERY_S`` per job). Where its head node was lost, the scheduler starts on the next node
+    that answers and takes the cluster over (backends/head_scheduler.py ``heads``): it rebuilds the queue
+    from the share and requeues the job from its checkpoint, long before the record counts as lost."""
+    if status.state not in (JobState.QUEUED, JobState.RUNNING) or status.heartbeat is None:
+        return
+    if (utcnow() - status.heartbeat).total_seconds() < TAKEOVER_AFTER_S:
+        return
+    key = (job.workspace.name, job.experiment.name, job.name)
+    if time.monotonic() - _asked.get(key, -ASK_EVERY_S) < ASK_EVERY_S:
+        return
+    _asked[key] = time.monotonic()
+    try:
+        job._scheduler().ensure_running()
+    except BatchAIError as exc:
+        log.debug("could not reach a scheduler for %s: %s", job.name, exc)
 
 
 def confirm_lost(job: Job, status: JobStatus, record: Mapping[str, Any]) -> JobStatus:

@@ -72,6 +72,18 @@ class HeadNodeScheduler(ClusterScheduler):
             self._nodes = tuple(n for n in status.nodes if n.id not in status.node_states)
         return self._nodes
 
+    def heads(self) -> tuple[Node, ...]:
+        """The nodes to run the scheduler on, in order: the one whose scheduler holds the head lease
+        (``head.json``, node/scheduler/head.py) while it answers, then the cluster's nodes that answer.
+        A head node lost (powered off, cut off) is not among them, so the next node takes the scheduler
+        over: it rebuilds the queue from the share and requeues the jobs that ran from their checkpoints."""
+        nodes = self.nodes() or self.pool()
+        if self.backend.kind != "ssh":
+            return nodes
+        raw = self.backend.share.read_json_or_none(layout.head_record(self.spec.name))
+        holder = raw.get("node") if isinstance(raw, dict) else None
+        return tuple(sorted(nodes, key=lambda n: n.id != holder))
+
     def target(self) -> LaunchTarget:
         return self.backend.launch_target(self.spec, self.nodes() or self.pool())
 
@@ -130,7 +142,7 @@ class HeadNodeScheduler(ClusterScheduler):
         nodes = cluster["nodes"] or cluster["pool"]
         command = node_command(target.python, cluster["node_main"], "gate", "run", env=target.env)
         request = json.dumps({"cluster": cluster, "nodes": nodes, "level": level})
-        with self.backend.head_runner(self.spec, self.nodes() or self.pool()) as runner:
+        with self.backend.head_runner(self.spec, self.heads()) as runner:
             result = runner.run(command, timeout=timeout or 600, stdin=request)
         try:
             report: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
@@ -170,14 +182,18 @@ class HeadNodeScheduler(ClusterScheduler):
 
     def call(self, request: dict[str, Any], *, timeout: float | None = None) -> dict[str, Any]:
         target = self.target()
-        request = {**request, "cluster": self.cluster_config(target)}
+        heads = self.heads()
+        cluster = self.cluster_config(target)
+        if heads and self.backend.kind == "ssh":  # where another node may take the scheduler over
+            cluster["head"] = heads[0].id
+        request = {**request, "cluster": cluster}
         direct = self.call_direct(request, target, timeout)
         if direct is not None:
             return direct
         command = node_command(
             target.python, request["cluster"]["node_main"], "ctl", self.state_dir(target), env=target.env
         )
-        with self.backend.head_runner(self.spec, self.nodes() or self.pool()) as runner:
+        with self.backend.head_runner(self.spec, heads) as runner:
             result = runner.run(command, timeout=timeout or 120, stdin=json.dumps(request))
         if not result.ok:
             raise BackendError(

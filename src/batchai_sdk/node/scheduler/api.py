@@ -251,6 +251,8 @@ def check_cluster(cfg: Any) -> dict[str, Any]:
         isinstance(azure, dict) and all(isinstance(azure.get(k), str) for k in scale_set)
     ):
         raise invalid("cluster.azure", azure, "the scale set (subscription, resource_group, vmss) or null")
+    if cfg.get("head") is not None:  # the node the client started this scheduler on (head.py)
+        out["head"] = text(cfg, "head", NODE_ID)
     if cfg.get("idle_exit_seconds") is not None:
         out["idle_exit_seconds"] = number(cfg, "idle_exit_seconds", 0, WEEKS_52)
     if cfg.get("health") is not None:

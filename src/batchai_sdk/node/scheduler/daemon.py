@@ -36,6 +36,7 @@ from typing import Any
 
 from ..agent.keeper import Agents
 from ..common import TAG_VAR, load_or_none, write_json_atomic
+from ..job import procs
 from ..names import SCHED_SOCKET
 from ..policy import retries
 from ..policy.queue import Holding, Waiting, plan, priority_rank
@@ -55,6 +56,7 @@ from ..protocol import (
 from . import (
     api,
     attempt_end,
+    head,
     health,
     health_reports,
     lost,
@@ -110,6 +112,8 @@ class Scheduler:
         self.step_errors: dict[str, str] = {}
         self.faulted = False  # a step of this pass met a disk fault
         self.pruned_at = 0.0
+        self.lease = head.HeadLease(self.store.cfg)
+        self.stepped_down = False  # another node's scheduler took the cluster over (head.py)
         quarantine.quarantine_bad_rows(self.store.db, self.node_ids())
         self.rebuilt = recovery.rebuild_from_share(self.store) if self.store.created else 0
 
@@ -468,6 +472,9 @@ class Scheduler:
                     log("this scheduler's folder was removed: exiting")
                     break
                 self.step("socket", self.keep_socket)
+                self.step("head", self.keep_lease)
+                if self.stepped_down:
+                    break
             self.faulted = False
             self.step("requests", lambda: self.server.poll(LOOP) if self.server else None)
             self.step("agents", self.keep_agents)
@@ -514,6 +521,27 @@ class Scheduler:
         listener = bind_socket()
         self.sock_ino = os.lstat(SCHED_SOCKET).st_ino
         self.server.replace_listener(listener)
+
+    def keep_lease(self) -> None:
+        """Step down when another node's scheduler took the cluster over (head.py): end what this one's
+        launchers still run, set the database aside, and leave the records to the new one."""
+        other = self.lease.taken_over()
+        if other is None:
+            return
+        log(
+            f"node {other.get('node')}'s scheduler took the cluster over at {other.get('started')}:"
+            " stepping down"
+        )
+        self.stepped_down = True
+        for row in self.rows("state IN ('running', 'cleaning')"):
+            pid = self.launcher_pid(row)
+            if pid:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            if row["tag"]:  # the launcher's mpirun and ranks here, then on the job's other nodes
+                procs.reap(row["tag"], grace=1.0)
+                self.ends.clean_nodes(row["tag"], json.loads(row["nodes"]))
+        self.store.retire()
 
     def keep_agents(self) -> None:
         """The SSH nodes' agents: started where missing or dead, let go where no longer wanted."""
@@ -634,6 +662,7 @@ def run(state_dir: str) -> int:
     listener = bind_socket()
     sched = Scheduler(state_dir)
     sched.sock_ino = os.lstat(SCHED_SOCKET).st_ino
+    sched.lease.take()
     log(f"scheduler started (pid {os.getpid()}); rebuilt {sched.rebuilt} job(s) from the share")
     try:
         return sched.serve(listener)
@@ -644,5 +673,8 @@ def run(state_dir: str) -> int:
             sched.server.listener.close()
         listener.close()
         sched.down.clear()  # what this process learned of lost nodes goes with it
-        sched.publish()
-        log("scheduler exiting: nothing queued or running")
+        if sched.stepped_down:
+            log("scheduler exiting: another node's scheduler holds the cluster")
+        else:
+            sched.publish()
+            log("scheduler exiting: nothing queued or running")
