@@ -37,7 +37,7 @@ def revive_if_silent(job: Job, status: JobStatus) -> None:
         return
     _asked[key] = time.monotonic()
     try:
-        job._scheduler().ensure_running()
+        job._scheduler().revive()
     except BatchAIError as exc:
         log.debug("could not reach a scheduler for %s: %s", job.name, exc)
 

@@ -6,6 +6,7 @@ runner: the request (secrets included) goes on stdin, the reply comes back on st
 from __future__ import annotations
 
 import json
+import logging
 import os
 import posixpath
 import time
@@ -19,7 +20,7 @@ from .. import _layout as layout
 from .._models import ClusterSpec, Node, parse_time
 from .._staging import ensure_node_code as ensure_node_code  # re-exported (it lived here)
 from .._staging import node_code as node_code
-from ..exceptions import AlreadyExistsError, BackendError, CapacityError, ValidationError
+from ..exceptions import AlreadyExistsError, BackendError, BatchAIError, CapacityError, ValidationError
 from ..launch import node_command, on_node
 from ..node.names import SCHED_SOCKET
 from ..node.protocol import (
@@ -35,6 +36,7 @@ from ..share import Share
 from ..vm_sizes import health_floors
 from .base import Activity, Assignment, Backend, ClusterScheduler, JobRequest, LaunchTarget
 
+log = logging.getLogger(__name__)
 MAX_UNIX_PATH = 108  # AF_UNIX paths are capped at 108 bytes; ctl connects to a longer one by its short name
 DIRECT_TIMEOUT = 60.0  # as ctl waits for the scheduler's reply
 
@@ -283,6 +285,16 @@ class HeadNodeScheduler(ClusterScheduler):
     def ensure_running(self) -> None:
         """Make sure the scheduler runs (restarting it if it died) and knows the cluster's nodes."""
         self.call({"op": "ping"})
+
+    def revive(self) -> None:
+        """Node setup on the nodes that answer first (a node that booted afresh lost it with its disk, and
+        the node taking the scheduler over runs the jobs' mpirun), then the scheduler, on the node that
+        holds the head lease or else the first that answers (``heads``)."""
+        try:
+            self.backend.prepare(self.spec, self.nodes() or self.pool())
+        except BatchAIError as exc:  # the scheduler keeps out the nodes that fail it
+            log.warning("cluster %s: node setup before the scheduler's restart: %s", self.spec.name, exc)
+        self.ensure_running()
 
     def update_nodes(self, nodes: tuple[Node, ...], *, timeout: float | None = None) -> None:
         self._nodes = nodes
