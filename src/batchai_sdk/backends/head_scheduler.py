@@ -291,7 +291,8 @@ class HeadNodeScheduler(ClusterScheduler):
         the node taking the scheduler over runs the jobs' mpirun), then the scheduler, on the node that
         holds the head lease or else the first that answers (``heads``)."""
         try:
-            self.backend.prepare(self.spec, self.nodes() or self.pool())
+            if self.backend.kind == "ssh":  # where another node may take the scheduler over (``heads``)
+                self.backend.prepare(self.spec, self.nodes() or self.pool())
         except BatchAIError as exc:  # the scheduler keeps out the nodes that fail it
             log.warning("cluster %s: node setup before the scheduler's restart: %s", self.spec.name, exc)
         self.ensure_running()
