@@ -67,6 +67,7 @@ class HeadNodeScheduler(ClusterScheduler):
         self.backend = backend
         self.spec = spec
         self._nodes = nodes
+        self._revival: dict[str, Any] | None = None  # while ``revive`` calls: every node, the silent ones
 
     def nodes(self) -> tuple[Node, ...]:
         if self._nodes is None:
@@ -188,6 +189,12 @@ class HeadNodeScheduler(ClusterScheduler):
         cluster = self.cluster_config(target)
         if heads and self.backend.kind == "ssh":  # where another node may take the scheduler over
             cluster["head"] = heads[0].id
+        if self._revival is not None:
+            every = [
+                {"id": n.id, "address": n.address, "machine": n.machine, "slots": n.slots}
+                for n in self._revival["nodes"]
+            ]
+            cluster.update(nodes=every, pool=every, down=self._revival["down"])
         request = {**request, "cluster": cluster}
         direct = self.call_direct(request, target, timeout)
         if direct is not None:
@@ -290,12 +297,22 @@ class HeadNodeScheduler(ClusterScheduler):
         """Node setup on the nodes that answer first (a node that booted afresh lost it with its disk, and
         the node taking the scheduler over runs the jobs' mpirun), then the scheduler, on the node that
         holds the head lease or else the first that answers (``heads``)."""
+        if self.backend.kind != "ssh" or self.spec.autoscale is not None:
+            self.ensure_running()
+            return
+        status = self.backend.cluster_status(self.spec)
+        self._nodes = tuple(n for n in status.nodes if n.id not in status.node_states)
         try:
-            if self.backend.kind == "ssh":  # where another node may take the scheduler over (``heads``)
-                self.backend.prepare(self.spec, self.nodes() or self.pool())
+            self.backend.prepare(self.spec, self._nodes)
         except BatchAIError as exc:  # the scheduler keeps out the nodes that fail it
             log.warning("cluster %s: node setup before the scheduler's restart: %s", self.spec.name, exc)
-        self.ensure_running()
+        # every node, those that do not answer marked down: the scheduler fences the lost head's jobs
+        # there too and takes it back once it answers (a node left out would wait for a client's call)
+        self._revival = {"nodes": status.nodes, "down": sorted(status.node_states)}
+        try:
+            self.ensure_running()
+        finally:
+            self._revival = None
 
     def update_nodes(self, nodes: tuple[Node, ...], *, timeout: float | None = None) -> None:
         self._nodes = nodes

@@ -1,7 +1,8 @@
 """The head node's loss on a 3-node cluster of namespace nodes (tests/nsnodes.py): the head node (where the
 cluster's scheduler runs, with its database on the head's own disk) is powered off while a 2-node job
 trains; another node takes the scheduler over, the job is requeued from its checkpoint and resumes on the
-nodes left, and it succeeds with one metrics series."""
+nodes left. The old head, powered on again, is taken back by the new scheduler by itself (no client call),
+so when a worker is lost next the job goes on there; it succeeds with one metrics series."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from _helpers import wait_for
 from batchai_sdk import JobState, Workspace
 from batchai_sdk._models import NodeCounts
 from batchai_sdk.cluster import Cluster
-from nsnodes import NSNodes
+from nsnodes import NSNode, NSNodes
 
 pytestmark = [pytest.mark.ssh, pytest.mark.mpi, pytest.mark.nsnodes]
 
@@ -44,7 +45,12 @@ for step in range(done + 1, steps + 1):
                 json.dump({"step": step}, f)
             os.replace(ckpt + ".tmp", ckpt)
 """
-STEPS, STEP_S = 40, 0.5
+STEPS, STEP_S = 90, 0.5
+
+
+def runs_scheduler(node: NSNode) -> bool:
+    """Whether a cluster's scheduler (``__main__.py scheduler STATE_DIR``) runs on the node."""
+    return any(argv[3:4] == ["scheduler"] for argv in node.argvs().values())
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +84,7 @@ def test_the_head_nodes_power_off_requeues_the_job_from_its_checkpoint_on_the_no
     out = tmp_path / "out"
     out.mkdir()
     job = exp.create_job(
-        "headloss", cluster=cluster, node_count=2, max_retries=2,
+        "headloss", cluster=cluster, node_count=2, max_retries=3,
         command_line=f"{sys.executable} {script} {out} {STEPS} {STEP_S}",
     ).submit()  # fmt: skip
     ckpt = out / "ckpt.json"
@@ -86,7 +92,7 @@ def test_the_head_nodes_power_off_requeues_the_job_from_its_checkpoint_on_the_no
              timeout=180, what="the job's second checkpoint")  # fmt: skip
     assert job.state is JobState.RUNNING, job.status.failure_reason
     head = ns_nodes["node1"]  # the first host: the cluster's head node, where its scheduler runs
-    assert any("scheduler" in cmd for cmd in head.processes().values()), "the scheduler is not on node1"
+    assert runs_scheduler(head), "the scheduler is not on node1"
     off = time.time()
     head.power_off()
     saved = json.loads(ckpt.read_text())["step"]  # rank 0 may have died with the head: nothing after this
@@ -101,10 +107,18 @@ def test_the_head_nodes_power_off_requeues_the_job_from_its_checkpoint_on_the_no
         return bool(steps) or job.state.ended
 
     wait_for(first_resumed_step, timeout=120, what="the first step after the head node's loss")
-    assert job.wait(timeout=180, poll_interval=0.5) is JobState.SUCCEEDED, job.status.failure_reason
+    head.power_on()  # it booted afresh: the new scheduler takes it back once it answers
+    # a node of the job that does not run the new scheduler
+    worker = next(
+        ns_nodes.by_address(n) for n in job.status.nodes if not runs_scheduler(ns_nodes.by_address(n))
+    )
+    assert worker is not head
+    worker.power_off()  # only the old head can take the lost worker's place
+    assert job.wait(timeout=240, poll_interval=0.5) is JobState.SUCCEEDED, job.status.failure_reason
+    assert head.address in job.attempts[-1]["nodes"], job.attempts
     lost = job.attempts[0]  # the attempt the head node's loss ended; the last one succeeded
     assert lost["cause"] == "node_lost" and "database was lost" in lost["reason"], lost
-    assert "node1" not in job.status.nodes and ns_nodes["node1"].address not in job.status.nodes
+    assert head.address not in job.attempts[1]["nodes"], job.attempts  # resumed on the nodes left
     steps = sorted(s for s, _ in job._step_records())
     assert set(steps) == set(range(1, STEPS + 1)), steps  # no step lost
     metrics = job.metrics()

@@ -99,6 +99,7 @@ class Scheduler:
         self.gate = NodeGate(self.cluster, self.pool_exec)
         self.down = health.DownNodes(self.cluster, self.store, self.pool_exec)
         self.down.on_back = self.gate.forget  # a lost node passes the gate again before it takes a job
+        self.mark_down(self.store.cfg)
         self.hangs = health.HangWatch(self.cluster, self.store, self.pool_exec, self.stop)
         self.ends = attempt_end.AttemptEnds(self.store, self.cluster, self.pool_exec, self.down, self.hangs)
         self.publisher = publish.Publisher(self.store, self.cluster, self.down, self.gate)
@@ -161,6 +162,7 @@ class Scheduler:
         """Take the cluster's configuration a request carried; fail queued jobs it no longer fits."""
         if not self.cluster.configure(cfg):
             return
+        self.mark_down(cfg)
         total = self.cluster.capacity()
         for row in self.rows("state = 'queued' AND node_count > ?", total):
             self.store.finish(
@@ -170,6 +172,14 @@ class Scheduler:
                 f"the cluster was resized to {total} node(s) while the job waited; it needs "
                 f"{row['node_count']} (resize the cluster and submit it again)",
             )
+
+    def mark_down(self, cfg: dict[str, Any]) -> None:
+        """The nodes a client found silent as it revived this scheduler (its head node lost, say): out of
+        placement until a probe reaches them, as nodes that stopped answering during a job are."""
+        for node_id in cfg.get("down") or []:
+            if node_id not in self.down:
+                self.down.mark(node_id)
+                log(f"node {node_id} did not answer the client: no job goes there until it answers")
 
     def submit(self, request: dict[str, Any]) -> dict[str, Any]:
         """Queue a job (once per ``request_id``), keep its secrets here only, and start what can start."""
