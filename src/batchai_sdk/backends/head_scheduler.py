@@ -293,6 +293,14 @@ class HeadNodeScheduler(ClusterScheduler):
         """Make sure the scheduler runs (restarting it if it died) and knows the cluster's nodes."""
         self.call({"op": "ping"})
 
+    def head_lost(self) -> bool:
+        """Whether the node holding the head lease does not answer this client (SSH clusters)."""
+        if self.backend.kind != "ssh":
+            return False
+        raw = self.backend.share.read_json_or_none(layout.head_record(self.spec.name))
+        holder = raw.get("node") if isinstance(raw, dict) else None
+        return bool(holder) and holder not in {n.id for n in self.nodes()}
+
     def revive(self) -> None:
         """Node setup on the nodes that answer first (a node that booted afresh lost it with its disk, and
         the node taking the scheduler over runs the jobs' mpirun), then the scheduler, on the node that

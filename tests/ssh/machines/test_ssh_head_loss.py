@@ -126,3 +126,46 @@ def test_the_head_nodes_power_off_requeues_the_job_from_its_checkpoint_on_the_no
     assert sorted(int(r["step"]) for r in rows) == list(range(1, STEPS + 1))  # one series, a point a step
     print(f"\nhead node power-off → first resumed step {resumed[0]:.1f} s (checkpoint at step {saved})")
     assert resumed[0] <= 60, f"the job resumed {resumed[0]:.0f} s after the head node's loss"
+
+
+def test_a_head_node_cut_off_is_taken_over_and_steps_down_once_back(
+    ns_nodes: NSNodes, lab: Workspace, cluster: Cluster, tmp_path: Path
+) -> None:
+    """Cut off, the head node's scheduler runs on and still writes the share (bound on every node here),
+    so its records beat: the job waits for the nodes it cannot reach (``nodes_down``), and a client that
+    cannot reach the head node either takes the cluster over. Back, the old scheduler finds its lease taken
+    and steps down."""
+    exp = lab.create_experiment("e", exist_ok=True)
+    wait_for(lambda: cluster.node_counts == NodeCounts(idle=3), timeout=120, what="three idle nodes")
+    script = tmp_path / "stepper.py"
+    script.write_text(STEPPER)
+    out = tmp_path / "out"
+    out.mkdir()
+    job = exp.create_job(
+        "cutoff", cluster=cluster, node_count=2, max_retries=3,
+        command_line=f"{sys.executable} {script} {out} {STEPS} {STEP_S}",
+    ).submit()  # fmt: skip
+    ckpt = out / "ckpt.json"
+    wait_for(lambda: ckpt.exists() or job.state.ended, timeout=180, what="the job's first checkpoint")
+    assert job.state is JobState.RUNNING, job.status.failure_reason
+    head = next(n for n in ns_nodes.nodes.values() if runs_scheduler(n))
+    head.partition()  # its scheduler runs on, cut off from the others and from this client
+    off = time.monotonic()
+    # the job needs 2 nodes and the cut-off head reaches none but itself: only another scheduler can end it
+    assert job.wait(timeout=240, poll_interval=0.5) is JobState.SUCCEEDED, job.status.failure_reason
+    print(
+        f"\nhead node cut off → the job done under another node's scheduler {time.monotonic() - off:.1f} s later"
+    )
+    head.heal()
+    # back, the cut-off scheduler finds the head lease taken and steps down
+    try:
+        wait_for(
+            lambda: not runs_scheduler(head), timeout=30, what="the cut-off head's scheduler to step down"
+        )
+    except AssertionError:
+        print(head.run("tail -n 40 /tmp/batchai-node/tmp/scheduler/*/scheduler.log").stdout)
+        raise
+    steps = [s for s, _ in job._step_records()]
+    assert set(steps) == set(range(1, STEPS + 1)), steps  # no step lost
+    # (not "each step once": here the cut-off head still writes the share, where a real partition mostly
+    # cuts that too, so its scheduler and its rank run on until its own lost-node watch ends the attempt)

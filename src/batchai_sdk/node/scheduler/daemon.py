@@ -89,6 +89,10 @@ class Scheduler:
 
     def __init__(self, state_dir: str) -> None:
         self.store = Store(state_dir)
+        if not self.store.created and head.held_elsewhere(self.store.cfg):
+            log("the head lease names another node: this node's database is stale; rebuilt from the share")
+            self.store.retire()
+            self.store = Store(state_dir)
         self.cluster = Cluster(self.store)
         # job id → its launcher, for launchers this process started. Kept referenced: a dropped Popen is
         # reaped by subprocess's own cleanup, and its exit would go unseen.

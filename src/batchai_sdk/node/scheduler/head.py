@@ -59,3 +59,13 @@ class HeadLease:
         if isinstance(record, dict) and record.get("token") not in (None, self.token):
             return record
         return None
+
+
+def held_elsewhere(cfg: dict[str, Any]) -> bool:
+    """Whether the lease names another node than this one: a database this node kept is from before the
+    cluster's scheduler moved away (it may hold jobs another scheduler ran since) and must not be replayed."""
+    lease = HeadLease(cfg)
+    if not lease.held or lease.path is None:
+        return False
+    record = load_or_none(lease.path)
+    return isinstance(record, dict) and record.get("node") not in (None, lease.node)
