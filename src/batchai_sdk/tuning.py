@@ -431,7 +431,7 @@ class Sweep:
 
     def results(self, *, frame: bool = True) -> Any:
         """One row per trial: job, state, its parameters, its final metrics, its ``goodput`` (productive
-        step time / wall time, ``job.goodput``; None before it logs a step), and a ``note``: why it was
+        step time / wall time, ``job.goodput``; absent before it logs a step), and a ``note``: why it was
         stopped early, why it failed, or why early stop could not apply to it. A pandas DataFrame when
         pandas is installed (``frame=False``: a list of dicts)."""
         jobs = self.jobs()
@@ -443,7 +443,9 @@ class Sweep:
             note = trial.get("stopped")
             if job is not None:
                 row.update(job_results(job))
-                row["goodput"] = _goodput(job)
+                goodput = _goodput(job)
+                if goodput is not None:  # a trial that logged no step has no column of its own
+                    row["goodput"] = goodput
                 status = job.status
                 if status.state is JobState.FAILED and not note:
                     note = _first_line(cli_reason(status.failure_reason) or "no reason recorded")
