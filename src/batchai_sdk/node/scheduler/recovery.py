@@ -72,6 +72,7 @@ def rebuild_from_share(store: Store) -> int:
                         priority_rank(spec.get("scheduling_priority")),
                     ),
                 )
+                keep_history(store, paths, exp, name, status, spec)
             elif status.state == "running":
                 fence(store, paths, exp, name, status, spec)
             else:
@@ -92,6 +93,28 @@ def rebuild_from_share(store: Store) -> int:
     store.db.execute("DELETE FROM sqlite_sequence WHERE name = 'jobs'")
     store.db.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('jobs', ?)", (last_id,))
     return count
+
+
+def keep_history(
+    store: Store, paths: SharePaths, exp: str, name: str, status: StatusDoc, spec: dict[str, Any]
+) -> None:
+    """A queued job rebuilt after attempts (requeued by the scheduler that was lost, or cut off): it keeps
+    its attempts, its retry settings, its watchdog and its logs' folder, so its next attempt is numbered on
+    and its earlier attempts' logs and metrics stay part of its one run."""
+    attempts = status.attempts or []
+    rows = store.rows("key = ? AND state = 'queued'", f"{exp}/{name}")
+    if not rows:
+        return
+    store.update(
+        rows[0]["id"],
+        attempt=int(status.attempt if status.attempt is not None else len(attempts)),
+        attempts=json.dumps(attempts),
+        max_retries=int(spec.get("max_retries") or 0),
+        retry_codes=json.dumps([c for c in spec.get("retry_on_exit_codes") or [] if isinstance(c, int)]),
+        hang=spec.get("hang_timeout"),
+        hang_notice=spec.get("hang_notice"),
+        stdouterr=(load_or_none(paths.launch_config(exp, name)) or {}).get("stdouterr_dir"),
+    )
 
 
 def old_job_ids(store: Store) -> int:
