@@ -7,7 +7,8 @@ every ``--fault-every`` seconds, the kinds taken in turn:
 * ``partition``   that node's link taken down (its processes run on, cut off); healed once resumed;
 * ``evict``       ``job.inject_fault("evict")``: SIGTERM, the ranks checkpoint, the job is requeued;
 * ``kill_rank``   ``job.inject_fault("kill_rank", rank=1)``: exit 137, listed in ``retry_on_exit_codes``;
-* ``head_power_off`` (only with ``--head``) the head node (the scheduler's) powered off.
+* ``head_power_off`` the head node (the one whose scheduler holds the cluster: ``head.json``) powered off;
+  another node takes the scheduler over (``--no-head`` leaves this kind out).
 
 The job is a stand-in for training: one step every ``--step-seconds`` (``log_metric(step)`` by rank 0), a
 checkpoint every ``--checkpoint-seconds`` (rank 0, atomically) and on SIGTERM; a later attempt resumes after
@@ -39,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from batchai_sdk import JobState, Workspace  # noqa: E402
+from batchai_sdk import _layout as layout  # noqa: E402
 from batchai_sdk.job import Job  # noqa: E402
 from nsnodes import NodesUnavailable, NSNode, NSNodes, start_nodes  # noqa: E402
 
@@ -71,7 +73,7 @@ for step in range(done + 1, steps + 1):
         save(step)
         saved_at = time.monotonic()
 """
-KINDS = ("power_off", "partition", "evict", "kill_rank")
+KINDS = ("power_off", "partition", "evict", "kill_rank", "head_power_off")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -91,6 +93,13 @@ def wait(condition: Callable[[], bool], timeout: float, what: str) -> bool:
             return False
         time.sleep(0.25)
     return True
+
+
+def head_node(ws: Workspace, nodes: NSNodes) -> NSNode:
+    """The node whose scheduler holds the cluster now (its head lease), else the first host."""
+    lease = ws.share.read_json_or_none(layout.head_record("c")) or {}
+    address = str(lease.get("node") or nodes.addresses[0])
+    return nodes.by_address(address)
 
 
 def fresh_start_seconds(ws: Workspace, script: Path, out: Path, step_s: float) -> float:
@@ -149,7 +158,7 @@ def run(nodes: NSNodes, root: Path, args: argparse.Namespace) -> None:
             f"{sys.executable} {script} {out} {total_steps} {args.step_seconds} {args.checkpoint_seconds}"
         )
         exp = ws.create_experiment("e")
-        kinds = [*KINDS, "head_power_off"] if args.head else list(KINDS)
+        kinds = [k for k in KINDS if args.head or k != "head_power_off"]
         job = exp.create_job("gp", cluster=cluster, node_count=2, command_line=command, max_retries=1000,
                              retry_on_exit_codes=[137]).submit()  # fmt: skip
         wait(lambda: bool(steps_of(job)) or job.state.ended, 300, "the first step")
@@ -162,8 +171,7 @@ def run(nodes: NSNodes, root: Path, args: argparse.Namespace) -> None:
                 continue
             kind = kinds[n % len(kinds)]
             n += 1
-            head_name = nodes.by_address(nodes.addresses[0]).name
-            target = nodes.by_address(status.nodes[-1]) if kind != "head_power_off" else nodes[head_name]
+            target = nodes.by_address(status.nodes[-1]) if kind != "head_power_off" else head_node(ws, nodes)
             row = one_fault(job, kind, target, status.nodes[-1])
             rows.append(row)
             said = (
@@ -205,7 +213,9 @@ def main() -> int:
     parser.add_argument("--fault-every", type=float, default=60.0, help="seconds between faults")
     parser.add_argument("--step-seconds", type=float, default=1.0)
     parser.add_argument("--checkpoint-seconds", type=float, default=30.0)
-    parser.add_argument("--head", action="store_true", help="power off the head node too (in turn)")
+    parser.add_argument(
+        "--no-head", dest="head", action="store_false", help="leave out the head node's power-off"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-goodput-") as tmp:
         root = Path(tmp)

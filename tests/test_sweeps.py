@@ -73,7 +73,8 @@ def test_a_grid_sweep_runs_each_point_within_the_concurrency_limit(ws: Workspace
         peak = max(peak, running)
     assert peak <= 2
     table = sweep.table().splitlines()
-    assert table[0].split() == ["job", "state", "lr", "batch", "score", "loss"]
+    assert table[0].split() == ["job", "state", "lr", "batch", "score", "loss", "goodput"]
+    assert all(0 <= r["goodput"] <= 1 for r in rows), rows  # productive step time / wall time, per trial
     assert sweep.best("score")["job"] == "grid-003"  # type: ignore[index]
     # the experiment's table: hyperparameters from the arguments and log_params, whatever metrics exist
     results = {r["job"]: r for r in exp.results(frame=False)}
@@ -138,7 +139,7 @@ def test_the_cli_runs_a_sweep_and_prints_its_table(
     out, err = capsys.readouterr()
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0].split() == ["job", "state", "lr", "batch", "score", "loss"]
+    assert lines[0].split() == ["job", "state", "lr", "batch", "score", "loss", "goodput"]
     assert any("s-001" in line and "succeeded" in line and "1.2" in line for line in lines)
     assert "submitted s-000" in err and "sweep s: 2 trial(s), about $0.00 at an hour each" in err
     assert main(["sweep", "show", *g, "-e", "e", "-n", "s", "-o", "json"]) == 0
@@ -147,6 +148,7 @@ def test_the_cli_runs_a_sweep_and_prints_its_table(
         ("s-000", 0.1, 0.6),
         ("s-001", 0.2, 1.2),
     ]
+    assert all(0 <= r["goodput"] <= 1 for r in shown), shown
     assert main(["sweep", "create", *g, "-e", "e", "-n", "t", "-c", "c", "--python-script", str(path),
                  "--param", "lr=loguniform:1e-4:1e-1"]) == 2  # fmt: skip
     assert "give --random N" in capsys.readouterr().err

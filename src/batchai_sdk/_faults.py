@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ._models import JobState, utcnow
+from ._models import ClusterSpec, JobState, utcnow
 from .exceptions import BatchAIError, BatchAITimeoutError, FaultInjectionRefusedError, ValidationError
 from .node.protocol.paths import fault_request
 from .share import join
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 KINDS = ("kill_rank", "hang_rank", "stop_node", "lose_node", "evict")
 RANK_KINDS = ("kill_rank", "hang_rank")
 FAULTS_RECORD = "faults.jsonl"
+REFUSE_SECONDS = 30.0  # lose_node on SSH nodes: how long the node refuses the cluster's SSH commands
 
 
 def read_faults(text: str) -> list[dict[str, Any]]:
@@ -42,6 +43,14 @@ def read_faults(text: str) -> list[dict[str, Any]]:
 def _max_step(records: Iterable[tuple[int, float]], since: float) -> int | None:
     steps = [s for s, t in records if t >= since - 1.0]
     return max(steps) if steps else None
+
+
+def _addresses(job: Job, spec: ClusterSpec) -> dict[str, str]:
+    """Node id → address of the cluster's nodes where they are SSH hosts (else none)."""
+    backend = job.workspace.backend
+    if backend.kind != "ssh":
+        return {}
+    return {n.id: n.address for n in backend.cluster_status(spec).nodes}
 
 
 def inject_fault(
@@ -111,8 +120,11 @@ def inject_fault(
     if kind == "evict":
         cluster.simulate_eviction(targets[0], grace_seconds=grace_seconds)
     else:
+        addresses = _addresses(job, cluster.spec) if kind == "lose_node" else {}
         for target in targets:  # a rank's node is found there: each node's watcher looks for it
-            request = {"kind": kind, "rank": rank, "tag": record["tag"], "time": when}
+            request: dict[str, Any] = {"kind": kind, "rank": rank, "tag": record["tag"], "time": when}
+            if target in addresses:  # an SSH node: it refuses the cluster's SSH commands for a while
+                request.update(address=addresses[target], refuse_seconds=REFUSE_SECONDS)
             share.write_json(join(job.paths.run_dir, fault_request(target)), request)
     try:
         text = share.read_text(join(job.paths.run_dir, FAULTS_RECORD))

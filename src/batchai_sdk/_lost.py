@@ -5,6 +5,7 @@ its end is written once so that it reads the same from then on (a final state is
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,39 @@ if TYPE_CHECKING:
     from .job import Job
 
 log = logging.getLogger("batchai_sdk")
+
+# two of the scheduler's heartbeats (node/scheduler/publish.py: 10 s) missed: its head node may be lost
+TAKEOVER_AFTER_S = 20.0
+ASK_EVERY_S = 10.0
+_asked: dict[tuple[str, str, str], float] = {}  # (workspace, experiment, job) → when its scheduler was asked
+
+
+def revive_if_silent(job: Job, status: JobStatus) -> None:
+    """A queued or running job whose scheduler missed two heartbeats, or that waits for nodes its scheduler
+    found silent: make sure a scheduler runs that this client can reach (at most every ``ASK_EVERY_S`` per
+    job). Where the head node was lost, the scheduler starts on the next node that answers and takes the
+    cluster over (backends/head_scheduler.py ``heads``): it rebuilds the queue from the share and requeues
+    the job from its checkpoint, long before the record counts as lost. A head node cut off from the others
+    may still write the share (it beats): the job then waits for ``nodes_down``, and the client revives the
+    scheduler elsewhere only if it cannot reach the head node either (``head_lost``)."""
+    if status.state not in (JobState.QUEUED, JobState.RUNNING) or status.heartbeat is None:
+        return
+    stale = (utcnow() - status.heartbeat).total_seconds() >= TAKEOVER_AFTER_S
+    waiting = (
+        status.state is JobState.QUEUED and status.pending is not None and status.pending.kind == "nodes_down"
+    )
+    if not (stale or waiting):
+        return
+    key = (job.workspace.name, job.experiment.name, job.name)
+    if time.monotonic() - _asked.get(key, -ASK_EVERY_S) < ASK_EVERY_S:
+        return
+    _asked[key] = time.monotonic()
+    try:
+        scheduler = job._scheduler()
+        if stale or scheduler.head_lost():
+            scheduler.revive()
+    except BatchAIError as exc:
+        log.debug("could not reach a scheduler for %s: %s", job.name, exc)
 
 
 def confirm_lost(job: Job, status: JobStatus, record: Mapping[str, Any]) -> JobStatus:

@@ -206,6 +206,7 @@ class Job:
         key = f"{self.experiment.name}/{self.name}"
         record = with_cluster_heartbeat(self.workspace.share, self.spec.cluster, record, key=key)
         status = JobStatus.from_record(record, timeout=heartbeat_timeout())
+        _lost.revive_if_silent(self, status)
         if status.lost:
             status = _lost.confirm_lost(self, status, record or {})
         reason = with_hint(status.failure_reason, self.spec)

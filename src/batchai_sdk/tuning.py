@@ -448,7 +448,8 @@ class Sweep:
         )
 
     def results(self, *, frame: bool = True) -> Any:
-        """One row per trial: job, state, its parameters, its final metrics, and a ``note``: why it was
+        """One row per trial: job, state, its parameters, its final metrics, its ``goodput`` (productive
+        step time / wall time, ``job.goodput``; absent before it logs a step), and a ``note``: why it was
         stopped early, why it failed, or why early stop could not apply to it. A pandas DataFrame when
         pandas is installed (``frame=False``: a list of dicts)."""
         jobs = self.jobs()
@@ -460,6 +461,9 @@ class Sweep:
             note = trial.get("stopped")
             if job is not None:
                 row.update(job_results(job))
+                goodput = _goodput(job)
+                if goodput is not None:  # a trial that logged no step has no column of its own
+                    row["goodput"] = goodput
                 status = job.status
                 if status.state is JobState.FAILED and not note:
                     note = _first_line(cli_reason(status.failure_reason) or "no reason recorded")
@@ -520,6 +524,15 @@ class Sweep:
         from html import escape
 
         return f"<pre>{escape(self.table())}</pre>"
+
+
+def _goodput(job: Job) -> float | None:
+    """The trial's goodput as a fraction (``job.goodput``), None when it logged no step."""
+    try:
+        value = job.goodput.goodput
+    except BatchAIError:
+        return None
+    return None if value is None else round(value, 4)
 
 
 def create_sweep(

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import builtins
+import json
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sshd import DEAD_ADDRESS, NODE_ADDRESSES, SSHNode, SSHNodes, keygen
@@ -287,6 +289,39 @@ class Blackhole:
                     dst.sendall(data)
         except OSError:
             pass
+
+
+def test_a_share_whose_host_stops_answering_is_read_through_the_next_host(
+    ssh_nodes: SSHNodes, tmp_path: Path
+) -> None:
+    """Every host sees the share at the same path: the head node's loss must not take its records along."""
+    node, other = NODE_ADDRESSES[0], NODE_ADDRESSES[1]
+    relay = Blackhole((node, ssh_nodes.port))
+    line = ssh_nodes.known_hosts_text([node]).replace(
+        f"[{node}]:{ssh_nodes.port}", f"[127.0.0.1]:{relay.port}"
+    )
+    (tmp_path / "known_hosts").write_text(line + ssh_nodes.known_hosts_text([other]))
+    options: dict[str, Any] = {
+        "user": ssh_nodes.user, "key_file": ssh_nodes.key_file, "connect_timeout": 3.0, "retries": 1,
+        "io_timeout": 3.0, "host_keys": HostKeyStore(tmp_path / "known_hosts"),
+    }  # fmt: skip
+    head = SSHRunner("127.0.0.1", port=relay.port, **options)
+    second = SSHRunner(other, port=ssh_nodes.port, **options)
+    root = tmp_path / "share"
+    root.mkdir()
+    share = SFTPShare(head, str(root), others=lambda: [head, second])
+    try:
+        share.write_text("status.json", '{"state": "running"}')
+        relay.silent.set()  # the head node goes dark
+        t = time.monotonic()
+        assert share.read_json_or_none("status.json") == {"state": "running"}  # through the second host
+        assert time.monotonic() - t < 20
+        share.write_text("status.json", '{"state": "succeeded"}')  # and from then on, at once
+        assert json.loads((root / "status.json").read_text()) == {"state": "succeeded"}
+    finally:
+        head.close()
+        second.close()
+        relay.listener.close()
 
 
 def test_a_share_whose_host_stops_answering_fails_in_bounded_time_naming_the_host(

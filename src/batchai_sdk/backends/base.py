@@ -122,6 +122,15 @@ class ClusterScheduler(ABC):
     def ensure_running(self) -> None:  # noqa: B027 - Slurm's daemons are not ours to start
         """Start the scheduler again if it died (it then resumes its queue)."""
 
+    def head_lost(self) -> bool:
+        """Whether the node that runs the scheduler does not answer this client (False where unknown)."""
+        return False
+
+    def revive(self) -> None:
+        """The scheduler stopped reporting (its head node may be lost): make sure one runs, on another
+        node where the head does not answer. By default ``ensure_running``."""
+        self.ensure_running()
+
     def job_state(self, experiment: str, name: str, *, timeout: float | None = None) -> Reply | None:
         """What the scheduler itself holds of the job (``found``, ``state``, ``exit_code``,
         ``failure_reason``, ``end_time``), for when its published record went stale; None where the

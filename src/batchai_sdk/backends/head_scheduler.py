@@ -11,6 +11,7 @@ of every node where the backend knows its head (``Backend.head_node``).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import posixpath
 import time
@@ -27,6 +28,7 @@ from .._staging import node_code as node_code
 from ..exceptions import (
     AlreadyExistsError,
     BackendError,
+    BatchAIError,
     CapacityError,
     ProtocolMismatchError,
     SSHError,
@@ -51,6 +53,7 @@ from ..share import Share
 from ..vm_sizes import health_floors
 from .base import Activity, Assignment, Backend, ClusterScheduler, JobRequest, LaunchTarget
 
+log = logging.getLogger(__name__)
 MAX_UNIX_PATH = 108  # AF_UNIX paths are capped at 108 bytes; ctl connects to a longer one by its short name
 DIRECT_TIMEOUT = 60.0  # as ctl waits for the scheduler's reply
 
@@ -81,12 +84,32 @@ class HeadNodeScheduler(ClusterScheduler):
         self.backend = backend
         self.spec = spec
         self._nodes = nodes
+        self._revival: dict[str, Any] | None = None  # while ``revive`` calls: every node, the silent ones
 
     def nodes(self) -> tuple[Node, ...]:
         if self._nodes is None:
             status = self.backend.cluster_status(self.spec)
             self._nodes = tuple(n for n in status.nodes if n.id not in status.node_states)
         return self._nodes
+
+    def heads(self) -> tuple[Node, ...]:
+        """The nodes to run the scheduler on, in order: the one whose scheduler holds the head lease
+        (``head.json``, node/scheduler/head.py) while it answers, then the cluster's nodes that answer.
+        A head node lost (powered off, cut off) is not among them, so the next node takes the scheduler
+        over: it rebuilds the queue from the share and requeues the jobs that ran from their checkpoints."""
+        nodes = self.nodes() or self.pool()
+        if self.backend.kind != "ssh":
+            return nodes
+        holder = self.lease_holder()
+        return tuple(sorted(nodes, key=lambda n: n.id != holder))
+
+    def lease_holder(self) -> str | None:
+        """The node whose scheduler holds the head lease (``head.json``; SSH clusters), where known."""
+        if self.backend.kind != "ssh":
+            return None
+        raw = self.backend.share.read_json_or_none(layout.SHARE.head_record(self.spec.name))
+        holder = raw.get("node") if isinstance(raw, dict) else None
+        return holder if isinstance(holder, str) else None
 
     def target(self) -> LaunchTarget:
         return self.backend.launch_target(self.spec, self.nodes() or self.pool())
@@ -96,9 +119,9 @@ class HeadNodeScheduler(ClusterScheduler):
         backend knows without a probe, else (local, Azure) the probed ones."""
         if self._nodes is None:
             head = self.backend.head_node(self.spec)
-            if head is not None:
+            if head is not None and self.lease_holder() in (None, head.id):  # not taken over elsewhere
                 return (head,)
-        return self.nodes() or self.pool()
+        return self.heads()
 
     def node_main(self, target: LaunchTarget) -> str:
         return on_node(target, posixpath.join(ensure_node_code(self.backend.share), "__main__.py"))
@@ -133,6 +156,20 @@ class HeadNodeScheduler(ClusterScheduler):
             health=self.health_settings(target),
         )
 
+    def configuration(self, heads: tuple[Node, ...]) -> ClusterConfig:
+        """The configuration a request carries where it may start the scheduler: on SSH the node it starts
+        on (``heads[0]``, the head lease's), and while ``revive`` runs every node, the silent ones down."""
+        cluster = self.cluster_config(self.target())
+        if heads and self.backend.kind == "ssh":  # where another node may take the scheduler over
+            cluster["head"] = heads[0].id
+        if self._revival is not None:
+            every = [
+                NodeConfig(id=n.id, address=n.address, machine=n.machine, slots=n.slots)
+                for n in self._revival["nodes"]
+            ]
+            cluster["nodes"], cluster["pool"], cluster["down"] = every, every, list(self._revival["down"])
+        return cluster
+
     def health_settings(self, target: LaunchTarget) -> HealthConfig:
         """What the health gate needs: its level, GPUs per node, and the VM size's all-reduce floors (on
         Azure, where the size is real; elsewhere it is a label and only the sniff test applies)."""
@@ -163,7 +200,7 @@ class HeadNodeScheduler(ClusterScheduler):
         nodes = cluster["nodes"] or cluster["pool"]
         command = node_command(target.python, cluster["node_main"], "gate", "run", env=target.env)
         request = json.dumps({"cluster": cluster, "nodes": nodes, "level": level})
-        with self.backend.head_runner(self.spec, self.nodes() or self.pool()) as runner:
+        with self.backend.head_runner(self.spec, self.heads()) as runner:
             result = runner.run(command, timeout=timeout or 600, stdin=request)
         try:
             report: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
@@ -216,7 +253,7 @@ class HeadNodeScheduler(ClusterScheduler):
                 reply = Reply(ok=False, error=E_NEEDS_CLUSTER)
             if reply.get("error") != E_NEEDS_CLUSTER:
                 return reply
-        return self._call(request, self.nodes() or self.pool(), timeout, cluster=True)
+        return self._call(request, self.heads(), timeout, cluster=True)
 
     def _call(
         self, request: Mapping[str, Any], nodes: tuple[Node, ...], timeout: float | None, *, cluster: bool
@@ -224,7 +261,7 @@ class HeadNodeScheduler(ClusterScheduler):
         target = self.backend.launch_target(self.spec, nodes)
         node_main = self.node_main(target)
         if cluster:
-            request = {**request, "cluster": self.cluster_config(target)}
+            request = {**request, "cluster": self.configuration(nodes)}
         direct = self.call_direct(request, target, timeout)
         if direct is not None:
             return check_reply(direct)
@@ -339,6 +376,32 @@ class HeadNodeScheduler(ClusterScheduler):
         theirs = reply.get("protocol")
         if theirs != PROTOCOL:
             raise ProtocolMismatchError(self.spec.name, ours=PROTOCOL, theirs=theirs, pid=reply.get("pid"))
+
+    def head_lost(self) -> bool:
+        """Whether the node holding the head lease does not answer this client (SSH clusters)."""
+        holder = self.lease_holder()
+        return bool(holder) and holder not in {n.id for n in self.nodes()}
+
+    def revive(self) -> None:
+        """Node setup on the nodes that answer first (a node that booted afresh lost it with its disk, and
+        the node taking the scheduler over runs the jobs' mpirun), then the scheduler, on the node that
+        holds the head lease or else the first that answers (``heads``)."""
+        if self.backend.kind != "ssh" or self.spec.autoscale is not None:
+            self.ensure_running()
+            return
+        status = self.backend.cluster_status(self.spec)
+        self._nodes = tuple(n for n in status.nodes if n.id not in status.node_states)
+        try:
+            self.backend.prepare(self.spec, self._nodes)
+        except BatchAIError as exc:  # the scheduler keeps out the nodes that fail it
+            log.warning("cluster %s: node setup before the scheduler's restart: %s", self.spec.name, exc)
+        # every node, those that do not answer marked down: the scheduler fences the lost head's jobs
+        # there too and takes it back once it answers (a node left out would wait for a client's call)
+        self._revival = {"nodes": status.nodes, "down": sorted(status.node_states)}
+        try:
+            self.ensure_running()
+        finally:
+            self._revival = None
 
     def update_nodes(self, nodes: tuple[Node, ...], *, timeout: float | None = None) -> None:
         self._nodes = nodes

@@ -37,6 +37,11 @@ def _mod(name: str):  # type: ignore[no-untyped-def]
 
 def main(argv: list[str]) -> int:
     mode, args = (argv[0], argv[1:]) if argv else ("", [])
+    refusal = _mod("refusal")
+    if refusal.refused():  # a lose_node drill on this node: it answers none of the cluster's commands
+        where = refusal.server_address()
+        sys.stderr.write(f"ssh: connect to host {where}: refused (fault drill lose_node)\n")
+        return int(refusal.UNREACHABLE)
     if mode == "scheduler" and len(args) == 1:
         return int(_mod("scheduler.daemon").run(args[0]))
     if mode == "ctl" and len(args) == 1:

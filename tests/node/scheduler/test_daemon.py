@@ -233,6 +233,27 @@ def test_a_job_whose_head_node_was_lost_mid_run_is_requeued_while_its_retries_al
     assert spent["state"] == "failed" and "database was lost" in spent["failure_reason"]
 
 
+def test_a_requeued_job_rebuilt_after_its_head_node_keeps_its_attempts_and_retries(tmp_path: Path) -> None:
+    first = Harness(tmp_path / "one")
+    reporter = {"host": "head", "pid": 1, "job_id": 3}
+    earlier = {"index": 0, "start": "2026-01-01T00:00:00+00:00", "end": "2026-01-01T00:01:00+00:00",
+               "nodes": ["n0"], "cause": "node_lost", "exit_code": None, "reason": "node n0 stopped answering"}  # fmt: skip
+    first.stage("requeued", "true")
+    spec = {"cluster": "c", "node_count": 1, "max_retries": 2}
+    (first.job_dir("requeued") / "job.json").write_text(json.dumps({"spec": spec}))
+    queued = {"state": "queued", "attempt": 1, "attempts": [earlier], "scheduler": reporter}
+    (first.job_dir("requeued") / "status.json").write_text(json.dumps(queued))
+    (first.state / "sched.db").unlink()  # its scheduler (which requeued it) was lost with its head node
+    first.sched = Scheduler(str(first.state))
+    first.sched.adopt()
+    first.pump(first.ended("requeued"))
+    done = first.status("requeued")
+    assert done["state"] == "succeeded", done
+    # one job across the two schedulers: the attempt before the loss is kept, the next one numbered on
+    assert [a["cause"] for a in done["attempts"]] == ["node_lost", "exit"], done["attempts"]
+    assert done["attempts"][1]["index"] == 1
+
+
 def test_a_job_deleted_from_the_share_is_not_published_for_ever(h: Harness) -> None:
     import shutil
 

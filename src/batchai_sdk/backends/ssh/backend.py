@@ -150,7 +150,11 @@ class SSHBackend(Backend):
             self._jump = self._make_runner(jump_addr, user=jump_user, port=jump_port, jump=None)
         self._node_dir: str | None = None
         self._gpus: dict[str, int] = {}
-        self.share = SFTPShare(self._runner(self.hosts[0]), self.share_path)
+        self.share = SFTPShare(
+            self._runner(self.hosts[0]),
+            self.share_path,
+            others=lambda: [self._runner(h) for h in dict.fromkeys(self.hosts)],
+        )
 
     def check_share_path(self) -> None:
         """Refuse a ``share_path`` that is not a folder on the head node (connecting to it): a mistyped

@@ -1,14 +1,16 @@
-"""The SSH workspace's share as the client sees it: ``share_path`` on the head node, through SFTP."""
+"""The SSH workspace's share as the client sees it: ``share_path`` on the first host, through SFTP; on the
+next host that answers once that one stops answering (every host sees the share at the same path)."""
 
 from __future__ import annotations
 
 import errno
+import logging
 import posixpath
 import shlex
 import stat as stat_mod
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,6 +25,11 @@ from ...share import Progress, Share, copy_stream, normalize
 
 _CHUNK = 1 << 20
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+class _HostDown(ShareError):
+    """The share's host did not answer (no connection, or a request timed out): another host may."""
 
 
 def _missing(exc: OSError) -> bool:
@@ -33,11 +40,22 @@ class SFTPShare(Share):
     """A directory on a remote machine (``root``), reached through ``runner``'s SFTP session.
 
     Writes go to a temporary name first and are renamed over the target (``posix-rename``), so a reader
-    on any node sees the old file or the new one, never half of it.
+    on any node sees the old file or the new one, never half of it. ``others`` gives the runners of the
+    other hosts that see the same folder at ``root``: a request the current host does not answer (its
+    connection fails, or the request times out) is made on the first of them that answers, which serves
+    from then on (the head node powered off must not take the share's records with it).
     """
 
-    def __init__(self, runner: SSHRunner, root: str, name: str | None = None) -> None:
+    def __init__(
+        self,
+        runner: SSHRunner,
+        root: str,
+        name: str | None = None,
+        *,
+        others: Callable[[], Sequence[SSHRunner]] | None = None,
+    ) -> None:
         self.runner = runner
+        self._others = others
         self.root = posixpath.normpath(root)
         self.name = name or posixpath.basename(self.root) or "share"
         self._lock = threading.RLock()
@@ -92,10 +110,33 @@ class SFTPShare(Share):
             except (HostKeyError, SSHAuthenticationError):
                 raise  # the share is fine: the login is what to fix, and the error says how
             except BackendError as exc:
-                raise ShareError(f"share {self.name!r} is unreachable: {exc}", path) from exc
+                raise _HostDown(f"share {self.name!r} is unreachable: {exc}", path) from exc
             yield sftp
 
     def _call(self, what: str, path: str, fn: Callable[[paramiko.SFTPClient], T]) -> T:
+        try:
+            return self._call_here(what, path, fn)
+        except _HostDown as exc:
+            if not self._fail_over(exc):
+                raise
+        return self._call_here(what, path, fn)
+
+    def _fail_over(self, why: ShareError) -> bool:
+        """Serve from the first other host that answers; False when none does (or there is none)."""
+        with self._lock:
+            for runner in self._others() if self._others is not None else ():
+                if runner is self.runner:
+                    continue
+                try:
+                    runner.sftp()
+                except BackendError:
+                    continue
+                log.warning("share %s: %s; using %s from now on", self.name, why, runner.where())
+                self.runner, self._resolved_root = runner, None
+                return True
+            return False
+
+    def _call_here(self, what: str, path: str, fn: Callable[[paramiko.SFTPClient], T]) -> T:
         for attempt in (1, 2):
             with self._session(what, path) as sftp:
                 try:
@@ -104,7 +145,7 @@ class SFTPShare(Share):
                     channel = sftp.get_channel()
                     waited = channel.gettimeout() if channel is not None else None
                     self.runner.drop()
-                    raise ShareError(
+                    raise _HostDown(
                         f"{what} {path!r} on share {self.name!r}: its host {self.runner.where()} did not"
                         f" answer within {waited or self.runner.io_timeout:.3g} s",
                         path,

@@ -6,7 +6,10 @@ within a second, removes it and does it here to the job's processes on this node
 ``hang_rank``  SIGSTOP to them (a rank stuck in a collective: no output, no exit);
 ``stop_node``  SIGSTOP to every rank of the job on this node and their shims, this watcher's included;
 ``lose_node``  ``lost-<node>.json`` in the run folder (the scheduler ends the attempt as this node's loss
-               and keeps the node out until it answers again), then SIGKILL to every rank and shim here.
+               and keeps the node out until it answers again), then SIGKILL to every rank and shim here;
+               on SSH nodes (the request names the node's ``address``) the node also refuses the cluster's
+               SSH commands for ``refuse_seconds`` (node/refusal.py) and its warm agent is ended, so it
+               is as silent as a lost node until then.
 
 A request of another attempt (its tag) is left alone: it is stale. The job's launcher, mpirun and MPI's
 daemons carry no rank and are never signalled here.
@@ -21,6 +24,7 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
+from .. import refusal
 from ..common import write_json_atomic
 from ..protocol.paths import fault_request, lost_marker
 from . import procs
@@ -69,6 +73,27 @@ def pending(run_dir: str, node: str, tag: str) -> dict[str, Any] | None:
     return request
 
 
+def agents_of(address: str) -> list[int]:
+    """The node agents (``agent NAME``, node/agent/) whose SSH session came in on ``address``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            if argv[3:4] != [b"agent"] or not argv[2].endswith(b"__main__.py"):
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                pairs = (e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
+                environ = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+        except OSError:
+            continue
+        if refusal.server_address(environ) == address:
+            found.append(int(entry))
+    return found
+
+
 def _signal(pids: list[int], sig: int) -> int:
     done = 0
     for pid in pids:
@@ -105,6 +130,12 @@ def apply(
         say(f"fault drill lose_node: SIGKILL to {len(here)} process(es) of the job's ranks here")
         with contextlib.suppress(OSError):
             write_json_atomic(os.path.join(run_dir, lost_marker(node)), {"node": node, "tag": tag, **request})
+        address, seconds = request.get("address"), request.get("refuse_seconds")
+        if isinstance(address, str) and isinstance(seconds, int | float) and seconds > 0:
+            say(f"fault drill lose_node: {address} refuses the cluster's SSH commands for {seconds:g} s")
+            with contextlib.suppress(OSError):
+                refusal.refuse(address, float(seconds))
+            _signal(agents_of(address), signal.SIGKILL)
         _signal(ours, signal.SIGKILL)
         if me in here:
             os.kill(me, signal.SIGKILL)

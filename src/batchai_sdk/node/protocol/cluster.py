@@ -53,3 +53,5 @@ class ClusterConfig(_Required, total=False):
     idle_exit_seconds: float | None  # how long an idle scheduler waits before it exits
     keep_ended_jobs: int  # prune: how many ended jobs the database keeps
     keep_ended_days: float  # prune: for how long
+    head: str  # SSH: the node the client starts this scheduler on (the head lease's, scheduler/head.py)
+    down: list[str]  # nodes the client found silent as it revived the scheduler (its head node lost)

@@ -20,6 +20,7 @@ CLUSTER_RECORD = "cluster.json"
 NODES_RECORD = "nodes.json"  # which job holds each node (the scheduler)
 SIZE_RECORD = "size.json"  # with autoscale: the nodes up now (the scheduler)
 EVENTS_RECORD = "events.jsonl"  # every scaling decision (the scheduler)
+HEAD_RECORD = "head.json"  # which node's scheduler holds the cluster now (the scheduler, when it starts)
 CLIENT_EVENTS = "events.d"  # a client's scaling decision, one file each
 HEALTH_REPORT = "health-check.json"  # in a job's logs: the health gate's report on its nodes, when it asked
 HEALTH_DIR = "health"  # the health gate's reports, one file each (the scheduler, check_nodes, any tool)
@@ -102,6 +103,9 @@ class SharePaths:
 
     def size_record(self, cluster: str) -> str:
         return posixpath.join(self.cluster_dir(cluster), SIZE_RECORD)
+
+    def head_record(self, cluster: str) -> str:
+        return posixpath.join(self.cluster_dir(cluster), HEAD_RECORD)
 
     def events_record(self, cluster: str) -> str:
         return posixpath.join(self.cluster_dir(cluster), EVENTS_RECORD)

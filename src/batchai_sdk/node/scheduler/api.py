@@ -269,6 +269,13 @@ def check_cluster(cfg: Any) -> ClusterConfig:
         isinstance(azure, dict) and all(isinstance(azure.get(k), str) for k in scale_set)
     ):
         raise invalid("cluster.azure", azure, "the scale set (subscription, resource_group, vmss) or null")
+    if cfg.get("head") is not None:  # the node the client started this scheduler on (head.py)
+        out["head"] = text(cfg, "head", NODE_ID)
+    if cfg.get("down") is not None:  # nodes the client found silent as it revived the scheduler
+        down = cfg["down"]
+        if not isinstance(down, list) or not all(isinstance(n, str) and NODE_ID.match(n) for n in down):
+            raise invalid("cluster.down", down, "a list of node ids")
+        out["down"] = list(down)
     if cfg.get("idle_exit_seconds") is not None:
         out["idle_exit_seconds"] = number(cfg, "idle_exit_seconds", 0, WEEKS_52)
     if cfg.get("health") is not None:

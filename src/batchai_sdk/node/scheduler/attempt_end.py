@@ -173,8 +173,10 @@ class AttemptEnds:
         return left
 
     def resume(self, row: sqlite3.Row) -> None:
-        """Clean the nodes of a job a previous scheduler was cleaning (recovery)."""
-        self.start_cleaning(row["id"], row["tag"], json.loads(row["nodes"]))
+        """Clean the nodes of a job a previous scheduler was cleaning (recovery); a node already known down
+        (a lost head node the client reported) is not waited on: it is emptied when it answers."""
+        nodes = json.loads(row["nodes"])
+        self.start_cleaning(row["id"], row["tag"], nodes, [n for n in nodes if n in self.down])
 
     def start_cleaning(
         self, job_id: int, tag: str, nodes: list[str], silent: list[str] | None = None

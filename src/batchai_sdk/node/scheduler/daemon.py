@@ -36,6 +36,7 @@ from typing import Any
 
 from ..agent.keeper import Agents
 from ..common import TAG_VAR, load_or_none, write_json_atomic
+from ..job import procs
 from ..policy import retries
 from ..policy.queue import Holding, Waiting, plan, priority_rank
 from ..protocol.cluster import ClusterConfig, NodeConfig
@@ -55,6 +56,7 @@ from ..protocol.requests import E_REQUEST_REUSED, JobRef, SubmitRequest
 from . import (
     api,
     attempt_end,
+    head,
     health,
     health_reports,
     lost,
@@ -94,6 +96,10 @@ class Scheduler:
 
     def __init__(self, state_dir: str) -> None:
         self.store = Store(state_dir)
+        if not self.store.created and head.held_elsewhere(self.store.cfg):
+            log("the head lease names another node: this node's database is stale; rebuilt from the share")
+            self.store.retire()
+            self.store = Store(state_dir)
         self.cluster = Cluster(self.store)
         # job id → its launcher, for launchers this process started. Kept referenced: a dropped Popen is
         # reaped by subprocess's own cleanup, and its exit would go unseen.
@@ -104,6 +110,7 @@ class Scheduler:
         self.gate = NodeGate(self.cluster, self.pool_exec)
         self.down = health.DownNodes(self.cluster, self.store, self.pool_exec)
         self.down.on_back = self.gate.forget  # a lost node passes the gate again before it takes a job
+        self.mark_down(self.store.cfg)
         self.hangs = health.HangWatch(self.cluster, self.store, self.pool_exec, self.stop)
         self.ends = attempt_end.AttemptEnds(self.store, self.cluster, self.pool_exec, self.down, self.hangs)
         self.mount_waits = MountWaits()  # queued jobs whose storage is not there on this node
@@ -118,6 +125,8 @@ class Scheduler:
         self.step_errors: dict[str, str] = {}
         self.faulted = False  # a step of this pass met a disk fault
         self.pruned_at = 0.0
+        self.lease = head.HeadLease(self.store.cfg)
+        self.stepped_down = False  # another node's scheduler took the cluster over (head.py)
         quarantine.quarantine_bad_rows(self.store, self.node_ids())
         self.rebuilt = recovery.rebuild_from_share(self.store) if self.store.created else 0
 
@@ -156,6 +165,7 @@ class Scheduler:
         """Take the cluster's configuration a request carried; fail queued jobs it no longer fits."""
         if not self.cluster.configure(cfg):
             return
+        self.mark_down(cfg)
         total = self.cluster.capacity()
         for row in [r for r in self.store.jobs("queued") if r["node_count"] > total]:
             self.store.finish(
@@ -165,6 +175,14 @@ class Scheduler:
                 f"the cluster was resized to {total} node(s) while the job waited; it needs "
                 f"{row['node_count']} (resize the cluster and submit it again)",
             )
+
+    def mark_down(self, cfg: ClusterConfig | None) -> None:
+        """The nodes a client found silent as it revived this scheduler (its head node lost, say): out of
+        placement until a probe reaches them, as nodes that stopped answering during a job are."""
+        for node_id in (cfg.get("down") if cfg is not None else None) or []:
+            if node_id not in self.down:
+                self.down.mark(node_id)
+                log(f"node {node_id} did not answer the client: no job goes there until it answers")
 
     def submit(self, request: SubmitRequest) -> dict[str, Any]:
         """Queue a job (once per ``request_id``), keep its secrets here only, and start what can start."""
@@ -464,6 +482,9 @@ class Scheduler:
                     log("this scheduler's folder was removed: exiting")
                     break
                 self.step("socket", self.keep_socket)
+                self.step("head", self.keep_lease)
+                if self.stepped_down:
+                    break
             self.faulted = False
             self.step("requests", lambda: self.server.poll(LOOP) if self.server else None)
             self.step("agents", self.keep_agents)
@@ -510,6 +531,27 @@ class Scheduler:
         listener = bind_socket()
         self.sock_ino = os.lstat(SCHED_SOCKET).st_ino
         self.server.replace_listener(listener)
+
+    def keep_lease(self) -> None:
+        """Step down when another node's scheduler took the cluster over (head.py): end what this one's
+        launchers still run, set the database aside, and leave the records to the new one."""
+        other = self.lease.taken_over()
+        if other is None:
+            return
+        log(
+            f"node {other.get('node')}'s scheduler took the cluster over at {other.get('started')}:"
+            " stepping down"
+        )
+        self.stepped_down = True
+        for row in self.store.jobs("running", "cleaning"):
+            pid = self.launcher_pid(row)
+            if pid:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            if row["tag"]:  # the launcher's mpirun and ranks here, then on the job's other nodes
+                procs.reap(row["tag"], grace=1.0)
+                self.ends.clean_nodes(row["tag"], json.loads(row["nodes"]))
+        self.store.retire()
 
     def keep_agents(self) -> None:
         """The SSH nodes' agents: started where missing or dead, let go where no longer wanted."""
@@ -626,6 +668,7 @@ def run(state_dir: str) -> int:
     listener = bind_socket()
     sched = Scheduler(state_dir)
     sched.sock_ino = os.lstat(SCHED_SOCKET).st_ino
+    sched.lease.take()
     log(f"scheduler started (pid {os.getpid()}); rebuilt {sched.rebuilt} job(s) from the share")
     try:
         return sched.serve(listener)
@@ -636,5 +679,8 @@ def run(state_dir: str) -> int:
             sched.server.listener.close()
         listener.close()
         sched.down.clear()  # what this process learned of lost nodes goes with it
-        sched.publish()
-        log("scheduler exiting: nothing queued or running")
+        if sched.stepped_down:
+            log("scheduler exiting: another node's scheduler holds the cluster")
+        else:
+            sched.publish()
+            log("scheduler exiting: nothing queued or running")

@@ -7,6 +7,7 @@ rows go into its database) and through ``AttemptEnds`` (the launchers and cleanu
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import time
@@ -68,6 +69,7 @@ def rebuild_from_share(store: Store) -> int:
                     status.creation_time,
                     priority_rank(spec.get("scheduling_priority")),
                 )
+                keep_history(store, paths, exp, name, status, spec)
             elif status.state == "running":
                 fence(store, paths, exp, name, status, spec)
             else:
@@ -83,6 +85,28 @@ def rebuild_from_share(store: Store) -> int:
     # new jobs get ids the old database never gave: their node-local folders are not the old jobs'
     store.number_after(last_id)
     return count
+
+
+def keep_history(
+    store: Store, paths: SharePaths, exp: str, name: str, status: StatusDoc, spec: dict[str, Any]
+) -> None:
+    """A queued job rebuilt after attempts (requeued by the scheduler that was lost, or cut off): it keeps
+    its attempts, its retry settings, its watchdog and its logs' folder, so its next attempt is numbered on
+    and its earlier attempts' logs and metrics stay part of its one run."""
+    attempts = status.attempts or []
+    row = store.active_run(f"{exp}/{name}")
+    if row is None or row["state"] != "queued":
+        return
+    store.update(
+        row["id"],
+        attempt=int(status.attempt if status.attempt is not None else len(attempts)),
+        attempts=json.dumps(attempts),
+        max_retries=int(spec.get("max_retries") or 0),
+        retry_codes=json.dumps([c for c in spec.get("retry_on_exit_codes") or [] if isinstance(c, int)]),
+        hang=spec.get("hang_timeout"),
+        hang_notice=spec.get("hang_notice"),
+        stdouterr=(load_or_none(paths.launch_config(exp, name)) or {}).get("stdouterr_dir"),
+    )
 
 
 def old_job_ids(store: Store) -> int:

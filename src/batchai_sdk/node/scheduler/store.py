@@ -159,6 +159,16 @@ class Store:
         write_json_atomic(os.path.join(self.state_dir, "cluster.json"), cfg, sync=False)
         return True
 
+    def retire(self) -> None:
+        """Set the database aside (its scheduler stepped down: head.py): a scheduler started here later
+        rebuilds the queue from the share, as after a lost database, instead of replaying this one."""
+        self._db.close()
+        stamp = f"stepped-down-{os.getpid()}"
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(OSError):
+                path = os.path.join(self.state_dir, f"sched.db{suffix}")
+                os.replace(path, f"{path}.{stamp}")
+
     def removed(self) -> bool:
         """Whether the state folder's database was removed under this process (the scheduler exits)."""
         return not os.path.exists(os.path.join(self.state_dir, "sched.db"))
