@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _helpers import wait_for
 from sshd import NODE_ADDRESSES, SSHNodes
 
+from _procs import wait_for
 from batchai_sdk import JobState, Workspace
 from batchai_sdk._faults import REFUSE_SECONDS
 from batchai_sdk._models import NodeCounts

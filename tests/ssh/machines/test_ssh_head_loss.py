@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _helpers import wait_for
 
+from _procs import wait_for
 from batchai_sdk import JobState, Workspace
 from batchai_sdk._models import NodeCounts
 from batchai_sdk.cluster import Cluster
