@@ -52,8 +52,9 @@ from ..job import procs
 from ..job.containers import PULL_FAILED, PullError
 from ..job.launcher import PASSED_TO_REMOTE
 from ..job.rank import run_prep
+from ..protocol.fields import ENV_NAME, NODE_ID, RequestError, invalid, string_map, text
 from ..protocol.paths import LAUNCH_CONFIG
-from ..scheduler.api import ENV_NAME, NODE_ID, RequestError, invalid, parse, string_map, text
+from ..scheduler.api import parse
 from .client import HEARTBEAT_S, SOCKET_DIR
 
 NAME = re.compile(r"^[0-9a-f]{8,64}$")

@@ -1,14 +1,28 @@
-"""The scheduler's socket: what a request names and what a reply says, as ``TypedDict``s (JSON on the wire;
-``scheduler/api.py``, which ``ctl`` loads, imports them for type checking only), the codes of a refused
-request, and ``check_reply``, how a client reads a reply. The scheduler checks a request's fields in
-``scheduler/api.py`` (``check_submit``, ``check_job_ref``), which returns these types; the client builds
-them, so a field spelled differently on either side is a type error."""
+"""The scheduler's socket: what a request names and what a reply says, as ``TypedDict``s (JSON on the wire),
+the codes of a refused request, one check per request (``check_submit``, ``check_job_ref``: the bytes the
+scheduler got, field by field, into these types) and ``check_reply``, how a client reads a reply. The
+client builds them, so a field spelled differently on either side is a type error."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, TypedDict, cast
 
+from .fields import (
+    ENV_NAME,
+    MAX_ITEMS,
+    PRINTABLE,
+    REQUEST_ID,
+    WEEKS_52,
+    integer,
+    invalid,
+    name,
+    number,
+    string_map,
+    text,
+)
 from .names import E_NEEDS_CLUSTER as E_NEEDS_CLUSTER
+from .names import PRIORITIES
 
 # ctl: the error codes of a refused request
 E_EXISTS, E_CAPACITY, E_INVALID, E_UNAVAILABLE = "exists", "capacity", "invalid", "unavailable"
@@ -96,3 +110,39 @@ def check_reply(doc: Any) -> Reply:
             out[key] = value
     out["ok"] = out.get("ok") is True
     return cast(Reply, out)  # each key checked against its type above
+
+
+def check_job_ref(doc: Mapping[str, Any]) -> JobRef:
+    """The job a control call names."""
+    ref: JobRef = {"experiment": name(doc, "experiment"), "name": name(doc, "name")}
+    return ref
+
+
+def check_submit(doc: Mapping[str, Any]) -> SubmitRequest:
+    """A submit's fields, checked and normalised (numbers as float, absent lists empty)."""
+    codes = doc.get("retry_on_exit_codes") or []
+    if not isinstance(codes, list) or not all(
+        not isinstance(c, bool) and isinstance(c, int) and 1 <= c <= 255 for c in codes
+    ):
+        raise invalid("retry_on_exit_codes", codes, "a list of exit codes 1..255")
+    priority = doc.get("scheduling_priority")
+    if priority is not None and (not isinstance(priority, str) or priority.lower() not in PRIORITIES):
+        raise invalid("scheduling_priority", priority, f"one of {', '.join(PRIORITIES)}")
+    request: SubmitRequest = {
+        "op": "submit",
+        "experiment": name(doc, "experiment"),
+        "name": name(doc, "name"),
+        "request_id": text(doc, "request_id", REQUEST_ID, optional=True),
+        "node_count": integer(doc, "node_count", 1, MAX_ITEMS) or 1,
+        "max_wall_clock_seconds": number(doc, "max_wall_clock_seconds", 0, 100 * WEEKS_52, above=True),
+        "created": text(doc, "created", PRINTABLE, optional=True),
+        "hang_timeout": number(doc, "hang_timeout", 0, 100 * WEEKS_52),
+        "max_retries": integer(doc, "max_retries", 0, 1000, optional=True) or 0,
+        "retry_on_exit_codes": sorted(set(codes)),
+        "max_cost": number(doc, "max_cost", 0, 1e12, above=True),
+        "price": number(doc, "price", 0, 1e9),
+        "secrets": string_map(doc, "secrets", ENV_NAME),
+        "hang_notice": number(doc, "hang_notice", 0, 100 * WEEKS_52),
+        "scheduling_priority": priority,
+    }
+    return request

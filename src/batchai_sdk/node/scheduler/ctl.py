@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from ..common import write_json_atomic
+from ..protocol.fields import RequestError
 from ..protocol.names import E_NEEDS_CLUSTER, SCHED_SOCKET
 from . import api
 
@@ -97,7 +98,7 @@ def start_scheduler(state_dir: str, node_main: str) -> subprocess.Popen[bytes]:
 def main(state_dir: str) -> int:
     try:  # checked before anything is written: a bad cluster.json would stop every scheduler start
         request = api.check_request(api.parse(sys.stdin.buffer.read(api.MAX_REQUEST + 1)))
-    except api.RequestError as exc:
+    except RequestError as exc:
         print(json.dumps({"ok": False, "error": exc.code, "message": str(exc)}))
         return 0
     os.makedirs(state_dir, mode=0o700, exist_ok=True)

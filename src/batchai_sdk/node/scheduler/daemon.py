@@ -39,7 +39,9 @@ from ..common import TAG_VAR, load_or_none, write_json_atomic
 from ..job import procs
 from ..policy import retries
 from ..policy.queue import Holding, Waiting, plan, priority_rank
+from ..protocol import requests
 from ..protocol.cluster import ClusterConfig, NodeConfig
+from ..protocol.fields import RequestError
 from ..protocol.launch import Assignment, LaunchConfig
 from ..protocol.names import (
     OP_HEALTH,
@@ -67,7 +69,7 @@ from . import (
     scaling,
     spares,
 )
-from .api import RequestError, request_digest
+from .api import request_digest
 from .cluster import Cluster
 from .gate import NodeGate
 from .log import log
@@ -148,13 +150,13 @@ class Scheduler:
             self.set_cluster(request["cluster"])
         op = request["op"]
         if op == OP_SUBMIT:
-            return self.submit(api.check_submit(request))
+            return self.submit(requests.check_submit(request))
         if op == OP_TERMINATE:
-            return self.terminate(api.check_job_ref(request))
+            return self.terminate(requests.check_job_ref(request))
         if op in (OP_PING, OP_NODES):  # the wire's version: a client of another one stops there
             return {"ok": True, "pid": os.getpid(), "protocol": PROTOCOL}
         if op == OP_JOB:
-            return self.job_state(api.check_job_ref(request))
+            return self.job_state(requests.check_job_ref(request))
         if op == OP_HEALTH:  # the admin's report: the scheduler signs it, keeps it and applies it
             self.gate.write(health_reports.check_request_report(request["report"]))
             self.publish()

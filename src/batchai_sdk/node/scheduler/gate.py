@@ -26,9 +26,9 @@ from typing import Any
 from ..common import write_json_atomic
 from ..gate.checks import LEVELS
 from ..gate.run import run_gate
+from ..protocol.fields import RequestError
 from ..protocol.paths import HEALTH_DIR, HEALTH_REPORT
 from . import health_reports
-from .api import RequestError
 from .cluster import Cluster
 from .log import log
 

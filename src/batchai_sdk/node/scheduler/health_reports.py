@@ -24,8 +24,8 @@ import stat
 from collections.abc import Mapping
 from typing import Any
 
+from ..protocol.fields import NODE_ID, RequestError, invalid
 from ..protocol.names import LEVELS
-from .api import NODE_ID, RequestError, invalid
 
 KEY_FILE = "health.key"
 SIGNATURE = "hmac"

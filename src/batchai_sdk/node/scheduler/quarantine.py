@@ -12,7 +12,9 @@ import sqlite3
 from collections.abc import Sequence
 
 from ..policy import retries
-from .api import NAME, NODE_ID, check_row
+from ..protocol.fields import NODE_ID
+from ..protocol.names import NAME
+from .api import check_row
 from .log import log
 from .store import Failed, Fenced, Store
 

@@ -18,10 +18,10 @@ from ..job import procs
 from ..policy import retries
 from ..policy.queue import priority_rank
 from ..protocol.launch import read_result
+from ..protocol.names import NAME
 from ..protocol.paths import SharePaths
 from ..protocol.records import StatusDoc
 from . import attempt_end
-from .api import NAME
 from .log import log
 from .store import STARTING, Failed, Fenced, Store
 

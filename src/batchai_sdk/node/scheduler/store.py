@@ -19,9 +19,9 @@ from datetime import datetime, timezone
 from typing import Any, cast
 
 from ..common import load_or_none, now, write_json_atomic
-from ..protocol.cluster import ClusterConfig
+from ..protocol.cluster import ClusterConfig, check_cluster
+from ..protocol.fields import RequestError
 from ..protocol.paths import SECRETS_RECORD
-from .api import RequestError, check_cluster
 from .log import log
 
 ACTIVE = ("queued", "running", "cleaning")
