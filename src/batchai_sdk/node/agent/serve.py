@@ -53,6 +53,7 @@ from ..job.containers import PULL_FAILED, PullError
 from ..job.launcher import PASSED_TO_REMOTE
 from ..job.rank import run_prep
 from ..protocol.fields import ENV_NAME, NODE_ID, RequestError, invalid, string_map, text
+from ..protocol.launch import LaunchConfig
 from ..protocol.paths import LAUNCH_CONFIG
 from ..scheduler.api import parse
 from .client import HEARTBEAT_S, SOCKET_DIR
@@ -156,7 +157,8 @@ class Agent:
         argv = [sys.executable, "-S", self.node_main, "rank", request["config"], "--secrets-on-stdin"]
 
         def start() -> subprocess.Popen[bytes]:
-            out_dir = load(request["config"])["stdouterr_dir"]
+            cfg: LaunchConfig = load(request["config"])
+            out_dir = cfg["stdouterr_dir"]
             with (
                 open(os.path.join(out_dir, "stdout.txt"), "ab") as out,
                 open(os.path.join(out_dir, "stderr.txt"), "ab") as err,

@@ -235,7 +235,7 @@ def start(request: dict[str, Any], env: dict[str, str]) -> World | None:
     """The world for the queue head the scheduler named (``launch``: its launch.json, ``nodes``: the
     cluster's, ``folder``: where the world keeps its socket, hostfile and mpirun's output)."""
     try:
-        cfg = load(str(request["launch"]))
+        cfg: LaunchConfig = load(str(request["launch"]))
         nodes = list(request["nodes"])[: int(cfg["node_count"])]
         found = shape(cfg, nodes)
         if found is None:

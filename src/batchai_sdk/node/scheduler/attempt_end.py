@@ -20,7 +20,7 @@ from typing import Any
 from ..common import load_or_none, now
 from ..job import procs
 from ..policy import retries, watchdog
-from ..protocol.launch import Result, read_result
+from ..protocol.launch import Phase, Result, read_result
 from ..protocol.paths import (
     FAULT_REQUEST_PREFIX,
     LOST_MARKER_PREFIX,
@@ -132,7 +132,7 @@ class AttemptEnds:
 
     def began(self, row: sqlite3.Row) -> bool:
         """Whether this attempt's launcher began the job: it marks that first (phase.json with its tag)."""
-        mark = load_or_none(os.path.join(self.store.job_state_dir(row["id"]), PHASE_RECORD))
+        mark: Phase | None = load_or_none(os.path.join(self.store.job_state_dir(row["id"]), PHASE_RECORD))
         if isinstance(mark, dict) and mark.get("tag") in (row["tag"], None):
             return True
         return self.launcher_result(row) is not None

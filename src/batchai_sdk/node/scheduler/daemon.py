@@ -42,7 +42,7 @@ from ..policy.queue import Holding, Waiting, plan, priority_rank
 from ..protocol import requests
 from ..protocol.cluster import ClusterConfig, NodeConfig
 from ..protocol.fields import RequestError
-from ..protocol.launch import Assignment, LaunchConfig
+from ..protocol.launch import Assignment, LaunchConfig, Phase
 from ..protocol.names import (
     OP_HEALTH,
     OP_JOB,
@@ -418,8 +418,8 @@ class Scheduler:
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.kill(victim, signal.SIGKILL)
             if row["phase"] != "running":
-                phase = load_or_none(os.path.join(self.job_state_dir(row["id"]), PHASE_RECORD)) or {}
-                if phase.get("phase") and phase["phase"] != row["phase"]:
+                phase: Phase | None = load_or_none(os.path.join(self.job_state_dir(row["id"]), PHASE_RECORD))
+                if isinstance(phase, dict) and phase.get("phase") and phase["phase"] != row["phase"]:
                     self.store.update(row["id"], phase=phase["phase"])
 
     def watch_exit(self, job_id: int, pid: int) -> None:
