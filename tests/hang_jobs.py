@@ -112,3 +112,24 @@ def notice_within(job: Job, bound: float) -> tuple[str, float]:
             last, seen = step_of(job), time.monotonic()
         time.sleep(0.5)
     raise AssertionError(f"no notice within {bound} s of the last step (state {job.status.state})")
+
+
+# Horovod, 3 ranks on 2 nodes: rank 1 broadcasts where the others all-reduce (a real deadlock; Horovod's
+# stall warnings come every HOROVOD_STALL_CHECK_TIME_SECONDS and are evidence of it, not progress)
+HOROVOD = """\
+import os, threading, time
+rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+threading.Thread(target=lambda: [print("loading", flush=True) or time.sleep(2) for _ in iter(int, 1)], daemon=True).start()
+import tensorflow as tf
+import horovod.tensorflow as hvd
+from batchai_sdk import log_metric
+hvd.init()
+for step in range(1, 10000):
+    if rank == 1 and step == 6:  # a branch only rank 1 takes: a broadcast where the others all-reduce
+        hvd.broadcast(tf.constant([1.0]), root_rank=0)
+    else:
+        hvd.allreduce(tf.constant([1.0]))
+    log_metric(step=step, loss=1.0 / step)
+    time.sleep(0.3)
+"""
+BROADCAST_LINE, ALLREDUCE_LINE = 10, 12

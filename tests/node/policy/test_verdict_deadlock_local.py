@@ -13,7 +13,17 @@ from pathlib import Path
 import pytest
 
 from batchai_sdk import Job, Workspace
-from hang_jobs import BARRIER_LINE, NOTICE, REDUCE_LINE, notice_within, start, write_train
+from hang_jobs import (
+    ALLREDUCE_LINE,
+    BARRIER_LINE,
+    BROADCAST_LINE,
+    HOROVOD,
+    NOTICE,
+    REDUCE_LINE,
+    notice_within,
+    start,
+    write_train,
+)
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 Script = Callable[[str, str], Path]
@@ -40,25 +50,6 @@ def test_two_gloo_ranks_in_different_collectives_the_flight_recorder_names_the_o
     assert blamed + f"rank 0 on {vm0} waits in all_reduce at train.py:{REDUCE_LINE}; " in notice, notice
     assert "flight recorder: rank 0 at collective #" in notice and " barrier" in notice, notice
     assert took < NOTICE + 30, took
-
-
-HOROVOD = """\
-import os, threading, time
-rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
-threading.Thread(target=lambda: [print("loading", flush=True) or time.sleep(2) for _ in iter(int, 1)], daemon=True).start()
-import tensorflow as tf
-import horovod.tensorflow as hvd
-from batchai_sdk import log_metric
-hvd.init()
-for step in range(1, 10000):
-    if rank == 1 and step == 6:  # a branch only rank 1 takes: a broadcast where the others all-reduce
-        hvd.broadcast(tf.constant([1.0]), root_rank=0)
-    else:
-        hvd.allreduce(tf.constant([1.0]))
-    log_metric(step=step, loss=1.0 / step)
-    time.sleep(0.3)
-"""
-BROADCAST_LINE, ALLREDUCE_LINE = 10, 12
 
 
 def test_a_horovod_deadlock_is_caught_through_its_stall_warnings_and_names_the_rank(
