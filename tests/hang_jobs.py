@@ -59,13 +59,14 @@ def write_train(folder: Path) -> Path:
 
 
 def start(ws: Workspace, train: Path, mode: str, *, ranks: int = 2, steps: int = 10000, gloo_timeout: int = 600,
-          **options: object) -> Job:  # fmt: skip
-    """The job on a 2-node cluster ``c`` of ``ws``, submitted (``options``: create_job's, e.g. environment)."""
+          name: str | None = None, **options: object) -> Job:  # fmt: skip
+    """The job (``name``, else ``mode``) on a 2-node cluster ``c`` of ``ws``, submitted (``options``: create_job's,
+    e.g. environment)."""
     pids = train.parent / "pids"
     pids.mkdir(exist_ok=True)
     exp = ws.create_experiment("e", exist_ok=True)
     cluster = ws.create_cluster("c", nodes=2, exist_ok=True)
-    return exp.create_job(f"{mode}", cluster=cluster, node_count=2, toolkit="pytorch", process_count=ranks,
+    return exp.create_job(name or mode, cluster=cluster, node_count=2, toolkit="pytorch", process_count=ranks,
                           python_script=str(train), args=[mode, str(steps), str(gloo_timeout), str(pids)],
                           toolkit_settings={"communication_backend": "TCP"},
                           hang_notice=options.pop("hang_notice", NOTICE), **options).submit()  # type: ignore[arg-type]  # fmt: skip

@@ -1,12 +1,14 @@
 """Hang verdicts over real sshd nodes: the stacks are collected on each node over SSH, and the verdict names
 the rank and node that differ (a rank sleeping in the loop; a rank stopped by SIGSTOP, failed by
-hang_timeout with the verdict as its reason)."""
+hang_timeout with the verdict as its reason; every process of the job on the second node stopped), and a
+healthy job with uneven steps gets no notice."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -53,3 +55,31 @@ def test_a_stopped_rank_on_an_ssh_node_fails_the_job_with_the_verdict(lab: Works
             os.kill(pid, signal.SIGCONT)
         if not job.state.ended:
             job.terminate()
+
+
+def test_a_whole_stopped_ssh_node_is_named(lab: Workspace, tmp_path: Path) -> None:
+    job = start(lab, write_train(tmp_path), "run", name="stopped-node", environment=GLOO)
+    wait_for(lambda: step_of(job) >= 3, 180, "three steps")
+    pids = rank_pids(job, 1)
+    for pid in (pids["shim"], pids["pid"]):  # everything of the job on the second node
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        notice, _ = notice_within(job, NOTICE)
+        assert f"rank 1 on {job.status.nodes[1]} is stopped" in notice, notice
+        assert f"rank 0 on {job.status.nodes[0]} waits in all_reduce" in notice, notice
+    finally:
+        for pid in (pids["pid"], pids["shim"]):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        job.terminate()
+
+
+def test_a_healthy_job_with_uneven_steps_on_ssh_nodes_gets_no_notice(lab: Workspace, tmp_path: Path) -> None:
+    job = start(lab, write_train(tmp_path), "run", name="healthy", steps=24, environment=GLOO)
+    seen: list[str] = []
+    while not job.state.ended:
+        if job.status.notice:
+            seen.append(job.status.notice)
+        time.sleep(0.5)
+    assert job.status.state is JobState.SUCCEEDED, job.status.failure_reason
+    assert seen == [] and not any(line.startswith("[batchai] ") for line in job.tail("stdout.txt", 500))
