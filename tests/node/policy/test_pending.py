@@ -349,3 +349,20 @@ def test_a_pending_record_that_is_not_one_is_left_out() -> None:
     status = StatusDoc.from_dict({"state": "queued", "pending": {"kind": "quota", "position": "1"}})
     assert status.pending is not None and status.pending.position is None
     assert status.to_dict()["pending"] == {"kind": "quota", "message": "quota"}
+
+
+def test_a_job_the_cluster_grows_for_says_scaling_up_and_one_it_cannot_grow_for_does_not() -> None:
+    """With autoscale a job that needs more nodes than are up waits for the growth (``scaling_up``: on a
+    scale set that takes minutes; local and SSH clusters grow within the same pass); beyond max_nodes it
+    can never start on the cluster as it is and says so instead."""
+    from batchai_sdk.node.policy.pending import NodesNow, explain
+    from batchai_sdk.node.policy.queue import Waiting
+
+    nodes = NodesNow(up=("vm_0",), free=("vm_0",), can_grow=2)
+    why = explain([("e/big", Waiting(1, 3, None))], [], nodes)["e/big"]
+    assert why.kind == "scaling_up" and why.message == "the cluster grows from 1 node(s) for it (it needs 3)"
+    assert why.estimated_start is None
+    why = explain([("e/huge", Waiting(1, 4, None))], [], nodes)["e/huge"]
+    assert why.kind == "waiting_for_nodes" and why.message == "needs 4 node(s); the cluster has 1"
+    at_zero = explain([("e/one", Waiting(1, 1, None))], [], NodesNow(up=(), free=()))["e/one"]
+    assert at_zero.kind == "cluster_at_zero"
