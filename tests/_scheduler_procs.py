@@ -1,14 +1,18 @@
 """The cluster scheduler's processes, as /proc shows them, for tests that kill it at chosen moments: its pid
-from its state folder, a process's parent and argv, and a kill -9 in its launch window."""
+from its state folder, a process's parent and argv, and a kill -9 in its launch window; on a local workspace,
+the state folder of cluster ``c``'s scheduler and its own row of a job."""
 
 from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 
 from _procs import pid_alive
+from batchai_sdk import Workspace
 
 
 def cmdline(pid: int) -> list[bytes]:
@@ -75,3 +79,18 @@ def kill_scheduler_at_launch(state: Path, timeout: float = 60) -> bool:
             os.kill(sched, signal.SIGKILL)
             return True
     return False
+
+
+def state_dir(ws: Workspace) -> Path:
+    return ws.backend.root / "tmp" / "scheduler" / "c"  # type: ignore[attr-defined,no-any-return]
+
+
+def job_row(ws: Workspace, name: str) -> dict[str, Any]:
+    """The scheduler's own row of the job (read-only: sched.db is in WAL mode, readers never block it)."""
+    db = sqlite3.connect(f"file:{state_dir(ws) / 'sched.db'}?mode=ro", uri=True)
+    try:
+        db.row_factory = sqlite3.Row
+        row = db.execute("SELECT * FROM jobs WHERE key = ?", (f"e/{name}",)).fetchone()
+        return dict(row) if row else {}
+    finally:
+        db.close()

@@ -7,19 +7,14 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 from _procs import pid_alive, wait_for
-from _scheduler_procs import ppid
+from _scheduler_procs import job_row, ppid, state_dir
 from batchai_sdk import JobState, Workspace
 
 WAIT = "while [ ! -e {gate} ]; do sleep 0.05; done"
-
-
-def state_dir(ws: Workspace) -> Path:
-    return ws.backend.root / "tmp" / "scheduler" / "c"  # type: ignore[attr-defined,no-any-return]
 
 
 def argv_of(pid: int) -> list[bytes]:
@@ -36,17 +31,6 @@ def pids() -> list[int]:
 def scheduler_pid(ws: Workspace) -> int:
     (pid,) = [p for p in pids() if argv_of(p)[3:5] == [b"scheduler", bytes(state_dir(ws))]]
     return pid
-
-
-def job_row(ws: Workspace, name: str) -> dict[str, Any]:
-    """The scheduler's own row of the job (read-only: sched.db is in WAL mode, readers never block it)."""
-    db = sqlite3.connect(f"file:{state_dir(ws) / 'sched.db'}?mode=ro", uri=True)
-    try:
-        db.row_factory = sqlite3.Row
-        row = db.execute("SELECT * FROM jobs WHERE key = ?", (f"e/{name}",)).fetchone()
-        return dict(row) if row else {}
-    finally:
-        db.close()
 
 
 def spare_launcher(ws: Workspace, running: int) -> int | None:

@@ -8,14 +8,13 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from _procs import pid_alive, started_at, still_running, wait_for
-from _scheduler_procs import ppid
+from _scheduler_procs import job_row, ppid, state_dir
 from batchai_sdk import JobState, Workspace
 
 pytestmark = pytest.mark.mpi
@@ -27,10 +26,6 @@ RECORD = (
     'echo "$AZ_BATCHAI_TASK_INDEX $BATCHAI_JOB_NODES $OMPI_COMM_WORLD_SIZE" > {out}/{name}-$OMPI_COMM_WORLD_RANK'
     ' && echo "hello from rank $OMPI_COMM_WORLD_RANK"'
 )
-
-
-def state_dir(ws: Workspace) -> Path:
-    return ws.backend.root / "tmp" / "scheduler" / "c"  # type: ignore[attr-defined,no-any-return]
 
 
 def processes_with(*marks: bytes) -> list[int]:
@@ -189,17 +184,6 @@ def test_a_job_given_a_world_of_another_shape_ends_it_and_starts_its_own_mpirun(
     assert wide.wait(timeout=60) is JobState.SUCCEEDED
     assert sorted(p.name for p in out.iterdir()) == ["small-0", "wide-0", "wide-1"]  # each rank once
     wait_for(lambda: not processes_with(bytes(tmp_path), b"batchai_node"), 60, "nothing left once idle")
-
-
-def job_row(ws: Workspace, name: str) -> dict[str, Any]:
-    """The scheduler's own row of the job (read-only: sched.db is in WAL mode, readers never block it)."""
-    db = sqlite3.connect(f"file:{state_dir(ws) / 'sched.db'}?mode=ro", uri=True)
-    try:
-        db.row_factory = sqlite3.Row
-        row = db.execute("SELECT * FROM jobs WHERE key = ?", (f"e/{name}",)).fetchone()
-        return dict(row) if row else {}
-    finally:
-        db.close()
 
 
 def test_a_scheduler_killed_before_its_spare_got_the_job_leaves_it_queued_not_failed(

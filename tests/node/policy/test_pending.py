@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from batchai_sdk import JobState, PendingReason, Workspace
+from _job_waits import pending_of, running
+from batchai_sdk import JobState, Workspace
 from batchai_sdk.batchai_json import parse_job_json, to_job_json
 from batchai_sdk.cli import main
 from batchai_sdk.job import Job, StatusLine
@@ -46,27 +47,6 @@ def cli(
     ok("workspace", "create", "-g", "rg", "-w", "ws")
     ok("experiment", "create", *G, "-n", "e")
     return ok
-
-
-def pending_of(job: Job, kind: str, timeout: float = 30.0) -> PendingReason:
-    """The job's pending reason once it is ``kind`` (the scheduler publishes it within a pass)."""
-    deadline = time.monotonic() + timeout
-    seen = None
-    while time.monotonic() < deadline:
-        st = job.status
-        assert st.state is JobState.QUEUED, (st.state, st.failure_reason, seen)
-        seen = st.pending
-        if seen is not None and seen.kind == kind:
-            return seen
-        time.sleep(0.1)
-    raise AssertionError(f"{job.name}: pending {kind} expected, saw {seen}")
-
-
-def running(job: Job, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while job.state is not JobState.RUNNING:
-        assert time.monotonic() < deadline and not job.state.ended, job.status
-        time.sleep(0.1)
 
 
 def sleeper(ws: Workspace, name: str, cluster: str, **kw: object) -> Job:

@@ -6,34 +6,14 @@ away and given back as a user would, its files written through ``ws.storage``.""
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 
 import pytest
 
-from batchai_sdk import AzureFileShare, Job, JobState, PendingReason, Workspace
+from _job_waits import pending_of, running
+from batchai_sdk import AzureFileShare, JobState, Workspace
 
 SLEEP = "sleep 120"
-
-
-def pending_of(job: Job, kind: str, timeout: float = 30.0) -> PendingReason:
-    deadline = time.monotonic() + timeout
-    seen = None
-    while time.monotonic() < deadline:
-        st = job.status
-        assert st.state is JobState.QUEUED, (st.state, st.failure_reason, seen)
-        seen = st.pending
-        if seen is not None and seen.kind == kind:
-            return seen
-        time.sleep(0.1)
-    raise AssertionError(f"{job.name}: pending {kind} expected, saw {seen}")
-
-
-def running(job: Job, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while job.state is not JobState.RUNNING:
-        assert time.monotonic() < deadline and not job.state.ended, job.status
-        time.sleep(0.1)
 
 
 @pytest.mark.slow
