@@ -97,7 +97,7 @@ def wait(condition: Callable[[], bool], timeout: float, what: str) -> bool:
 
 def head_node(ws: Workspace, nodes: NSNodes) -> NSNode:
     """The node whose scheduler holds the cluster now (its head lease), else the first host."""
-    lease = ws.share.read_json_or_none(layout.head_record("c")) or {}
+    lease = ws.share.read_json_or_none(layout.SHARE.head_record("c")) or {}
     address = str(lease.get("node") or nodes.addresses[0])
     return nodes.by_address(address)
 
