@@ -239,16 +239,24 @@ class HeadNodeScheduler(ClusterScheduler):
             time.sleep(0.2)
 
     def call(
-        self, request: Mapping[str, Any], *, timeout: float | None = None, configure: bool = True
+        self,
+        request: Mapping[str, Any],
+        *,
+        timeout: float | None = None,
+        configure: bool = True,
+        start_elsewhere: bool = True,
     ) -> Reply:
         """The scheduler's reply to ``request``. With ``configure`` the request carries the cluster's
         configuration (built from the nodes, probed); without, it carries only what it names, and the
-        configuration goes only where ``ctl`` must start the scheduler (it answers ``needs_cluster``)."""
+        configuration goes only where ``ctl`` must start the scheduler (it answers ``needs_cluster``).
+        ``start_elsewhere=False``: a head node that does not answer is an error naming it, not a scheduler
+        started on the next node (a job's own calls: a takeover is ``revive``'s, which marks the head down
+        so its jobs are fenced until it answers, not ended while they may run on there)."""
         if not configure:
             try:
                 reply = self._call(request, self.head(), timeout, cluster=False)
             except SSHError:  # the head known without a probe does not answer: the probed nodes say who is
-                if self._nodes is not None:
+                if self._nodes is not None or not start_elsewhere:
                     raise
                 reply = Reply(ok=False, error=E_NEEDS_CLUSTER)
             if reply.get("error") != E_NEEDS_CLUSTER:
@@ -345,7 +353,7 @@ class HeadNodeScheduler(ClusterScheduler):
 
     def terminate(self, experiment: str, name: str, *, timeout: float | None = None) -> bool:
         ref = JobRef(experiment=experiment, name=name)
-        reply = self.call({"op": "terminate", **ref}, timeout=timeout, configure=False)
+        reply = self.call({"op": "terminate", **ref}, timeout=timeout, configure=False, start_elsewhere=False)
         if not reply.get("ok") or "found" not in reply:  # no answer is not "not found": the job is untouched
             raise BackendError(
                 f"the scheduler of cluster {self.spec.name!r} did not answer the terminate of job "
@@ -356,7 +364,7 @@ class HeadNodeScheduler(ClusterScheduler):
 
     def job_state(self, experiment: str, name: str, *, timeout: float | None = None) -> Reply | None:
         ref = JobRef(experiment=experiment, name=name)
-        reply = self.call({"op": "job", **ref}, timeout=timeout, configure=False)
+        reply = self.call({"op": "job", **ref}, timeout=timeout, configure=False, start_elsewhere=False)
         return reply if reply.get("ok") and "found" in reply else None  # an older scheduler cannot say
 
     def ensure_running(self) -> None:

@@ -1,8 +1,9 @@
 """Every client call keeps its timeout when the head node, the share's host, stops answering (its link
 down: TCP connections stay open and silent, as with a host that lost power): ``job.wait(timeout=T)``
-ends within T and a few seconds with ``TimeoutError`` naming the host, and ``job.status`` fails within
-the workspace's ``io_timeout`` with ``ShareError`` naming it (paramiko's SFTP read once blocked ~16
-minutes; then each read up to 30 s, whatever the caller's timeout)."""
+ends within T and a few seconds, ``job.status`` within the workspace's ``io_timeout``, ``terminate``
+within its timeout (paramiko's SFTP read once blocked ~16 minutes; then each read up to 30 s, whatever the
+caller's timeout). Each either read the share through the next host that answers (the share fails over:
+every host sees it), or fails with an error naming the silent host — never later."""
 
 from __future__ import annotations
 
@@ -59,15 +60,17 @@ def test_wait_and_status_keep_their_time_when_the_share_host_goes_silent(
         took = time.monotonic() - t
         print(f"\nwait(timeout=3), the share's host silent, io_timeout 30: raised after {took:.1f} s")
         assert took < 3 + 4, f"wait(timeout=3) took {took:.1f} s"
-        assert f"{head.address}:22" in str(waited.value), str(waited.value)
+        said = str(waited.value)  # the silent host named, or the state read through the next host
+        assert f"{head.address}:22" in said or "(state running;" in said, said
 
         t = time.monotonic()
-        with pytest.raises(ShareError) as read:
-            _ = seen.status
+        try:
+            assert seen.status.state is JobState.RUNNING  # read through the next host
+        except ShareError as read:
+            assert f"{head.address}:22" in str(read), str(read)
         took = time.monotonic() - t
-        print(f"job.status, the share's host silent, io_timeout 3: raised after {took:.1f} s")
+        print(f"job.status, the share's host silent, io_timeout 3: answered after {took:.1f} s")
         assert took < 3 + 4, f"job.status took {took:.1f} s"
-        assert f"{head.address}:22" in str(read.value), str(read.value)
 
         t = time.monotonic()  # following the job's output: the same bound, now on a fresh connection
         with pytest.raises((BatchAITimeoutError, ShareError)) as followed:
@@ -75,7 +78,10 @@ def test_wait_and_status_keep_their_time_when_the_share_host_goes_silent(
         took = time.monotonic() - t
         print(f"wait(timeout=3, show_output=True), the share's host silent: raised after {took:.1f} s")
         assert took < 3 + 4, f"wait(timeout=3, show_output=True) took {took:.1f} s"
-        assert head.address in str(followed.value), str(followed.value)
+        if isinstance(
+            followed.value, ShareError
+        ):  # else the caller's own timeout: read through the next host
+            assert head.address in str(followed.value), str(followed.value)
 
         t = time.monotonic()  # terminate cannot reach the scheduler: it says so in time, the job untouched
         with pytest.raises(BatchAIError) as stopped:
