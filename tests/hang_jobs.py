@@ -4,8 +4,12 @@ line every 2 s whatever happens; a mode makes rank 1 sleep in the loop or skip a
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from _procs import wait_for
@@ -134,3 +138,27 @@ for step in range(1, 10000):
     time.sleep(0.3)
 """
 BROADCAST_LINE, ALLREDUCE_LINE = 10, 12
+
+
+@contextlib.contextmanager
+def second_node_stopped(job: Job) -> Iterator[None]:
+    """Every process of the job on its second node (rank 1 and its shim) stopped, then continued."""
+    pids = rank_pids(job, 1)
+    for pid in (pids["shim"], pids["pid"]):
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in (pids["pid"], pids["shim"]):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
+def notices_until_it_ends(job: Job) -> list[str]:
+    """The notices the job's status showed, polled until it ended."""
+    seen: list[str] = []
+    while not job.state.ended:
+        if job.status.notice:
+            seen.append(job.status.notice)
+        time.sleep(0.5)
+    return seen

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,18 @@ from sshd import NODE_ADDRESSES
 from _labs import ssh_lab
 from _procs import wait_for
 from batchai_sdk import JobState, Workspace
-from hang_jobs import NOTICE, REDUCE_LINE, SLEEP_LINE, notice_within, rank_pids, start, step_of, write_train
+from hang_jobs import (
+    NOTICE,
+    REDUCE_LINE,
+    SLEEP_LINE,
+    notice_within,
+    notices_until_it_ends,
+    rank_pids,
+    second_node_stopped,
+    start,
+    step_of,
+    write_train,
+)
 
 pytest.importorskip("torch")
 pytestmark = [pytest.mark.ssh, pytest.mark.mpi, pytest.mark.slow]
@@ -60,26 +70,17 @@ def test_a_stopped_rank_on_an_ssh_node_fails_the_job_with_the_verdict(lab: Works
 def test_a_whole_stopped_ssh_node_is_named(lab: Workspace, tmp_path: Path) -> None:
     job = start(lab, write_train(tmp_path), "run", name="stopped-node", environment=GLOO)
     wait_for(lambda: step_of(job) >= 3, 180, "three steps")
-    pids = rank_pids(job, 1)
-    for pid in (pids["shim"], pids["pid"]):  # everything of the job on the second node
-        os.kill(pid, signal.SIGSTOP)
     try:
-        notice, _ = notice_within(job, NOTICE)
-        assert f"rank 1 on {job.status.nodes[1]} is stopped" in notice, notice
-        assert f"rank 0 on {job.status.nodes[0]} waits in all_reduce" in notice, notice
+        with second_node_stopped(job):
+            notice, _ = notice_within(job, NOTICE)
+            assert f"rank 1 on {job.status.nodes[1]} is stopped" in notice, notice
+            assert f"rank 0 on {job.status.nodes[0]} waits in all_reduce" in notice, notice
     finally:
-        for pid in (pids["pid"], pids["shim"]):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
         job.terminate()
 
 
 def test_a_healthy_job_with_uneven_steps_on_ssh_nodes_gets_no_notice(lab: Workspace, tmp_path: Path) -> None:
     job = start(lab, write_train(tmp_path), "run", name="healthy", steps=24, environment=GLOO)
-    seen: list[str] = []
-    while not job.state.ended:
-        if job.status.notice:
-            seen.append(job.status.notice)
-        time.sleep(0.5)
+    seen = notices_until_it_ends(job)
     assert job.status.state is JobState.SUCCEEDED, job.status.failure_reason
     assert seen == [] and not any(line.startswith("[batchai] ") for line in job.tail("stdout.txt", 500))

@@ -9,7 +9,6 @@ import itertools
 import json
 import statistics
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,15 +22,6 @@ pytest.importorskip("torch")
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 # the same script, its first line also registering faulthandler on SIGUSR1 (the line numbers unchanged)
 FAULTHANDLER = "import faulthandler, signal; faulthandler.register(signal.SIGUSR1, all_threads=True)\n"
-
-
-@pytest.fixture
-def cleanup() -> Iterator[list[Job]]:
-    jobs: list[Job] = []
-    yield jobs
-    for job in jobs:
-        if not job.state.ended:
-            job.terminate()
 
 
 def steps(job: Job) -> list[dict[str, float]]:

@@ -7,7 +7,7 @@ not progress). The verdict names rank 1 and its node."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -27,15 +27,6 @@ from hang_jobs import (
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 Script = Callable[[str, str], Path]
-
-
-@pytest.fixture
-def cleanup() -> Iterator[list[Job]]:
-    jobs: list[Job] = []
-    yield jobs
-    for job in jobs:
-        if not job.state.ended:
-            job.terminate()
 
 
 def test_two_gloo_ranks_in_different_collectives_the_flight_recorder_names_the_one_that_strayed(

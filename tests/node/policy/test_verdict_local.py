@@ -9,8 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,9 @@ from hang_jobs import (
     REDUCE_LINE,
     SLEEP_LINE,
     notice_within,
+    notices_until_it_ends,
     rank_pids,
+    second_node_stopped,
     start,
     step_of,
     write_train,
@@ -37,15 +38,6 @@ Script = Callable[[str, str], Path]
 @pytest.fixture
 def train(tmp_path: Path) -> Path:
     return write_train(tmp_path / "scripts")
-
-
-@pytest.fixture
-def cleanup() -> Iterator[list[Job]]:
-    jobs: list[Job] = []
-    yield jobs
-    for job in jobs:
-        if not job.state.ended:
-            job.terminate()
 
 
 def seen_everywhere(job: Job, notice: str, blame: str) -> None:
@@ -101,17 +93,10 @@ def test_a_whole_stopped_node_is_named(ws: Workspace, train: Path, cleanup: list
     job = start(ws, train, "run")
     cleanup.append(job)
     wait_for(lambda: step_of(job) >= 3, 180, "three steps")
-    pids = rank_pids(job, 1)
-    for pid in (pids["shim"], pids["pid"]):  # everything of the job on the second node
-        os.kill(pid, signal.SIGSTOP)
-    try:
+    with second_node_stopped(job):
         notice, _ = notice_within(job, NOTICE)
         assert f"rank 1 on {job.status.nodes[1]} is stopped" in notice, notice
         assert f"rank 0 on {job.status.nodes[0]} waits in all_reduce" in notice, notice
-    finally:
-        for pid in (pids["pid"], pids["shim"]):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
 
 
 def test_a_collective_skipped_by_one_rank_names_it_and_its_timeout_blames_it_not_the_waiters(
@@ -143,11 +128,7 @@ def test_a_healthy_job_with_uneven_steps_gets_no_notice(
 ) -> None:
     job = start(ws, train, "run", steps=24)
     cleanup.append(job)
-    seen: list[str] = []
-    while not job.state.ended:
-        if job.status.notice:
-            seen.append(job.status.notice)
-        time.sleep(0.5)
+    seen = notices_until_it_ends(job)
     assert job.status.state is JobState.SUCCEEDED, job.status.failure_reason
     assert seen == [] and not any(line.startswith("[batchai] ") for line in job.tail("stdout.txt", 500))
 
