@@ -9,6 +9,8 @@
 ``rank CONFIG``           one rank (started by mpirun or the launcher)
 ``rank --world SOCKET``   a rank shim of an MPI world started ahead; its job comes on SOCKET (job/world.py)
 ``reap TAG``              end every process of a job on this node; prints how many survived
+``standby STATE_DIR``     the head's standby on another node (configuration on stdin; scheduler/standby.py)
+``standby-watch STATE_DIR``  its loop, started detached by ``standby``
 ``agent NAME``            the node's warm agent (SSH backend; agent/serve.py), started by the scheduler
 ``rsh SSH_CONFIG HOST CMD``  mpirun's remote shell: CMD through HOST's agent, else ssh (agent/rsh.py)
 ``slurm-job batch CONFIG``  inside a Slurm allocation: the job's launcher there (see slurm/step.py)
@@ -44,6 +46,10 @@ def main(argv: list[str]) -> int:
         return int(refusal.UNREACHABLE)
     if mode == "scheduler" and len(args) == 1:
         return int(_mod("scheduler.daemon").run(args[0]))
+    if mode == "standby" and len(args) == 1:
+        return int(_mod("scheduler.standby").main(args[0]))
+    if mode == "standby-watch" and len(args) == 1:
+        return int(_mod("scheduler.standby").watch(args[0]))
     if mode == "ctl" and len(args) == 1:
         return int(_mod("scheduler.ctl").main(args[0]))
     if mode == "launch" and args == ["-"]:  # a spare: its job folder comes on stdin (scheduler/spares.py)

@@ -68,6 +68,7 @@ from . import (
     recovery,
     scaling,
     spares,
+    standby,
 )
 from .api import request_digest
 from .cluster import Cluster
@@ -129,6 +130,7 @@ class Scheduler:
         self.pruned_at = 0.0
         self.lease = head.HeadLease(self.store.cfg)
         self.stepped_down = False  # another node's scheduler took the cluster over (head.py)
+        self.standbys = standby.Standbys(self.store.state_dir)  # the other nodes', should this one be lost
         quarantine.quarantine_bad_rows(self.store, self.node_ids())
         self.rebuilt = recovery.rebuild_from_share(self.store) if self.store.created else 0
 
@@ -487,6 +489,7 @@ class Scheduler:
                 self.step("head", self.keep_lease)
                 if self.stepped_down:
                     break
+                self.step("standbys", lambda: self.standbys.tick(self.cfg, self.lease))
             self.faulted = False
             self.step("requests", lambda: self.server.poll(LOOP) if self.server else None)
             self.step("agents", self.keep_agents)
@@ -514,6 +517,7 @@ class Scheduler:
         self.server.shutdown()
         self.spares.close()
         self.agents.close()
+        self.standbys.close()
         return 0
 
     def own_socket(self) -> bool:
@@ -539,6 +543,7 @@ class Scheduler:
         launchers still run, set the database aside, and leave the records to the new one."""
         other = self.lease.taken_over()
         if other is None:
+            self.lease.beat()
             return
         log(
             f"node {other.get('node')}'s scheduler took the cluster over at {other.get('started')}:"
@@ -685,4 +690,5 @@ def run(state_dir: str) -> int:
             log("scheduler exiting: another node's scheduler holds the cluster")
         else:
             sched.publish()
+            sched.lease.release()  # the standbys leave: nothing to take over
             log("scheduler exiting: nothing queued or running")
