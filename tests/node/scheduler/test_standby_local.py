@@ -1,0 +1,58 @@
+"""The head's standbys (node/scheduler/standby.py): of two nodes that take a stale head lease over at the
+same moment, exactly one wins and starts a scheduler; the other starts nothing. Run as real processes
+racing on one cluster folder, released together."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+from pathlib import Path
+from typing import Any, cast
+
+from _configs import local_cluster_config
+from _procs import wait_for
+from batchai_sdk.node.protocol.cluster import ClusterConfig
+from batchai_sdk.node.scheduler import head, standby
+
+
+def _take(state_dir: str, cfg: dict[str, Any], me: str, seen: dict[str, Any], go: Any, out: Any) -> None:
+    go.wait()
+    out.put((me, standby.take_over(state_dir, cast(ClusterConfig, cfg), me, seen)))
+
+
+def test_two_standbys_taking_the_lease_over_at_once_start_exactly_one_scheduler(tmp_path: Path) -> None:
+    cfg = local_cluster_config(tmp_path / "share", 3)
+    os.makedirs(cfg["cluster_dir"])
+    ctx = multiprocessing.get_context("fork")
+    for round_ in range(5):
+        seen = {"node": "n0", "epoch": round_ * 10, "beat": "2026-01-01T00:00:00+00:00", "token": "t"}
+        dirs = {me: tmp_path / f"{me}-{round_}" for me in ("n1", "n2")}
+        for d in dirs.values():
+            d.mkdir(mode=0o700)
+        go, out = ctx.Barrier(2), ctx.Queue()
+        procs = [ctx.Process(target=_take, args=(str(d), cfg, me, seen, go, out)) for me, d in dirs.items()]
+        for p in procs:
+            p.start()
+        results = dict(out.get(timeout=30) for _ in procs)
+        for p in procs:
+            p.join(timeout=30)
+        winners = [me for me, won in results.items() if won]
+        assert len(winners) == 1, results
+        claimed = json.loads(Path(head.claim_path(cfg["cluster_dir"], round_ * 10 + 1)).read_text())
+        assert claimed["node"] == winners[0]
+        # the winner's node started the scheduler (it exits idle at once here); the loser's started nothing
+        started = dirs[winners[0]] / "scheduler.log"
+        wait_for(started.exists, timeout=30, what="the scheduler's start")
+        loser = next(me for me in dirs if me != winners[0])
+        assert not (dirs[loser] / "scheduler.log").exists()
+        assert not (dirs[loser] / "cluster.json").exists()
+        taken = json.loads((dirs[winners[0]] / "cluster.json").read_text())
+        assert taken["head"] == winners[0] and taken["down"] == ["n0"]
+
+
+def test_the_successors_wait_in_the_clusters_order_after_the_head() -> None:
+    cfg = cast(ClusterConfig, {"nodes": [{"id": f"n{i}"} for i in range(4)]})
+    assert standby.wait_for(cfg, "n2", "n1") == standby.STALE_S
+    assert standby.wait_for(cfg, "n3", "n1") == standby.STALE_S + standby.STAGGER_S
+    assert standby.wait_for(cfg, "n0", "n1") == standby.STALE_S + 2 * standby.STAGGER_S  # wraps

@@ -1,0 +1,128 @@
+"""The head node's loss with no client anywhere (a user who submitted and closed the laptop): on a 3-node
+cluster of namespace nodes (tests/nsnodes.py) the head node, where the scheduler runs, is powered off while
+a 2-node checkpointing job trains, and this client does not read the job at all meanwhile (no state, no
+wait: nothing that could revive a scheduler). The other nodes' standbys (node/scheduler/standby.py) take the
+head lease over by themselves: when the client reads again, the job has resumed from its checkpoint on the
+nodes left, under exactly one new scheduler, and it runs to the end with no step lost."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from _procs import wait_for
+from batchai_sdk import JobState, Workspace
+from batchai_sdk._models import NodeCounts
+from batchai_sdk.cluster import Cluster
+from nsnodes import NSNode, NSNodes
+
+pytestmark = [pytest.mark.ssh, pytest.mark.mpi, pytest.mark.nsnodes]
+
+WORKSPACE = "nsstandby"
+
+# rank 0 logs a step every STEP_S (to the job's metrics and, with its time, to steps.txt, which this test
+# reads as a plain file: no SDK call while the head is off) and checkpoints every 5 steps
+STEPPER = """\
+import json, os, sys, time
+from batchai_sdk import log_metric
+rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+folder, steps, step_s = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+ckpt = os.path.join(folder, "ckpt.json")
+done = 0
+if os.path.exists(ckpt):
+    with open(ckpt) as f:
+        done = json.load(f)["step"]
+for step in range(done + 1, steps + 1):
+    time.sleep(step_s)
+    if rank == 0:
+        log_metric(step, loss=1.0 / step)
+        with open(os.path.join(folder, "steps.txt"), "a") as f:
+            f.write(f"{step} {time.time()}\\n")
+        if step % 5 == 0:
+            with open(ckpt + ".tmp", "w") as f:
+                json.dump({"step": step}, f)
+            os.replace(ckpt + ".tmp", ckpt)
+"""
+STEPS, STEP_S = 90, 0.5
+
+
+def runs(node: NSNode, mode: str) -> bool:
+    """Whether the node runs the node code in ``mode`` (``__main__.py MODE ...``)."""
+    return any(argv[3:4] == [mode] for argv in node.argvs().values())
+
+
+def steps_logged(out: Path) -> list[tuple[int, float]]:
+    path = out / "steps.txt"
+    if not path.exists():
+        return []
+    rows = [line.split() for line in path.read_text().splitlines()]
+    return [(int(r[0]), float(r[1])) for r in rows if len(r) == 2]
+
+
+@pytest.fixture(scope="module")
+def lab(ns_nodes: NSNodes, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
+    ws = ns_nodes.workspace(WORKSPACE, tmp_path_factory.mktemp(WORKSPACE), ns_nodes.addresses[:3])
+    yield ws
+    ns_nodes.heal_all()
+    ws.close()
+
+
+@pytest.fixture(scope="module")
+def cluster(lab: Workspace) -> Cluster:
+    return lab.create_cluster(f"{lab.name}c", vm_size="Standard_D2_v2", nodes=3)
+
+
+@pytest.fixture(autouse=True)
+def mended(ns_nodes: NSNodes, cluster: Cluster) -> Iterator[None]:
+    """After the test: every node on and linked, the three nodes idle (the head node back too)."""
+    yield
+    ns_nodes.heal_all()
+    wait_for(lambda: cluster.node_counts == NodeCounts(idle=3), timeout=120, what="the nodes to be free")
+
+
+def test_the_nodes_take_the_lost_heads_scheduler_over_with_no_client_and_the_job_resumes(
+    ns_nodes: NSNodes, lab: Workspace, cluster: Cluster, tmp_path: Path
+) -> None:
+    exp = lab.create_experiment("e")
+    wait_for(lambda: cluster.node_counts == NodeCounts(idle=3), timeout=120, what="three idle nodes")
+    script = tmp_path / "stepper.py"
+    script.write_text(STEPPER)
+    out = tmp_path / "out"
+    out.mkdir()
+    job = exp.create_job(
+        "unattended", cluster=cluster, node_count=2, max_retries=3,
+        command_line=f"{sys.executable} {script} {out} {STEPS} {STEP_S}",
+    ).submit()  # fmt: skip
+    ckpt = out / "ckpt.json"
+    wait_for(lambda: (ckpt.exists() and json.loads(ckpt.read_text())["step"] >= 10) or job.state.ended,
+             timeout=180, what="the job's second checkpoint")  # fmt: skip
+    assert job.state is JobState.RUNNING, job.status.failure_reason
+    head, others = ns_nodes["node1"], [ns_nodes["node2"], ns_nodes["node3"]]
+    assert runs(head, "scheduler"), "the scheduler is not on node1"
+    wait_for(
+        lambda: all(runs(n, "standby-watch") for n in others), timeout=60, what="a standby on each other node"
+    )
+    # from here until the job resumed, this client reads plain files only: nothing of the SDK runs
+    off = time.time()
+    head.power_off()
+    saved = json.loads(ckpt.read_text())["step"]  # rank 0 may have died with the head: nothing after this
+    wait_for(lambda: any(t > off for _, t in steps_logged(out)), timeout=120,
+             what="a step after the head node's loss, with no client")  # fmt: skip
+    first, at = min(((s, t) for s, t in steps_logged(out) if t > off), key=lambda r: r[1])
+    print(f"\nhead node power-off → first resumed step {at - off:.1f} s with no client (checkpoint {saved})")
+    # now the client reads: one new scheduler, the job resumed from its checkpoint on the nodes left
+    assert [runs(n, "scheduler") for n in others].count(True) == 1, "not exactly one scheduler took over"
+    assert first <= saved + 1, f"the job resumed at step {first}, past its checkpoint ({saved})"
+    assert job.state is JobState.RUNNING, job.status.failure_reason
+    assert head.address not in job.status.nodes, job.status.nodes
+    head.power_on()
+    assert job.wait(timeout=240, poll_interval=0.5) is JobState.SUCCEEDED, job.status.failure_reason
+    lost = job.attempts[0]
+    assert lost["cause"] == "node_lost", lost
+    assert {s for s, _ in job._step_records()} == set(range(1, STEPS + 1))  # no step lost
+    assert at - off <= 60, f"the job resumed {at - off:.0f} s after the head node's loss"
