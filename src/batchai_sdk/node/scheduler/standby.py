@@ -21,6 +21,7 @@ import fcntl
 import json
 import os
 import shlex
+import socket
 import subprocess
 import sys
 import time
@@ -102,6 +103,8 @@ def watch(state_dir: str) -> int:
             continue
         if record.get("released") or record.get("node") == me:  # idle exit, or this node holds it
             return 0
+        if record.get("host") == socket.gethostname():  # nodes of one machine (loopback): one state folder,
+            return 0  # whose scheduler a client restarts there; a standby would only take its database away
         now = (record.get("token"), record.get("beat"))
         if now != last:
             last, still_since = now, time.monotonic()
