@@ -129,6 +129,7 @@ class Scheduler:
         self.faulted = False  # a step of this pass met a disk fault
         self.pruned_at = 0.0
         self.lease = head.HeadLease(self.store.cfg)
+        self.ticked = time.monotonic()  # when the loop last came round (the head lease's beat looks)
         self.stepped_down = False  # another node's scheduler took the cluster over (head.py)
         self.standbys = standby.Standbys(self.store.state_dir)  # the other nodes', should this one be lost
         quarantine.quarantine_bad_rows(self.store, self.node_ids())
@@ -479,7 +480,10 @@ class Scheduler:
             for node in self.cluster.nodes():
                 self.pool_exec.submit(health.warm_connection, self.cluster, node["address"])
         checked = time.monotonic()
+        self.ticked = time.monotonic()
+        self.lease.beat_in_background(lambda: self.ticked)
         while not self.stopping:
+            self.ticked = time.monotonic()
             if time.monotonic() - checked > SOCKET_CHECK_S:
                 checked = time.monotonic()
                 if self.store.removed():
@@ -550,6 +554,7 @@ class Scheduler:
             " stepping down"
         )
         self.stepped_down = True
+        self.lease.stop()
         for row in self.store.jobs("running", "cleaning"):
             pid = self.launcher_pid(row)
             if pid:

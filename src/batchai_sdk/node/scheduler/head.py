@@ -20,8 +20,10 @@ import json
 import os
 import re
 import socket
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from ..common import load_or_none, now, write_json_atomic
@@ -31,6 +33,9 @@ from .log import log
 
 CHECK_S = 2.0  # how often a scheduler looks whether its lease was taken over
 BEAT_S = 2.0  # how often the head beats its lease (a standby takes it over after standby.STALE_S unchanged)
+# a scheduler whose loop has not come round for this long is not beaten for, so a standby takes it over;
+# shorter stalls (a loop pass waiting on a node's probe or copy) keep the lease beaten from its own thread
+LOOP_STALL_S = 60.0
 KEEP_CLAIMS = 4  # the newest claims kept on the share; older ones are removed by the one who claims
 _CLAIM = re.compile(r"^head-([0-9]{1,12})\.claim$")
 
@@ -81,6 +86,9 @@ class HeadLease:
         self.started = now()
         self.checked = 0.0
         self.beaten = 0.0
+        self.lock = threading.RLock()  # the loop (step-down, release) and the beating thread
+        self.stopped = threading.Event()
+        self.lost_to: dict[str, Any] | None = None  # once taken over, for good (the loop steps down)
         # only where another node could take over: an SSH cluster whose client said which node this is
         self.held = bool(self.path and self.node and cfg.get("ssh_command"))
 
@@ -115,34 +123,65 @@ class HeadLease:
 
     def beat(self) -> None:
         """Rewrite the lease with a fresh ``beat`` every ``BEAT_S``, unless another took it over since."""
-        if not self.held or self.path is None or time.monotonic() - self.beaten < BEAT_S:
+        with self.lock:
+            if not self.held or self.path is None or time.monotonic() - self.beaten < BEAT_S:
+                return
+            if self.stopped.is_set():
+                return
+            self.beaten = time.monotonic()
+            self.checked = 0.0  # looked at right before the write: never beat over a newer head's lease
+            if self.taken_over() is not None:
+                return
+            try:
+                write_json_atomic(self.path, self.record(), sync=False)
+            except OSError as exc:
+                log(f"could not beat the cluster's head lease: {exc}")
+
+    def beat_in_background(self, ticked: Callable[[], float], stall_s: float = LOOP_STALL_S) -> None:
+        """Beat from a thread of its own while the scheduler's loop came round (``ticked``: when it last
+        did) within ``stall_s``: a pass that waits on a node must not read as a lost head node to
+        the standbys, a loop stuck for good must."""
+        if not self.held:
             return
-        self.beaten = time.monotonic()
-        self.checked = 0.0  # looked at right before the write: never beat over a newer head's lease
-        if self.taken_over() is not None:
-            return
-        try:
-            write_json_atomic(self.path, self.record(), sync=False)
-        except OSError as exc:
-            log(f"could not beat the cluster's head lease: {exc}")
+
+        def run() -> None:
+            while not self.stopped.wait(BEAT_S / 4):
+                if time.monotonic() - ticked() < stall_s:
+                    self.beat()
+
+        threading.Thread(target=run, name="head-lease", daemon=True).start()
+
+    def stop(self) -> None:
+        """No beat from now on (this scheduler steps down or exits)."""
+        with self.lock:
+            self.stopped.set()
 
     def release(self) -> None:
         """Say the lease is let go (an idle scheduler exits): the standbys have nothing to take over."""
-        if not self.held or self.path is None:
-            return
-        self.checked = 0.0
-        if self.taken_over() is not None:
-            return
-        with contextlib.suppress(OSError):
-            write_json_atomic(self.path, self.record(released=True))
+        self.stop()
+        with self.lock:
+            if not self.held or self.path is None:
+                return
+            self.checked = 0.0
+            if self.taken_over() is not None:
+                return
+            with contextlib.suppress(OSError):
+                write_json_atomic(self.path, self.record(released=True))
 
     def taken_over(self) -> dict[str, Any] | None:
         """The lease's record when another scheduler took it since (checked every ``CHECK_S``): a newer
         claim than this one's, or (a scheduler of an older version, which claims none) another token."""
-        if not self.held or self.path is None or time.monotonic() - self.checked < CHECK_S:
-            return None
-        self.checked = time.monotonic()
-        record = load_or_none(self.path)
+        with self.lock:
+            if self.lost_to is not None:
+                return self.lost_to
+            if not self.held or self.path is None or time.monotonic() - self.checked < CHECK_S:
+                return None
+            self.checked = time.monotonic()
+            self.lost_to = self._newer_record(self.path)
+            return self.lost_to
+
+    def _newer_record(self, path: str) -> dict[str, Any] | None:
+        record = load_or_none(path)
         if self.cluster_dir is not None and self.epoch and newest_claim(self.cluster_dir) > self.epoch:
             return record if isinstance(record, dict) else {"node": "another node"}
         if (
