@@ -180,7 +180,7 @@ def run(nodes: NSNodes, root: Path, args: argparse.Namespace) -> None:
             f"{sys.executable} {script} {out} {total_steps} {args.step_seconds} {args.checkpoint_seconds}"
         )
         exp = ws.create_experiment("e")
-        kinds = [k for k in KINDS if args.head or k != "head_power_off"]
+        kinds = [k for k in args.kinds if args.head or k != "head_power_off"]
         job = exp.create_job("gp", cluster=cluster, node_count=2, command_line=command, max_retries=1000,
                              retry_on_exit_codes=[137]).submit()  # fmt: skip
         wait(lambda: bool(steps_of(job)) or job.state.ended, 300, "the first step")
@@ -238,6 +238,9 @@ def main() -> int:
     parser.add_argument("--checkpoint-seconds", type=float, default=30.0)
     parser.add_argument(
         "--no-head", dest="head", action="store_false", help="leave out the head node's power-off"
+    )
+    parser.add_argument(
+        "--kinds", nargs="+", choices=KINDS, default=list(KINDS), help="the faults to take in turn (all)"
     )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-goodput-") as tmp:
