@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from batchai_sdk import JobState, Workspace  # noqa: E402
 from batchai_sdk import _layout as layout  # noqa: E402
+from batchai_sdk._goodput import AttemptLoss  # noqa: E402
 from batchai_sdk.job import Job  # noqa: E402
 from nsnodes import NodesUnavailable, NSNode, NSNodes, start_nodes  # noqa: E402
 
@@ -144,6 +145,27 @@ def one_fault(job: Job, kind: str, target: NSNode, node_id: str) -> dict[str, An
     return row
 
 
+def print_split(rows: list[dict[str, Any]], lost: tuple[AttemptLoss, ...]) -> None:
+    """Each fault's cost as ``job.goodput.lost`` splits it (detection / restart / recomputed), and per kind
+    the medians. The faults are matched to the lost attempts in order (one fault ends one attempt)."""
+    print("  each fault's cost (job.goodput.lost: detection / restart / recomputed s, steps repeated):")
+    for loss in lost:
+        print(f"    attempt {loss.attempt:>2} {loss.cause or '?':22} detection {loss.detection_s or 0:5.1f} s"
+              f"  restart {loss.restart_s or 0:5.1f} s  recomputed {loss.recomputed_s:5.1f} s"
+              f"  ({loss.steps_repeated} step(s) repeated)")  # fmt: skip
+    if len(lost) != len(rows):
+        print(f"  ({len(lost)} lost attempts for {len(rows)} faults: no split per kind)")
+        return
+    for kind in dict.fromkeys(r["kind"] for r in rows):
+        mine = [x for r, x in zip(rows, lost, strict=True) if r["kind"] == kind]
+        d = statistics.median(x.detection_s or 0.0 for x in mine)
+        r_ = statistics.median(x.restart_s or 0.0 for x in mine)
+        c = statistics.median(x.recomputed_s for x in mine)
+        s = statistics.median(x.steps_repeated for x in mine)
+        print(f"  {kind:15} p50 split: detection {d:.1f} s, restart {r_:.1f} s, recomputed {c:.1f} s"
+              f" ({s:g} step(s) repeated)")  # fmt: skip
+
+
 def run(nodes: NSNodes, root: Path, args: argparse.Namespace) -> None:
     ws = nodes.workspace("gp", root, nodes.addresses[:3])
     try:
@@ -158,7 +180,7 @@ def run(nodes: NSNodes, root: Path, args: argparse.Namespace) -> None:
             f"{sys.executable} {script} {out} {total_steps} {args.step_seconds} {args.checkpoint_seconds}"
         )
         exp = ws.create_experiment("e")
-        kinds = [k for k in KINDS if args.head or k != "head_power_off"]
+        kinds = [k for k in args.kinds if args.head or k != "head_power_off"]
         job = exp.create_job("gp", cluster=cluster, node_count=2, command_line=command, max_retries=1000,
                              retry_on_exit_codes=[137]).submit()  # fmt: skip
         wait(lambda: bool(steps_of(job)) or job.state.ended, 300, "the first step")
@@ -192,6 +214,7 @@ def run(nodes: NSNodes, root: Path, args: argparse.Namespace) -> None:
             if times:
                 print(f"  {kind:15} fault → first resumed step: p50 {statistics.median(times):.1f} s, "
                       f"p95 {percentile(times, 0.95):.1f} s ({len(times)} faults)")  # fmt: skip
+        print_split(rows, g.lost)
         fresh = fresh_start_seconds(ws, script, root / "fresh", args.step_seconds)
         done_at = [int(r["at_step"]) for r in rows]
         redo = sum(done_at) * args.step_seconds + len(rows) * fresh
@@ -215,6 +238,9 @@ def main() -> int:
     parser.add_argument("--checkpoint-seconds", type=float, default=30.0)
     parser.add_argument(
         "--no-head", dest="head", action="store_false", help="leave out the head node's power-off"
+    )
+    parser.add_argument(
+        "--kinds", nargs="+", choices=KINDS, default=list(KINDS), help="the faults to take in turn (all)"
     )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-goodput-") as tmp:

@@ -93,14 +93,15 @@ class Agents:
             self.kept[address] = kept
             kept.future = self.pool.submit(self._start, kept, cfg)
 
-    def silent_for(self, address: str) -> float | None:
-        """Seconds since the node's agent, once ready, was last heard, when that is over ``SILENT_BEATS``
-        beats (and no agent there is ready since); None while it beats, or where no agent ever was."""
+    def silent_for(self, address: str, at_least: float | None = None) -> float | None:
+        """Seconds since the node's agent, once ready, was last heard, when that is over ``at_least``
+        seconds (default ``SILENT_BEATS`` beats; and no agent there is ready since); None while it beats,
+        or where no agent ever was."""
         kept = self.kept.get(address)
         if kept is not None and kept.remote and kept.proc is not None and kept.proc.poll() is None:
             if not (kept.future is None or kept.future.done()):
                 return None
-            heard = kept.heard if _silent(kept) else None
+            heard = kept.heard if _silent(kept, at_least) else None
         else:
             heard = self.last_heard.get(address)
         if heard is None:
@@ -192,9 +193,9 @@ def _ssh(argv: list[str]) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(argv, capture_output=True, timeout=30, check=False)
 
 
-def _silent(kept: Kept) -> bool:
-    """Whether the agent said nothing on stdout for ``SILENT_BEATS`` beats; what it said is drained (its
-    beats would otherwise fill the pipe)."""
+def _silent(kept: Kept, at_least: float | None = None) -> bool:
+    """Whether the agent said nothing on stdout for ``at_least`` seconds (default ``SILENT_BEATS``
+    beats); what it said is drained (its beats would otherwise fill the pipe)."""
     assert kept.proc is not None and kept.proc.stdout is not None
     out = kept.proc.stdout.fileno()
     while select.select([out], [], [], 0)[0]:
@@ -204,7 +205,8 @@ def _silent(kept: Kept) -> bool:
         except OSError:
             break
         kept.heard = time.monotonic()
-    return time.monotonic() - kept.heard > client.SILENT_BEATS * client.HEARTBEAT_S
+    limit = client.SILENT_BEATS * client.HEARTBEAT_S if at_least is None else at_least
+    return time.monotonic() - kept.heard > limit
 
 
 def _ready_line(proc: subprocess.Popen[bytes], timeout: float) -> str | None:

@@ -1,9 +1,15 @@
 """Lost nodes found by their agents' heartbeats: a running job's node whose agent said no ``beat`` for
-``client.SILENT_BEATS`` beats (5 s) and whose SSH port then takes no TCP connection within ``CONNECT_S``
-is lost; the job's attempt is stopped at once as a lost node's (``node X stopped answering``), so the
+``client.SILENT_BEATS`` beats (5 s) and whose SSH port takes no TCP connection within ``CONNECT_S`` is
+lost; the job's attempt is stopped at once as a lost node's (``node X stopped answering``), so the
 retry policy requeues it and placement, which skips the node until it answers again, starts the next
-attempt on the nodes that are left (a spare) — in about 10 s, where mpirun's own SSH keep-alive needs
+attempt on the nodes that are left (a spare) — in about 7 s, where mpirun's own SSH keep-alive needs
 about 25 s to end the job.
+
+The probe starts once the agent has been silent for ``PROBE_AFTER_S`` (2 beats), so its ``CONNECT_S``
+wait overlaps the rest of the silence: a node is lost when its agent has been silent for the full
+``SILENT_BEATS`` beats and a probe begun during that silence got no answer — the same two proofs as
+before, found about ``CONNECT_S`` sooner than one after the other. A probe that got an answer clears the
+node for ``RECHECK_S``; one that got none counts only once the silence reaches ``SILENT_BEATS`` beats.
 
 A loaded node is not taken for lost: its agent may miss beats, but its kernel still answers a TCP connect
 (no process of the node takes part in the handshake), so only a node that is off, cut off or gone fails
@@ -31,6 +37,7 @@ from .log import log
 
 CONNECT_S = 3.0  # a TCP connect to the node's SSH port: the kernel's answer, however loaded the node
 RECHECK_S = 2.0  # a node that passed a probe is probed again no sooner than this while still silent
+PROBE_AFTER_S = 2.0  # an agent silent this long gets its node probed (lost needs SILENT_BEATS beats too)
 
 
 def ssh_endpoint(ssh_command: list[str], address: str) -> tuple[str, int]:
@@ -90,9 +97,10 @@ class LostWatch:
             address = by_id[node_id]["address"] if node_id in by_id else None
             if not address:
                 continue
-            silent = self.agents.silent_for(address)
-            if silent is None or silent < limit:
+            silent = self.agents.silent_for(address, at_least=min(PROBE_AFTER_S, limit))
+            if silent is None:
                 self.passed.pop(address, None)
+                self.probes.pop(address, None)  # it beats again: a probe in flight is moot
                 continue
             fut = self.probes.get(address)
             if fut is None:
@@ -101,6 +109,8 @@ class LostWatch:
                 continue
             if not fut.done():
                 continue
+            if not fut.result() and silent < limit:
+                continue  # no answer yet, but the agent has not been silent long enough: kept till then
             del self.probes[address]
             if fut.result():
                 self.passed[address] = time.monotonic()
