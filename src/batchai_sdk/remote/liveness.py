@@ -69,11 +69,13 @@ class _Watchdog:
 
     def add(self, watch: Watch) -> None:
         with self._cond:
+            sooner = not self._heap or watch.due < self._heap[0][0]
             heapq.heappush(self._heap, (watch.due, next(self._order), watch))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="batchai-liveness", daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            if sooner:  # else the thread wakes for an earlier one anyway: no wake-up per request
+                self._cond.notify()
 
     def remove(self, watch: Watch) -> None:
         with self._cond:
@@ -109,16 +111,25 @@ class _Watchdog:
             with self._cond:
                 self._probing.discard(id(transport))
         with self._cond:
+            # the answer (or its lack) holds for every request waiting on the same connection
+            waiting = [w for _, _, w in self._heap if w.transport is transport and w.active]
             if why is None:
                 watch.probes += 1
-                if watch.active:  # still waiting on a live host: ask again a while later
-                    watch.due = time.monotonic() + watch.probe_after
+                later = time.monotonic() + watch.probe_after  # still waiting on a live host: ask again then
+                for other in waiting:
+                    other.probes += 1
+                    other.due = max(other.due, later)
+                self._heap = [(w.due, order, w) for _, order, w in self._heap]
+                heapq.heapify(self._heap)
+                if watch.active:
+                    watch.due = later
                     heapq.heappush(self._heap, (watch.due, next(self._order), watch))
-                    self._cond.notify()
+                self._cond.notify()
                 return
-            if watch.active:
-                watch.silent = why
-        transport.close()  # the request blocked on it ends now (its channel closes)
+            for gone in [watch, *waiting]:
+                if gone.active and gone.silent is None:
+                    gone.silent = why
+        transport.close()  # the requests blocked on it end now (their channels close)
 
 
 def ask(transport: paramiko.Transport, within: float) -> str | None:
@@ -138,9 +149,9 @@ def ask(transport: paramiko.Transport, within: float) -> str | None:
             answered.set()
 
     threading.Thread(target=keepalive, name="batchai-keepalive-ask", daemon=True).start()
-    if answered.wait(within) and transport.is_active():
-        return None
-    return f"its SSH server did not answer a keepalive within {within:g} s"
+    if not answered.wait(within):
+        return f"its SSH server did not answer a keepalive within {within:g} s"
+    return None if transport.is_active() else "its connection closed"
 
 
 _watchdog = _Watchdog()
