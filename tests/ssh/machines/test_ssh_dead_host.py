@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from nslab import STARTED
 
 from _procs import wait_for
 from batchai_sdk import JobState, Workspace
@@ -89,3 +90,25 @@ def test_a_powered_off_head_is_noticed_in_seconds_by_status_reads_and_commands(
 def _root(ws: Workspace) -> Path:
     """The lab's folder (its share is ``root/share``)."""
     return Path(ws.backend.share_path).parent  # type: ignore[attr-defined]
+
+
+def test_a_running_jobs_status_answers_in_seconds_with_the_head_cut_off(
+    ns_nodes: NSNodes, lab: Workspace, exp: Experiment, cluster: Cluster, head: NSNode
+) -> None:
+    job = exp.create_job("runs", cluster=cluster, command_line="sleep 600", toolkit="custom").submit()
+    STARTED.append(job)
+    wait_for(lambda: job.state is JobState.RUNNING, timeout=90, what="the job to run")
+    # a client that reads the share on the head node (the lab's own moved on in the test above)
+    client = ns_nodes.workspace(WORKSPACE, _root(lab), ns_nodes.addresses[:2])
+    seen = client.get_experiment(exp.name).get_job(job.name)
+    assert seen.state is JobState.RUNNING
+    head.link_down()  # a partition: as a power-off seen from the client, the head's processes run on
+    try:
+        t = time.monotonic()
+        assert seen.status.state is JobState.RUNNING  # read through the next host
+        took = time.monotonic() - t
+        print(f"\njob.status of a running job, the head node cut off, io_timeout 30: {took:.1f} s")
+        assert took < NOTICED, f"job.status took {took:.1f} s"
+    finally:
+        ns_nodes.heal_all()
+        client.close()
