@@ -1,10 +1,10 @@
 """Runs commands on a node over SSH (paramiko): the SSH and Azure backends' nodes.
 
 The connection opens lazily on first use and is retried a few times (tenacity); host keys are checked
-against a ``HostKeyStore``; a runner can reach a private address
-through another runner (a ``direct-tcpip`` channel of the jump host used as the socket). paramiko and
-socket errors are translated here, at the boundary, into ``SSHError`` / ``HostKeyError`` /
-``TimeoutError``.
+against a ``HostKeyStore``; a runner can reach a private address through another runner (a
+``direct-tcpip`` channel of the jump host used as the socket); a request whose host stops answering
+(powered off, cut off) is noticed by a keepalive in seconds (``liveness.py``). paramiko and socket errors
+are translated here, at the boundary, into ``SSHError`` / ``HostKeyError`` / ``TimeoutError``.
 """
 
 from __future__ import annotations
