@@ -71,7 +71,7 @@ SSH_FLAGS: tuple[tuple[str, Callable[[str], Any], str], ...] = (
     ("probe_timeout", float, "seconds a node has to answer a probe (default 3)"),
     ("setup_timeout", float, "seconds node setup may take (default 3600)"),
     ("keepalive", float, "seconds between SSH keep-alives (default 15)"),
-    ("io_timeout", float, "seconds one file read on the share may wait for its host (default 30)"),
+    ("io_timeout", float, "seconds a share read may wait for a live, slow host (default 30)"),
 )
 
 

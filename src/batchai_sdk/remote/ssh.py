@@ -1,10 +1,10 @@
 """Runs commands on a node over SSH (paramiko): the SSH and Azure backends' nodes.
 
 The connection opens lazily on first use and is retried a few times (tenacity); host keys are checked
-against a ``HostKeyStore``; a runner can reach a private address
-through another runner (a ``direct-tcpip`` channel of the jump host used as the socket). paramiko and
-socket errors are translated here, at the boundary, into ``SSHError`` / ``HostKeyError`` /
-``TimeoutError``.
+against a ``HostKeyStore``; a runner can reach a private address through another runner (a
+``direct-tcpip`` channel of the jump host used as the socket); a request whose host stops answering
+(powered off, cut off) is noticed by a keepalive in seconds (``liveness.py``). paramiko and socket errors
+are translated here, at the boundary, into ``SSHError`` / ``HostKeyError`` / ``TimeoutError``.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 import paramiko
@@ -25,6 +26,7 @@ from ..exceptions import BackendError, BatchAITimeoutError, HostKeyError, SSHAut
 from .base import CommandResult, Runner
 from .deadline import bounded, passed
 from .host_keys import HostKeyStore, changed_key_error, known_hosts_name
+from .liveness import ANSWER_WITHIN, PROBE_AFTER, Watch, watched
 
 _PID_MARK = "__batchai_pid__"
 
@@ -64,6 +66,8 @@ class SSHRunner(Runner):
         retry_wait: float = 0.3,
         keepalive: float = 15.0,
         io_timeout: float = 30.0,
+        probe_after: float = PROBE_AFTER,
+        answer_within: float = ANSWER_WITHIN,
         connect_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         self.host = host
@@ -78,6 +82,10 @@ class SSHRunner(Runner):
         self.retry_wait = retry_wait
         self.keepalive = keepalive
         self.io_timeout = io_timeout  # the longest one SFTP request waits for its answer
+        # a request unanswered for probe_after has the host asked (a keepalive) whether it lives: no answer
+        # within answer_within and it counts as gone at once, not after io_timeout (remote/liveness.py)
+        self.probe_after = probe_after
+        self.answer_within = answer_within
         self.connect_kwargs = dict(connect_kwargs or {})
         self._client: paramiko.SSHClient | None = None
         self._sftp: paramiko.SFTPClient | None = None
@@ -179,6 +187,14 @@ class SSHRunner(Runner):
             transport.set_keepalive(max(1, int(self.keepalive)))
         return client
 
+    def watch(self, transport: paramiko.Transport | None) -> AbstractContextManager[Watch | None]:
+        """Watch a request on ``transport`` (remote/liveness.py): a host that stops answering is noticed
+        within ``probe_after + answer_within`` seconds, its connection closed and ``SSHError`` (code
+        ``unreachable``) raised naming it; a live but slow host keeps the request waiting."""
+        return watched(
+            transport, self._where(), probe_after=self.probe_after, answer_within=self.answer_within
+        )
+
     def transport(self) -> paramiko.Transport:
         transport = self.connect().get_transport()
         if transport is None:  # pragma: no cover - connect() returns an active transport
@@ -206,11 +222,14 @@ class SSHRunner(Runner):
                     channel.settimeout(bounded(self.io_timeout))
                     return self._sftp
             try:
-                self._sftp = client.open_sftp()
+                with self.watch(client.get_transport()):  # a silent host: paramiko would wait an hour
+                    self._sftp = client.open_sftp()
             except (OSError, EOFError, paramiko.SSHException):
                 self._drop()  # a stale connection (see _open_session): once more on a fresh one
                 try:
-                    self._sftp = self.connect().open_sftp()
+                    fresh = self.connect()
+                    with self.watch(fresh.get_transport()):
+                        self._sftp = fresh.open_sftp()
                 except (OSError, EOFError, paramiko.SSHException) as exc:
                     raise SSHError(
                         self._where(), f"cannot open SFTP: {_describe(exc)}", code="protocol"
@@ -260,24 +279,31 @@ class SSHRunner(Runner):
         wrapped = "exec /bin/sh -c " + shlex.quote(f'echo "{_PID_MARK} $$" >&2\n{command}')
         channel = self._open_session()
         try:
-            channel.exec_command(wrapped)
-            if stdin:
-                channel.sendall(stdin.encode("utf-8"))
-            channel.shutdown_write()
-        except (OSError, EOFError, paramiko.SSHException) as exc:
-            channel.close()
-            self._drop_broken(channel.get_transport())
-            raise SSHError(
-                self._where(), f"cannot start a command: {_describe(exc)}", code="protocol"
-            ) from exc
-        try:
-            out, err, pid, code = self._collect(channel, timeout)
+            # a node that stops answering while the command runs (powered off) is noticed in seconds, not
+            # at the command's timeout; a command that runs long and quiet on a live node runs on
+            with self.watch(channel.get_transport()) as watch:
+                self._start(channel, wrapped, stdin)
+                out, err, pid, code = self._collect(channel, timeout)
+            if watch is not None and watch.silent is not None:  # the channel closed under it: no exit code
+                raise watch.error()
         finally:
             channel.close()
         if code is None:
             self._kill_group(pid)
             raise BatchAITimeoutError(f"command on {self.node}", timeout or 0)
         return CommandResult(self.node, code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+
+    def _start(self, channel: paramiko.Channel, command: str, stdin: str | None) -> None:
+        try:
+            channel.exec_command(command)
+            if stdin:
+                channel.sendall(stdin.encode("utf-8"))
+            channel.shutdown_write()
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            self._drop_broken(channel.get_transport())
+            raise SSHError(
+                self._where(), f"cannot start a command: {_describe(exc)}", code="protocol"
+            ) from exc
 
     def _open_session(self) -> paramiko.Channel:
         """A session channel. A connection that cannot open one in ``connect_timeout`` is dropped and
@@ -286,7 +312,8 @@ class SSHRunner(Runner):
         for attempt in (1, 2):
             transport = self.transport()
             try:
-                return transport.open_session(timeout=bounded(self.connect_timeout))
+                with self.watch(transport):  # a host gone silent: no second try on a fresh connection
+                    return transport.open_session(timeout=bounded(self.connect_timeout))
             except (OSError, EOFError, paramiko.SSHException) as exc:
                 self._drop_broken(transport)
                 if attempt == 2:

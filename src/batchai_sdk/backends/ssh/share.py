@@ -19,7 +19,14 @@ from typing import Any, TypeVar
 import paramiko
 
 from ..._models import FileInfo
-from ...exceptions import BackendError, HostKeyError, NotFoundError, ShareError, SSHAuthenticationError
+from ...exceptions import (
+    BackendError,
+    HostKeyError,
+    NotFoundError,
+    ShareError,
+    SSHAuthenticationError,
+    SSHError,
+)
 from ...remote.ssh import SSHRunner
 from ...share import Progress, Share, copy_stream, normalize
 
@@ -139,10 +146,16 @@ class SFTPShare(Share):
     def _call_here(self, what: str, path: str, fn: Callable[[paramiko.SFTPClient], T]) -> T:
         for attempt in (1, 2):
             with self._session(what, path) as sftp:
+                channel = sftp.get_channel()
                 try:
-                    return fn(sftp)
+                    # a host that does not answer a keepalive once the request waited a few seconds is gone
+                    # (remote/liveness.py): the next host serves in seconds, not after io_timeout
+                    with self.runner.watch(channel.get_transport() if channel is not None else None):
+                        return fn(sftp)
+                except SSHError as exc:
+                    self.runner.drop()
+                    raise _HostDown(f"{what} {path!r} on share {self.name!r}: {exc}", path) from exc
                 except TimeoutError as exc:  # the host stopped answering: never wait on it unbounded
-                    channel = sftp.get_channel()
                     waited = channel.gettimeout() if channel is not None else None
                     self.runner.drop()
                     raise _HostDown(
