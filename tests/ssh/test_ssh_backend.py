@@ -196,3 +196,24 @@ def test_delete_cluster_removes_its_key_everywhere(
     assert backend.share.stat(".batchai/clusters/gone/setup") is None
     # the test's own client key is untouched
     assert ssh_nodes.authorized_keys.read_text().count("batchai-test-client") == 1
+
+
+def test_another_client_takes_the_key_back_from_a_node_that_answers_when_the_first_host_is_gone(
+    ssh_nodes: SSHNodes, backend: SSHBackend, tmp_path: Path
+) -> None:
+    nodes = backend.cluster_status(spec()).nodes
+    backend.prepare(spec(), nodes)
+    before = authorized_lines(ssh_nodes, backend, "c")
+    # another client whose first host (the lost head) does not answer: the key of the nodes that do,
+    # not a new one that would lock the head's scheduler out once it came back
+    dead = "127.0.0.99"
+    other = make_backend(ssh_nodes, tmp_path, hosts=[dead, *NODE_ADDRESSES[:2]], state_dir=tmp_path / "c2")
+    try:
+        answering = tuple(n for n in nodes if n.address != dead)
+        other.prepare(spec(), answering)
+    finally:
+        other.close()
+    assert (tmp_path / "c2/clusters/c/id_ed25519.pub").read_text() == (
+        tmp_path / "client/clusters/c/id_ed25519.pub"
+    ).read_text()
+    assert authorized_lines(ssh_nodes, backend, "c") == before

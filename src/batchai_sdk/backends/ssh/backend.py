@@ -304,20 +304,41 @@ class SSHBackend(Backend):
     def _client_key_path(self, cluster: str) -> Path:
         return self.state_dir / "clusters" / cluster / "id_ed25519"
 
-    def cluster_key(self, cluster: str) -> ssh_keys.ClusterKey:
-        """The cluster's key pair: kept on this client; else taken back from the head node, where an
-        earlier setup (maybe from another client) installed it; else generated."""
+    def cluster_key(self, cluster: str, hosts: Sequence[str] | None = None) -> ssh_keys.ClusterKey:
+        """The cluster's key pair: kept on this client; else taken back from the first of ``hosts`` (the
+        nodes that answered; default: the workspace's hosts) where an earlier setup (maybe from another
+        client) installed it; else generated. A node that does not answer is skipped, and with none of
+        those that answer holding the key while one did not answer, BackendError: a new key would lock the
+        silent node's scheduler out of the others once it came back."""
         with self._lock:
             path = self._client_key_path(cluster)
             comment = self.cluster_key_comment(cluster)
             key = ssh_keys.load(path, comment)
             if key is not None:
                 return key
-            try:
-                with self._runner(self.hosts[0]).sftp().open(self.node_paths(cluster).key, "r") as f:
-                    key = ssh_keys.parse(f.read().decode("ascii"), comment)
-            except (OSError, UnicodeDecodeError, BatchAIError):
-                key = ssh_keys.generate(comment)
+            silent: list[str] = []
+            for host in dict.fromkeys(hosts or self.hosts):
+                try:
+                    with self._runner(host).sftp().open(self.node_paths(cluster).key, "r") as f:
+                        text = f.read().decode("ascii")
+                except FileNotFoundError:
+                    continue  # this node was never set up for the cluster
+                except (OSError, BatchAIError) as exc:
+                    silent.append(f"{host} ({exc})")
+                    continue
+                except UnicodeDecodeError:
+                    continue
+                try:
+                    key = ssh_keys.parse(text, comment)
+                except (ValueError, BatchAIError):
+                    continue  # a damaged copy: another node's, else a new key
+                ssh_keys.save(path, key)
+                return key
+            if silent:
+                raise BackendError(
+                    f"cannot take cluster {cluster!r}'s key back from its nodes: {'; '.join(silent)}"
+                )
+            key = ssh_keys.generate(comment)
             ssh_keys.save(path, key)
             return key
 
@@ -363,7 +384,7 @@ class SSHBackend(Backend):
             raise host_key
         connected.raise_on_failure("connecting to the cluster's nodes")
         paths = self.node_paths(spec.name)
-        key = self.cluster_key(spec.name)
+        key = self.cluster_key(spec.name, [n.address for n in nodes] + list(self.hosts))
         # every node of the cluster the client has pinned, so later jobs on other nodes need no refresh
         addresses = [n.address for n in self._nodes(spec.nodes)] + [n.address for n in nodes]
         cluster_names = [known_hosts_name(a, self.port) for a in dict.fromkeys(addresses)]
