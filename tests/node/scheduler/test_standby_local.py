@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, cast
 
@@ -56,3 +58,31 @@ def test_the_successors_wait_in_the_clusters_order_after_the_head() -> None:
     assert standby.wait_for(cfg, "n2", "n1") == standby.STALE_S
     assert standby.wait_for(cfg, "n3", "n1") == standby.STALE_S + standby.STAGGER_S
     assert standby.wait_for(cfg, "n0", "n1") == standby.STALE_S + 2 * standby.STAGGER_S  # wraps
+
+
+def test_a_node_that_lost_its_setup_leaves_the_takeover_to_the_next_one(tmp_path: Path) -> None:
+    """The first successor booted afresh (its node setup, the SSH configuration a head needs, went with its
+    disk): it does not take the cluster over; the next node in the order does, one stagger later."""
+    share = tmp_path / "share"
+    base = local_cluster_config(share, 3)
+    os.makedirs(base["cluster_dir"])
+    lease = {"node": "n0", "host": "another-machine", "epoch": 1, "token": "t", "beat": "2026-01-01T00:00:00"}
+    Path(base["cluster_dir"], head.HEAD_RECORD).write_text(json.dumps(lease))
+    setup = tmp_path / "n2-setup"
+    setup.mkdir()
+    (setup / "ssh_config").write_text("Host *\n")
+    procs = {}
+    for me, config in (("n1", tmp_path / "n1-setup" / "ssh_config"), ("n2", setup / "ssh_config")):
+        cfg = dict(base, ssh_command=["ssh", "-F", str(config)])  # each node's own view of its setup
+        state = tmp_path / me
+        state.mkdir(mode=0o700)
+        procs[me] = (state, subprocess.Popen(
+            [sys.executable, "-S", cfg["node_main"], "standby", str(state)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        ))  # fmt: skip
+        procs[me][1].communicate(json.dumps({"cluster": cfg, "node": me}).encode(), timeout=30)
+    claim = Path(head.claim_path(base["cluster_dir"], 2))
+    wait_for(claim.exists, timeout=60, what="a takeover")
+    assert json.loads(claim.read_text())["node"] == "n2"
+    wait_for((tmp_path / "n2" / "scheduler.log").exists, timeout=30, what="the scheduler's start on n2")
+    assert not (tmp_path / "n1" / "cluster.json").exists()

@@ -6,9 +6,10 @@ node after the head in the cluster's order takes it over: it claims the lease's 
 of two standbys at once exactly one wins) and starts the scheduler on its own node, as a client's revive would
 (``backends/head_scheduler.py``): every node in the configuration, the old head marked down, so its jobs are
 fenced until it answers and it is taken back once it does (its own scheduler, should it run on, finds the
-newer claim and steps down). The next nodes wait ``STAGGER_S`` more each, so a successor that is lost too is
-skipped. A standby leaves once the lease is released (the scheduler exited idle), is held by its own node,
-or is gone; one per node (``standby.lock``), reading the newest configuration its scheduler handed it.
+newer claim and steps down). The next nodes wait ``STAGGER_S`` more each, so a successor that is lost too,
+or that lost its node setup with a reboot (``can_lead``), is skipped. A standby leaves once the lease is
+released (the scheduler exited idle), is held by its own node, or is gone; one per node (``standby.lock``),
+reading the newest configuration its scheduler handed it.
 
 The configuration (the cluster's env included) is kept in the node-local state folder (0700), never on the
 share or a command line."""
@@ -18,6 +19,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import fcntl
+import itertools
 import json
 import os
 import shlex
@@ -55,6 +57,14 @@ def wait_for(cfg: ClusterConfig, me: str, holder: str | None) -> float:
     here = ids.index(me)
     place = (here - ids.index(holder)) % len(ids) if holder in ids else here + 1
     return STALE_S + max(place - 1, 0) * STAGGER_S
+
+
+def can_lead(cfg: ClusterConfig) -> bool:
+    """Whether this node has what a head needs to reach the others: its node setup's SSH configuration (the
+    ``-F`` file of the cluster's ssh command, with the key and known hosts it names). A node that booted
+    afresh lost it with its disk until a client sets it up again; it leaves the takeover to the next."""
+    ssh = list(cfg.get("ssh_command") or [])
+    return all(os.path.isfile(value) for flag, value in itertools.pairwise(ssh) if flag == "-F")
 
 
 def take_over(state_dir: str, cfg: ClusterConfig, me: str, seen: dict[str, Any]) -> bool:
@@ -110,6 +120,8 @@ def watch(state_dir: str) -> int:
             last, still_since = now, time.monotonic()
             continue
         if time.monotonic() - still_since < wait_for(cfg, me, record.get("node")):
+            continue
+        if not can_lead(cfg):  # not set up (booted afresh): the next node in the order takes over
             continue
         if take_over(state_dir, cfg, me, record):
             return 0
