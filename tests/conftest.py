@@ -11,8 +11,23 @@ from pathlib import Path
 
 import pytest
 
+import _rooms
 from batchai_sdk import Workspace
 from nsnodes import NodesUnavailable, NSNodes, start_nodes
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``--dist loadgroup`` runs each test in its room (tests/_rooms.py)."""
+    return _rooms.Rooms(config, log) if config.getvalue("dist") == "loadgroup" else None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not hasattr(config, "workerinput"):
+        return  # a plain ``pytest`` (no -n) runs the tests as collected
+    for item in items:
+        _rooms.check(item)
+    _rooms.first_the_rooms(items)
 
 
 @pytest.fixture(autouse=True)
