@@ -22,8 +22,12 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The whole test suite (real mpirun, sshd nodes, Horovod training, HTTP-level Azure, docs, notebook)."""
-    session.run("pytest", *(session.posargs or ["-q", "--durations=15"]))
+    """The whole test suite (real mpirun, sshd nodes, Horovod training, HTTP-level Azure, docs, notebook), on
+    three workers: most tests wait (on sshd nodes, mpirun, Slurm, timeouts), so they share the 2 cores of a CI
+    machine. Each test runs in its room (tests/conftest.py: Slurm, namespace nodes, training and timed tests,
+    else its module); ``pytest -q`` alone still runs them one after another."""
+    parallel = ["-n", "3", "--dist", "loadgroup", "--no-loadscope-reorder"]
+    session.run("pytest", *parallel, *(session.posargs or ["-q", "--durations=15"]))
 
 
 @nox.session

@@ -4,15 +4,56 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
+import tempfile
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+import _rooms
 from batchai_sdk import Workspace
 from nsnodes import NodesUnavailable, NSNodes, start_nodes
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``--dist loadgroup`` runs each test in its room (tests/_rooms.py)."""
+    return _rooms.Rooms(config, log) if config.getvalue("dist") == "loadgroup" else None
+
+
+_SHORT_BASETEMP = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest reads --basetemp
+def pytest_configure(config: pytest.Config) -> None:
+    """With -n, the run's temp folder is a short one of its own (/tmp/pt-XXXXXXXX, each worker's under it as
+    popen-gwN): the default one's path and the worker's folder are 10 characters longer than a plain run's,
+    which put the node agent's socket under a test HOME past the 108 bytes of a Unix socket's path and made
+    error messages shorten the paths a test looks for. Removed after a run that passed."""
+    if (
+        config.getoption("numprocesses", None)
+        and not config.option.basetemp
+        and not hasattr(config, "workerinput")
+    ):
+        config.option.basetemp = tempfile.mkdtemp(prefix="pt-")
+        config.stash[_SHORT_BASETEMP] = config.option.basetemp
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    made = session.config.stash.get(_SHORT_BASETEMP, None)
+    if made is not None and exitstatus == 0:
+        shutil.rmtree(made, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not hasattr(config, "workerinput"):
+        return  # a plain ``pytest`` (no -n) runs the tests as collected
+    for item in items:
+        _rooms.check(item)
+    _rooms.first_the_rooms(items)
 
 
 @pytest.fixture(autouse=True)

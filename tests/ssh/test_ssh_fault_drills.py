@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sshd import NODE_ADDRESSES, SSHNodes
+from sshd import SSHNodes, start_nodes
 
 from _procs import wait_for
 from batchai_sdk import JobState, Workspace
@@ -35,11 +35,23 @@ time.sleep(600)
 """
 
 
+# This module's own nodes, on addresses no other test uses: the node that lose_node refuses keeps the refusal
+# in its HOME, which every sshd node on this machine shares, and its agents are found by the address their
+# sessions came in on; on the shared nodes a test of another worker (pytest -n) would be refused there too.
+DRILL_ADDRESSES = ["127.0.0.12", "127.0.0.13", "127.0.0.14"]
+
+
 @pytest.fixture(scope="module")
-def lab(ssh_nodes: SSHNodes, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
+def drill_nodes(ssh_nodes: SSHNodes, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHNodes]:
+    with start_nodes(tmp_path_factory.mktemp("drill_sshd"), DRILL_ADDRESSES) as nodes:  # ssh_nodes: the skips
+        yield nodes
+
+
+@pytest.fixture(scope="module")
+def lab(drill_nodes: SSHNodes, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
     root = tmp_path_factory.mktemp("drills")
     (root / "mnt" / "share").mkdir(parents=True)
-    ws = ssh_nodes.workspace("drills", root, NODE_ADDRESSES[:3])
+    ws = drill_nodes.workspace("drills", root, DRILL_ADDRESSES)
     yield ws
     ws.close()
 

@@ -141,7 +141,12 @@ def test_a_pull_that_hangs_fails_the_job_at_the_jobs_pull_timeout(
     )
     cluster = job.workspace.get_cluster("c")
     wait_for(lambda: cluster.node_counts.idle == 1, timeout=15, what="the node to be free again")
-    sleepers = [p for p in Path("/proc").glob("[0-9]*/cmdline") if _reads(p) == b"sleep\x00600\x00"]
+    ours = str(tmp_path).encode()  # this test's engine child: its PATH holds the stand-in's folder
+    sleepers = [
+        p
+        for p in Path("/proc").glob("[0-9]*/cmdline")
+        if _reads(p) == b"sleep\x00600\x00" and ours in _reads(p.with_name("environ"))
+    ]
     assert sleepers == []  # the engine's child went with it
 
 
