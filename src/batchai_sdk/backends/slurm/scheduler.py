@@ -192,6 +192,13 @@ class SlurmScheduler(ClusterScheduler):
         else:
             state, reason, job = seen
             if state.ended:
+                # read again: the job may have started and ended since the first read (Slurm ends a job
+                # once its batch script, the launcher, exited, having written its own record), and that
+                # record, with its start, exit code and reason, is the job's, not Slurm's short view
+                fresh = share.read_json_or_none(status_rel)
+                if fresh and JobState.from_raw(fresh.get("state")).ended:
+                    return fresh  # type: ignore[no-any-return]
+                record = dict(fresh or record)
                 record.update(state=state.value, end_time=utcnow().isoformat(), failure_reason=reason)
                 record.pop("pending", None)
             elif state is JobState.QUEUED or record.get("state") in (None, "queued"):
