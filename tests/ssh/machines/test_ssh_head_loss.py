@@ -2,7 +2,12 @@
 cluster's scheduler runs, with its database on the head's own disk) is powered off while a 2-node job
 trains; another node takes the scheduler over, the job is requeued from its checkpoint and resumes on the
 nodes left. The old head, powered on again, is taken back by the new scheduler by itself (no client call),
-so when a worker is lost next the job goes on there; it succeeds with one metrics series."""
+so when a worker is lost next the job goes on there; it succeeds with one metrics series.
+
+With no client anywhere (a user who submitted and closed the laptop), the other nodes' standbys
+(node/scheduler/standby.py) take the head lease over by themselves: the unattended test does not read the
+job at all while the head is off (no state, no wait: nothing that could revive a scheduler), and when it
+reads again the job has resumed from its checkpoint on the nodes left, under exactly one new scheduler."""
 
 from __future__ import annotations
 
@@ -24,8 +29,9 @@ pytestmark = [pytest.mark.ssh, pytest.mark.mpi, pytest.mark.nsnodes]
 
 WORKSPACE = "nshead"
 
-# rank 0 logs a step every STEP_S and checkpoints every 5 steps (atomically, on the share); a later
-# attempt resumes after the checkpoint's step
+# rank 0 logs a step every STEP_S (to the job's metrics and, with its time, to steps.txt, which the
+# unattended test reads as a plain file: no SDK call while the head is off) and checkpoints every 5 steps
+# (atomically, on the share); a later attempt resumes after the checkpoint's step
 STEPPER = """\
 import json, os, sys, time
 from batchai_sdk import log_metric
@@ -40,6 +46,8 @@ for step in range(done + 1, steps + 1):
     time.sleep(step_s)
     if rank == 0:
         log_metric(step, loss=1.0 / step)
+        with open(os.path.join(folder, "steps.txt"), "a") as f:
+            f.write(f"{step} {time.time()}\\n")
         if step % 5 == 0:
             with open(ckpt + ".tmp", "w") as f:
                 json.dump({"step": step}, f)
@@ -48,9 +56,17 @@ for step in range(done + 1, steps + 1):
 STEPS, STEP_S = 90, 0.5
 
 
-def runs_scheduler(node: NSNode) -> bool:
-    """Whether a cluster's scheduler (``__main__.py scheduler STATE_DIR``) runs on the node."""
-    return any(argv[3:4] == ["scheduler"] for argv in node.argvs().values())
+def runs(node: NSNode, mode: str) -> bool:
+    """Whether the node runs the node code in ``mode`` (``__main__.py MODE ...``)."""
+    return any(argv[3:4] == [mode] for argv in node.argvs().values())
+
+
+def steps_logged(out: Path) -> list[tuple[int, float]]:
+    path = out / "steps.txt"
+    if not path.exists():
+        return []
+    rows = [line.split() for line in path.read_text().splitlines()]
+    return [(int(r[0]), float(r[1])) for r in rows if len(r) == 2]
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +108,7 @@ def test_the_head_nodes_power_off_requeues_the_job_from_its_checkpoint_on_the_no
              timeout=180, what="the job's second checkpoint")  # fmt: skip
     assert job.state is JobState.RUNNING, job.status.failure_reason
     head = ns_nodes["node1"]  # the first host: the cluster's head node, where its scheduler runs
-    assert runs_scheduler(head), "the scheduler is not on node1"
+    assert runs(head, "scheduler"), "the scheduler is not on node1"
     off = time.time()
     head.power_off()
     saved = json.loads(ckpt.read_text())["step"]  # rank 0 may have died with the head: nothing after this
@@ -110,7 +126,7 @@ def test_the_head_nodes_power_off_requeues_the_job_from_its_checkpoint_on_the_no
     head.power_on()  # it booted afresh: the new scheduler takes it back once it answers
     # a node of the job that does not run the new scheduler
     worker = next(
-        ns_nodes.by_address(n) for n in job.status.nodes if not runs_scheduler(ns_nodes.by_address(n))
+        ns_nodes.by_address(n) for n in job.status.nodes if not runs(ns_nodes.by_address(n), "scheduler")
     )
     assert worker is not head
     worker.power_off()  # only the old head can take the lost worker's place
@@ -148,7 +164,7 @@ def test_a_head_node_cut_off_is_taken_over_and_steps_down_once_back(
     ckpt = out / "ckpt.json"
     wait_for(lambda: ckpt.exists() or job.state.ended, timeout=180, what="the job's first checkpoint")
     assert job.state is JobState.RUNNING, job.status.failure_reason
-    head = next(n for n in ns_nodes.nodes.values() if runs_scheduler(n))
+    head = next(n for n in ns_nodes.nodes.values() if runs(n, "scheduler"))
     head.partition()  # its scheduler runs on, cut off from the others and from this client
     off = time.monotonic()
     # the job needs 2 nodes and the cut-off head reaches none but itself: only another scheduler can end it
@@ -160,7 +176,7 @@ def test_a_head_node_cut_off_is_taken_over_and_steps_down_once_back(
     # back, the cut-off scheduler finds the head lease taken and steps down
     try:
         wait_for(
-            lambda: not runs_scheduler(head), timeout=30, what="the cut-off head's scheduler to step down"
+            lambda: not runs(head, "scheduler"), timeout=30, what="the cut-off head's scheduler to step down"
         )
     except AssertionError:
         print(head.run("tail -n 40 /tmp/batchai-node/tmp/scheduler/*/scheduler.log").stdout)
@@ -169,3 +185,46 @@ def test_a_head_node_cut_off_is_taken_over_and_steps_down_once_back(
     assert set(steps) == set(range(1, STEPS + 1)), steps  # no step lost
     # (not "each step once": here the cut-off head still writes the share, where a real partition mostly
     # cuts that too, so its scheduler and its rank run on until its own lost-node watch ends the attempt)
+
+
+def test_the_nodes_take_the_lost_heads_scheduler_over_with_no_client_and_the_job_resumes(
+    ns_nodes: NSNodes, lab: Workspace, cluster: Cluster, tmp_path: Path
+) -> None:
+    exp = lab.create_experiment("e")
+    wait_for(lambda: cluster.node_counts == NodeCounts(idle=3), timeout=120, what="three idle nodes")
+    script = tmp_path / "stepper.py"
+    script.write_text(STEPPER)
+    out = tmp_path / "out"
+    out.mkdir()
+    job = exp.create_job(
+        "unattended", cluster=cluster, node_count=2, max_retries=3,
+        command_line=f"{sys.executable} {script} {out} {STEPS} {STEP_S}",
+    ).submit()  # fmt: skip
+    ckpt = out / "ckpt.json"
+    wait_for(lambda: (ckpt.exists() and json.loads(ckpt.read_text())["step"] >= 10) or job.state.ended,
+             timeout=180, what="the job's second checkpoint")  # fmt: skip
+    assert job.state is JobState.RUNNING, job.status.failure_reason
+    head, others = ns_nodes["node1"], [ns_nodes["node2"], ns_nodes["node3"]]
+    assert runs(head, "scheduler"), "the scheduler is not on node1"
+    wait_for(
+        lambda: all(runs(n, "standby-watch") for n in others), timeout=60, what="a standby on each other node"
+    )
+    # from here until the job resumed, this client reads plain files only: nothing of the SDK runs
+    off = time.time()
+    head.power_off()
+    saved = json.loads(ckpt.read_text())["step"]  # rank 0 may have died with the head: nothing after this
+    wait_for(lambda: any(t > off for _, t in steps_logged(out)), timeout=120,
+             what="a step after the head node's loss, with no client")  # fmt: skip
+    first, at = min(((s, t) for s, t in steps_logged(out) if t > off), key=lambda r: r[1])
+    print(f"\nhead node power-off → first resumed step {at - off:.1f} s with no client (checkpoint {saved})")
+    # now the client reads: one new scheduler, the job resumed from its checkpoint on the nodes left
+    assert [runs(n, "scheduler") for n in others].count(True) == 1, "not exactly one scheduler took over"
+    assert first <= saved + 1, f"the job resumed at step {first}, past its checkpoint ({saved})"
+    assert job.state is JobState.RUNNING, job.status.failure_reason
+    assert head.address not in job.status.nodes, job.status.nodes
+    head.power_on()
+    assert job.wait(timeout=240, poll_interval=0.5) is JobState.SUCCEEDED, job.status.failure_reason
+    lost = job.attempts[0]
+    assert lost["cause"] == "node_lost", lost
+    assert {s for s, _ in job._step_records()} == set(range(1, STEPS + 1))  # no step lost
+    assert at - off <= 60, f"the job resumed {at - off:.0f} s after the head node's loss"
