@@ -190,7 +190,7 @@ def test_a_head_node_cut_off_is_taken_over_and_steps_down_once_back(
 def test_the_nodes_take_the_lost_heads_scheduler_over_with_no_client_and_the_job_resumes(
     ns_nodes: NSNodes, lab: Workspace, cluster: Cluster, tmp_path: Path
 ) -> None:
-    exp = lab.create_experiment("e")
+    exp = lab.create_experiment("unattended")
     wait_for(lambda: cluster.node_counts == NodeCounts(idle=3), timeout=120, what="three idle nodes")
     script = tmp_path / "stepper.py"
     script.write_text(STEPPER)
