@@ -193,7 +193,8 @@ def run(nodes: NSNodes, root: Path, args: argparse.Namespace) -> None:
                 continue
             kind = kinds[n % len(kinds)]
             n += 1
-            target = nodes.by_address(status.nodes[-1]) if kind != "head_power_off" else head_node(ws, nodes)
+            head = head_node(ws, nodes)
+            target = nodes.by_address(status.nodes[-1]) if kind != "head_power_off" else head
             row = one_fault(job, kind, target, status.nodes[-1])
             rows.append(row)
             said = (
@@ -201,7 +202,8 @@ def run(nodes: NSNodes, root: Path, args: argparse.Namespace) -> None:
                 if "resume_s" in row
                 else f"not resumed (job {job.state.value})"
             )
-            print(f"{kind:15} on {target.name} at step {row['at_step']}: {said}", flush=True)
+            where = " (the head)" if target is head and kind != "head_power_off" else ""
+            print(f"{kind:15} on {target.name}{where} at step {row['at_step']}: {said}", flush=True)
             if kind in ("power_off", "head_power_off"):
                 target.power_on()
             elif kind == "partition":

@@ -70,7 +70,8 @@ def test_a_node_that_lost_its_setup_leaves_the_takeover_to_the_next_one(tmp_path
     Path(base["cluster_dir"], head.HEAD_RECORD).write_text(json.dumps(lease))
     setup = tmp_path / "n2-setup"
     setup.mkdir()
-    (setup / "ssh_config").write_text("Host *\n")
+    for name in standby.SSH_SETUP_FILES:
+        (setup / name).write_text("Host *\n")
     procs = {}
     for me, config in (("n1", tmp_path / "n1-setup" / "ssh_config"), ("n2", setup / "ssh_config")):
         cfg = dict(base, ssh_command=["ssh", "-F", str(config)])  # each node's own view of its setup
@@ -86,3 +87,51 @@ def test_a_node_that_lost_its_setup_leaves_the_takeover_to_the_next_one(tmp_path
     assert json.loads(claim.read_text())["node"] == "n2"
     wait_for((tmp_path / "n2" / "scheduler.log").exists, timeout=30, what="the scheduler's start on n2")
     assert not (tmp_path / "n1" / "cluster.json").exists()
+
+
+def test_a_node_that_lost_its_setup_gets_the_heads_back_and_can_take_over(tmp_path: Path) -> None:
+    """The head hands its SSH setup to a node that booted afresh without it (over the standby's stdin, 0600
+    in a 0700 folder, never on argv), so that node can take the cluster over again; a node that has its own
+    setup keeps it."""
+    share = tmp_path / "share"
+    head_setup, node_setup = tmp_path / "head" / "clusters" / "c", tmp_path / "node" / "clusters" / "c"
+    head_setup.mkdir(parents=True)
+    files = {
+        "ssh_config": "Host *\n    Port 22\n",
+        "id_ed25519": "PRIVATE\n",
+        "known_hosts": "n0 ssh-ed25519 A\n",
+    }
+    for name, text in files.items():
+        (head_setup / name).write_text(text)
+    head_cfg = dict(local_cluster_config(share, 3), ssh_command=["ssh", "-F", str(head_setup / "ssh_config")])
+    handed = standby.ssh_setup(cast(ClusterConfig, head_cfg))
+    assert handed == files
+    node_cfg = dict(head_cfg, ssh_command=["ssh", "-F", str(node_setup / "ssh_config")])  # its own view
+    assert not standby.can_lead(cast(ClusterConfig, node_cfg))
+    state = tmp_path / "n1"
+    state.mkdir(mode=0o700)
+    done = subprocess.run(
+        [sys.executable, "-S", head_cfg["node_main"], "standby", str(state)],
+        input=json.dumps({"cluster": node_cfg, "node": "n1", "setup": handed}).encode(),
+        capture_output=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert json.loads(done.stdout) == {"ok": True}, done
+    assert standby.can_lead(cast(ClusterConfig, node_cfg))
+    for name, text in files.items():
+        assert (node_setup / name).read_text() == text
+        assert (node_setup / name).stat().st_mode & 0o777 == 0o600
+    assert node_setup.stat().st_mode & 0o777 == 0o700
+    assert "restored from its head" in (state / "standby.log").read_text()
+    # a node with a setup of its own keeps it
+    (node_setup / "id_ed25519").write_text("ITS OWN\n")
+    assert not standby.restore_ssh_setup(cast(ClusterConfig, node_cfg), handed)
+    assert (node_setup / "id_ed25519").read_text() == "ITS OWN\n"
+    # anything else than those three files is refused, naming the field
+    bad = subprocess.run(
+        [sys.executable, "-S", head_cfg["node_main"], "standby", str(tmp_path / "n2")],
+        input=json.dumps({"cluster": dict(node_cfg, ssh_command=["ssh", "-F", str(tmp_path / "x" / "ssh_config")]),
+                          "node": "n2", "setup": {"../../etc/passwd": "x"}}).encode(),
+        capture_output=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "setup" in json.loads(bad.stdout)["message"]
+    assert not (tmp_path / "x").exists()

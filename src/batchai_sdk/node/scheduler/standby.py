@@ -29,7 +29,7 @@ import sys
 import time
 from typing import Any
 
-from ..common import load_or_none, write_json_atomic
+from ..common import load_or_none, try_append, write_json_atomic
 from ..protocol.cluster import ClusterConfig, check_cluster
 from ..protocol.fields import RequestError
 from ..protocol.paths import HEAD_RECORD
@@ -42,6 +42,9 @@ POLL_S = 0.5
 GONE_S = 60.0  # no lease this long: nothing to stand by for
 RESTART_S = 60.0  # how often the scheduler starts again a node's standby (a no-op where one runs)
 CONFIG = "standby.json"
+# what a head needs of a node's setup to reach the others: the files beside the ssh command's -F file
+# (backends/ssh/node_setup.py NodePaths), handed to a node that lost them with a reboot
+SSH_SETUP_FILES = ("ssh_config", "id_ed25519", "known_hosts")
 
 
 def order(cfg: ClusterConfig) -> list[str]:
@@ -59,12 +62,54 @@ def wait_for(cfg: ClusterConfig, me: str, holder: str | None) -> float:
     return STALE_S + max(place - 1, 0) * STAGGER_S
 
 
+def ssh_config_path(cfg: ClusterConfig) -> str | None:
+    """The ``-F`` file of the cluster's ssh command: the node setup's SSH configuration."""
+    ssh = list(cfg.get("ssh_command") or [])
+    return next((value for flag, value in itertools.pairwise(ssh) if flag == "-F"), None)
+
+
 def can_lead(cfg: ClusterConfig) -> bool:
     """Whether this node has what a head needs to reach the others: its node setup's SSH configuration (the
-    ``-F`` file of the cluster's ssh command, with the key and known hosts it names). A node that booted
-    afresh lost it with its disk until a client sets it up again; it leaves the takeover to the next."""
-    ssh = list(cfg.get("ssh_command") or [])
-    return all(os.path.isfile(value) for flag, value in itertools.pairwise(ssh) if flag == "-F")
+    ``-F`` file of the cluster's ssh command, with the key and known hosts beside it). A node that booted
+    afresh lost it with its disk until its head hands it back (``ssh_setup``/``restore_ssh_setup``) or a
+    client sets it up again; meanwhile it leaves the takeover to the next."""
+    config = ssh_config_path(cfg)
+    return config is None or all(
+        os.path.isfile(os.path.join(os.path.dirname(config), name)) for name in SSH_SETUP_FILES
+    )
+
+
+def ssh_setup(cfg: ClusterConfig) -> dict[str, str]:
+    """This (head) node's SSH setup files, to hand to a node that lost its own: {} where it has none."""
+    config = ssh_config_path(cfg)
+    if config is None or not can_lead(cfg):
+        return {}
+    folder = os.path.dirname(config)
+    out = {}
+    for name in SSH_SETUP_FILES:
+        with open(os.path.join(folder, name), encoding="utf-8") as f:
+            out[name] = f.read()
+    return out
+
+
+def restore_ssh_setup(cfg: ClusterConfig, files: object) -> bool:
+    """Write the head's SSH setup files where this node has none (0600 in a 0700 folder, each whole or not
+    at all); a node that has its own keeps it. True when they were restored."""
+    config = ssh_config_path(cfg)
+    if config is None or can_lead(cfg) or not isinstance(files, dict):
+        return False
+    if set(files) != set(SSH_SETUP_FILES) or not all(isinstance(v, str) for v in files.values()):
+        raise RequestError("invalid", "setup: not the node setup's SSH files")
+    folder = os.path.dirname(config)
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    for name in SSH_SETUP_FILES:
+        path = os.path.join(folder, name)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(files[name])
+        os.replace(tmp, path)
+    return True
 
 
 def take_over(state_dir: str, cfg: ClusterConfig, me: str, seen: dict[str, Any]) -> bool:
@@ -129,7 +174,8 @@ def watch(state_dir: str) -> int:
 
 
 def main(state_dir: str) -> int:
-    """``standby STATE_DIR``: keep the configuration on stdin (``{"cluster": …, "node": …}``) and make sure
+    """``standby STATE_DIR``: keep the configuration on stdin (``{"cluster": …, "node": …, "setup": …}``;
+    ``setup``: the head's SSH setup files, written only where this node lost its own) and make sure
     a standby watches here (started detached; one that runs already reads the new configuration)."""
     try:
         request = json.loads(sys.stdin.buffer.read(1 << 20))
@@ -137,10 +183,16 @@ def main(state_dir: str) -> int:
         me = request.get("node")
         if not isinstance(me, str) or me not in order(cfg) or not cfg.get("cluster_dir"):
             raise RequestError("invalid", "node: not one of the cluster's nodes")
-    except (ValueError, AttributeError, RequestError) as exc:
+        restored = restore_ssh_setup(cfg, request.get("setup"))
+    except (ValueError, AttributeError, RequestError, OSError) as exc:
         print(json.dumps({"ok": False, "message": str(exc)}))
         return 2
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
+    if restored:
+        try_append(
+            os.path.join(state_dir, "standby.log"),
+            f"node {me} had lost its SSH setup (booted afresh): restored from its head, so it can take over",
+        )
     write_json_atomic(os.path.join(state_dir, CONFIG), {"cluster": cfg, "node": me}, mode=0o600)
     with open(os.path.join(state_dir, "standby.log"), "ab") as out:
         subprocess.Popen(
@@ -179,7 +231,11 @@ class Standbys:
 
     def start(self, ssh: list[str], cfg: ClusterConfig, node: str, address: str) -> None:
         remote = shlex.join([cfg["python"], "-S", cfg["node_main"], "standby", self.state_dir])
-        payload = json.dumps({"cluster": cfg, "node": node}).encode()
+        try:  # a node that booted afresh gets the SSH setup back, so it can take the cluster over
+            setup = ssh_setup(cfg)
+        except OSError:
+            setup = {}
+        payload = json.dumps({"cluster": cfg, "node": node, "setup": setup}).encode()
         try:
             done = subprocess.run(
                 [*ssh, "-o", "ConnectTimeout=5", address, remote],
