@@ -196,6 +196,7 @@ def run(nodes: NSNodes, root: Path, args: argparse.Namespace) -> None:
             head = head_node(ws, nodes)
             target = nodes.by_address(status.nodes[-1]) if kind != "head_power_off" else head
             row = one_fault(job, kind, target, status.nodes[-1])
+            row["head"] = target is head and kind != "head_power_off"  # the job's node held the lease too
             rows.append(row)
             said = (
                 f"first resumed step {row['resume_s']:.1f} s later, {row['repeated']} step(s) repeated"
@@ -211,11 +212,14 @@ def run(nodes: NSNodes, root: Path, args: argparse.Namespace) -> None:
         job.wait(timeout=60)
         g = job.goodput
         print(f"\njob {job.state.value}; {g.summary()}; {g.steps} steps, {g.steps_missing} lost")
-        for kind in kinds:
-            times = [float(r["resume_s"]) for r in rows if r["kind"] == kind and "resume_s" in r]
-            if times:
-                print(f"  {kind:15} fault → first resumed step: p50 {statistics.median(times):.1f} s, "
-                      f"p95 {percentile(times, 0.95):.1f} s ({len(times)} faults)")  # fmt: skip
+        for kind in kinds:  # a worker's fault apart from the same fault of a worker that was the head too
+            for on_head in (False, True):
+                times = [float(r["resume_s"]) for r in rows
+                         if r["kind"] == kind and r["head"] == on_head and "resume_s" in r]  # fmt: skip
+                label = f"{kind} (the head)" if on_head else kind
+                if times:
+                    print(f"  {label:26} fault → first resumed step: p50 {statistics.median(times):.1f} s, "
+                          f"p95 {percentile(times, 0.95):.1f} s ({len(times)} faults)")  # fmt: skip
         print_split(rows, g.lost)
         fresh = fresh_start_seconds(ws, script, root / "fresh", args.step_seconds)
         done_at = [int(r["at_step"]) for r in rows]
