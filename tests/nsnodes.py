@@ -295,7 +295,8 @@ class NSNode:
     def leftovers(self) -> list[str]:
         """Anything on the node but its init, sshd, a cluster's scheduler, the spare launcher it keeps
         ready (``launch -``, scheduler/spares.py), the node agent it keeps there (``agent NAME``, with
-        its ssh session on the head node: node/agent/) and its shared SSH connections (the ControlMaster
+        its ssh session on the head node: node/agent/), the head's standby there (``standby``,
+        ``standby-watch``: node/scheduler/standby.py) and its shared SSH connections (the ControlMaster
         an SSH cluster keeps to each node for a while by design, node_setup.MUX_DIR): what jobs left."""
         return [
             f"{pid} {' '.join(argv)[:100]}"
@@ -305,8 +306,8 @@ class NSNode:
             and not argv[0].startswith("sshd")
             and argv[3:4] != ["scheduler"]
             and argv[3:] != ["launch", "-"]
-            and argv[3:4] != ["agent"]
-            and not (argv[0] == "ssh" and " ".join(argv).split()[-2:-1] == ["agent"])
+            and argv[3:4] not in (["agent"], ["standby"], ["standby-watch"])
+            and not (argv[0] == "ssh" and " ".join(argv).split()[-2:-1] in (["agent"], ["standby"]))
             and not _ssh_mux(" ".join(argv))
         ]
 
