@@ -23,6 +23,8 @@ from _procs import wait_for
 from batchai_sdk import JobState, Workspace
 from batchai_sdk._models import NodeCounts
 from batchai_sdk.cluster import Cluster
+from batchai_sdk.experiment import Experiment
+from batchai_sdk.job import Job
 from nsnodes import NSNode, NSNodes
 
 pytestmark = [pytest.mark.ssh, pytest.mark.mpi, pytest.mark.nsnodes]
@@ -90,23 +92,30 @@ def mended(ns_nodes: NSNodes, cluster: Cluster) -> Iterator[None]:
     wait_for(lambda: cluster.node_counts == NodeCounts(idle=3), timeout=120, what="the nodes to be free")
 
 
-def test_the_head_nodes_power_off_requeues_the_job_from_its_checkpoint_on_the_nodes_left(
-    ns_nodes: NSNodes, lab: Workspace, cluster: Cluster, tmp_path: Path
-) -> None:
-    exp = lab.create_experiment("e")
+def checkpointed_job(exp: Experiment, cluster: Cluster, name: str, tmp_path: Path) -> tuple[Job, Path]:
+    """The stepper as a 2-node job on the three idle nodes, once it is past its second checkpoint; and the
+    folder where it checkpoints and logs its steps."""
     wait_for(lambda: cluster.node_counts == NodeCounts(idle=3), timeout=120, what="three idle nodes")
     script = tmp_path / "stepper.py"
     script.write_text(STEPPER)
     out = tmp_path / "out"
     out.mkdir()
     job = exp.create_job(
-        "headloss", cluster=cluster, node_count=2, max_retries=3,
+        name, cluster=cluster, node_count=2, max_retries=3,
         command_line=f"{sys.executable} {script} {out} {STEPS} {STEP_S}",
     ).submit()  # fmt: skip
     ckpt = out / "ckpt.json"
     wait_for(lambda: (ckpt.exists() and json.loads(ckpt.read_text())["step"] >= 10) or job.state.ended,
              timeout=180, what="the job's second checkpoint")  # fmt: skip
     assert job.state is JobState.RUNNING, job.status.failure_reason
+    return job, out
+
+
+def test_the_head_nodes_power_off_requeues_the_job_from_its_checkpoint_on_the_nodes_left(
+    ns_nodes: NSNodes, lab: Workspace, cluster: Cluster, tmp_path: Path
+) -> None:
+    job, out = checkpointed_job(lab.create_experiment("e"), cluster, "headloss", tmp_path)
+    ckpt = out / "ckpt.json"
     head = ns_nodes["node1"]  # the first host: the cluster's head node, where its scheduler runs
     assert runs(head, "scheduler"), "the scheduler is not on node1"
     off = time.time()
@@ -190,20 +199,8 @@ def test_a_head_node_cut_off_is_taken_over_and_steps_down_once_back(
 def test_the_nodes_take_the_lost_heads_scheduler_over_with_no_client_and_the_job_resumes(
     ns_nodes: NSNodes, lab: Workspace, cluster: Cluster, tmp_path: Path
 ) -> None:
-    exp = lab.create_experiment("unattended")
-    wait_for(lambda: cluster.node_counts == NodeCounts(idle=3), timeout=120, what="three idle nodes")
-    script = tmp_path / "stepper.py"
-    script.write_text(STEPPER)
-    out = tmp_path / "out"
-    out.mkdir()
-    job = exp.create_job(
-        "unattended", cluster=cluster, node_count=2, max_retries=3,
-        command_line=f"{sys.executable} {script} {out} {STEPS} {STEP_S}",
-    ).submit()  # fmt: skip
+    job, out = checkpointed_job(lab.create_experiment("unattended"), cluster, "unattended", tmp_path)
     ckpt = out / "ckpt.json"
-    wait_for(lambda: (ckpt.exists() and json.loads(ckpt.read_text())["step"] >= 10) or job.state.ended,
-             timeout=180, what="the job's second checkpoint")  # fmt: skip
-    assert job.state is JobState.RUNNING, job.status.failure_reason
     head, others = ns_nodes["node1"], [ns_nodes["node2"], ns_nodes["node3"]]
     assert runs(head, "scheduler"), "the scheduler is not on node1"
     wait_for(
