@@ -31,14 +31,18 @@ def load_or_none(path: str) -> Any:
 
 
 def write_json_atomic(path: str, data: Any, *, mode: int = 0o644, sync: bool = True) -> None:
-    """Replace ``path`` whole (readers never see half a record); the temp file is removed on failure.
+    """Replace ``path`` whole with ``data`` as JSON (readers never see half a record)."""
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n", mode=mode, sync=sync)
+
+
+def write_text_atomic(path: str, text: str, *, mode: int = 0o644, sync: bool = True) -> None:
+    """Replace ``path`` whole (readers never see half a file); the temp file is removed on failure.
     ``sync=False`` skips the fsync, for scratch files nothing needs after a crash."""
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-            f.write("\n")
+            f.write(text)
             f.flush()
             if sync:
                 os.fsync(f.fileno())

@@ -480,7 +480,6 @@ class Scheduler:
             for node in self.cluster.nodes():
                 self.pool_exec.submit(health.warm_connection, self.cluster, node["address"])
         checked = time.monotonic()
-        self.ticked = time.monotonic()
         self.lease.beat_in_background(lambda: self.ticked)
         while not self.stopping:
             self.ticked = time.monotonic()
@@ -546,8 +545,7 @@ class Scheduler:
         """Step down when another node's scheduler took the cluster over (head.py): end what this one's
         launchers still run, set the database aside, and leave the records to the new one."""
         other = self.lease.taken_over()
-        if other is None:
-            self.lease.beat()
+        if other is None:  # beaten meanwhile from the lease's own thread (beat_in_background)
             return
         log(
             f"node {other.get('node')}'s scheduler took the cluster over at {other.get('started')}:"

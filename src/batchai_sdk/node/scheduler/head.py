@@ -177,11 +177,12 @@ class HeadLease:
             if not self.held or self.path is None or time.monotonic() - self.checked < CHECK_S:
                 return None
             self.checked = time.monotonic()
-            self.lost_to = self._newer_record(self.path)
+            self.lost_to = self._newer_record()
             return self.lost_to
 
-    def _newer_record(self, path: str) -> dict[str, Any] | None:
-        record = load_or_none(path)
+    def _newer_record(self) -> dict[str, Any] | None:
+        """The lease's record where a newer claim (or another token) than this scheduler's holds it."""
+        record = load_or_none(self.path) if self.path else None
         if self.cluster_dir is not None and self.epoch and newest_claim(self.cluster_dir) > self.epoch:
             return record if isinstance(record, dict) else {"node": "another node"}
         if (

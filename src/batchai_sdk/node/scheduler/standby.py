@@ -17,7 +17,6 @@ share or a command line."""
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import fcntl
 import itertools
 import json
@@ -29,7 +28,7 @@ import sys
 import time
 from typing import Any
 
-from ..common import load_or_none, try_append, write_json_atomic
+from ..common import load_or_none, try_append, write_json_atomic, write_text_atomic
 from ..protocol.cluster import ClusterConfig, check_cluster
 from ..protocol.fields import RequestError
 from ..protocol.paths import HEAD_RECORD
@@ -103,12 +102,7 @@ def restore_ssh_setup(cfg: ClusterConfig, files: object) -> bool:
     folder = os.path.dirname(config)
     os.makedirs(folder, mode=0o700, exist_ok=True)
     for name in SSH_SETUP_FILES:
-        path = os.path.join(folder, name)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(files[name])
-        os.replace(tmp, path)
+        write_text_atomic(os.path.join(folder, name), files[name], mode=0o600)
     return True
 
 
@@ -125,10 +119,8 @@ def take_over(state_dir: str, cfg: ClusterConfig, me: str, seen: dict[str, Any])
     taken.update(
         head=me, nodes=every, pool=every, down=[lost] if isinstance(lost, str) and lost != me else []
     )
-    for suffix in ("", "-wal", "-shm"):  # a database this node kept is from before: rebuilt from the share
-        path = os.path.join(state_dir, f"sched.db{suffix}")
-        with contextlib.suppress(OSError):
-            os.replace(path, f"{path}.before-takeover-{os.getpid()}")
+    # a database this node kept is from before: the scheduler sets it aside as it starts, since the lease
+    # still names the lost head (head.held_elsewhere), and rebuilds the queue from the share
     write_json_atomic(os.path.join(state_dir, "cluster.json"), taken, mode=0o600)
     ctl.start_scheduler(state_dir, cfg["node_main"])
     log(f"standby on node {me}: the head lease of node {lost} stood still; took it over (epoch {epoch})")
